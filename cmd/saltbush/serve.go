@@ -1,0 +1,58 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/saltbush/saltbush/server"
+)
+
+func newServeCommand() *cobra.Command {
+	cfg := server.DefaultConfig()
+	var logLevel string
+	var logJSON bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run saltbush (embedded etcd in ./data unless --etcd-endpoints is given)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return err
+			}
+			opts := &slog.HandlerOptions{Level: level}
+			if logJSON {
+				cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+			} else {
+				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, opts))
+			}
+			srv, err := server.New(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return srv.Serve(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "EKS REST-JSON façade listen address")
+	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory of the embedded etcd")
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (no embedded etcd when set)")
+	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "root of saltbush's etcd keyspace")
+	f.StringVar(&cfg.DefaultAccount, "default-account", cfg.DefaultAccount, "12-digit account every caller acts as (until request authentication lands)")
+	f.StringVar(&cfg.Cluster.Region, "region", cfg.Cluster.Region, "region named in ARNs")
+	f.StringSliceVar(&cfg.Cluster.KubernetesVersions, "kubernetes-versions", cfg.Cluster.KubernetesVersions, "Kubernetes minors clusters may run")
+	f.StringVar(&cfg.Cluster.DefaultKubernetesVersion, "default-kubernetes-version", cfg.Cluster.DefaultKubernetesVersion, "Kubernetes minor used when CreateCluster names none")
+	f.DurationVar(&cfg.Cluster.IdempotencyTTL, "idempotency-ttl", cfg.Cluster.IdempotencyTTL, "how long a clientRequestToken is remembered")
+	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest accepted request body")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&logJSON, "log-json", false, "log JSON lines instead of text")
+	return cmd
+}

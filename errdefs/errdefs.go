@@ -1,0 +1,240 @@
+// Package errdefs defines saltbush's API errors: an AWS exception name, a
+// message in AWS's words, and the modelled members (clusterName, addonName)
+// AWS puts beside the message. Domain code returns these (wrapping store
+// sentinels where a store error is the cause); the gRPC service shells
+// convert them to a gRPC status once, with ToGRPC, and the façade turns that
+// status into AWS's REST-JSON error with FromGRPC and HTTPStatus.
+package errdefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/saltbush/saltbush/store"
+)
+
+// Domain is the ErrorInfo domain of every saltbush API error.
+const Domain = "eks.amazonaws.com"
+
+// AWS exception shape names.
+const (
+	InvalidParameterException      = "InvalidParameterException"
+	InvalidRequestException        = "InvalidRequestException"
+	ClientException                = "ClientException"
+	BadRequestException            = "BadRequestException"
+	ResourceLimitExceededException = "ResourceLimitExceededException"
+	AccessDeniedException          = "AccessDeniedException"
+	ResourceNotFoundException      = "ResourceNotFoundException"
+	NotFoundException              = "NotFoundException"
+	ResourceInUseException         = "ResourceInUseException"
+	ThrottlingException            = "ThrottlingException"
+	ServerException                = "ServerException"
+	ServiceUnavailableException    = "ServiceUnavailableException"
+)
+
+// Error is an API error. It satisfies error and unwraps to its cause.
+type Error struct {
+	// Exception is the AWS shape name, sent as X-Amzn-ErrorType.
+	Exception string
+	// Message is the human-readable text, in AWS's words where known.
+	Message string
+	// Fields are the modelled members of the exception (clusterName,
+	// addonName, ...), rendered beside message in the body.
+	Fields map[string]string
+	cause  error
+}
+
+func (e *Error) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Exception, e.Message, e.cause)
+	}
+	return e.Exception + ": " + e.Message
+}
+
+// Unwrap returns the cause, so errors.Is sees store sentinels through it.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is reports whether target is an *Error with the same exception name, so
+// callers can write errors.Is(err, &errdefs.Error{Exception: ...}).
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if !errors.As(target, &t) {
+		return false
+	}
+	return t.Exception == e.Exception && t.Message == "" && t.Fields == nil
+}
+
+// WithField returns a copy of e with one more modelled member.
+func (e *Error) WithField(name, value string) *Error {
+	c := *e
+	c.Fields = make(map[string]string, len(e.Fields)+1)
+	for k, v := range e.Fields {
+		c.Fields[k] = v
+	}
+	c.Fields[name] = value
+	return &c
+}
+
+// WithCause returns a copy of e that unwraps to cause.
+func (e *Error) WithCause(cause error) *Error {
+	c := *e
+	c.cause = cause
+	return &c
+}
+
+func newError(exception, format string, args []any) *Error {
+	return &Error{Exception: exception, Message: fmt.Sprintf(format, args...)}
+}
+
+// InvalidParameter is AWS's InvalidParameterException (400).
+func InvalidParameter(format string, args ...any) *Error {
+	return newError(InvalidParameterException, format, args)
+}
+
+// InvalidRequest is AWS's InvalidRequestException (400).
+func InvalidRequest(format string, args ...any) *Error {
+	return newError(InvalidRequestException, format, args)
+}
+
+// NotFound is AWS's ResourceNotFoundException (404).
+func NotFound(format string, args ...any) *Error {
+	return newError(ResourceNotFoundException, format, args)
+}
+
+// ResourceInUse is AWS's ResourceInUseException (409): the resource exists
+// already, or its state forbids the change.
+func ResourceInUse(format string, args ...any) *Error {
+	return newError(ResourceInUseException, format, args)
+}
+
+// ResourceLimitExceeded is AWS's ResourceLimitExceededException (400).
+func ResourceLimitExceeded(format string, args ...any) *Error {
+	return newError(ResourceLimitExceededException, format, args)
+}
+
+// ServiceUnavailable is AWS's ServiceUnavailableException (503).
+func ServiceUnavailable(format string, args ...any) *Error {
+	return newError(ServiceUnavailableException, format, args)
+}
+
+// exceptions maps each exception to its HTTP status (DESIGN §9) and the
+// gRPC code used on the gRPC port.
+var exceptions = map[string]struct {
+	http int
+	code codes.Code
+}{
+	InvalidParameterException:      {http.StatusBadRequest, codes.InvalidArgument},
+	InvalidRequestException:        {http.StatusBadRequest, codes.FailedPrecondition},
+	ClientException:                {http.StatusBadRequest, codes.InvalidArgument},
+	BadRequestException:            {http.StatusBadRequest, codes.InvalidArgument},
+	ResourceLimitExceededException: {http.StatusBadRequest, codes.ResourceExhausted},
+	AccessDeniedException:          {http.StatusForbidden, codes.PermissionDenied},
+	ResourceNotFoundException:      {http.StatusNotFound, codes.NotFound},
+	NotFoundException:              {http.StatusNotFound, codes.NotFound},
+	ResourceInUseException:         {http.StatusConflict, codes.AlreadyExists},
+	ThrottlingException:            {http.StatusTooManyRequests, codes.ResourceExhausted},
+	ServerException:                {http.StatusInternalServerError, codes.Internal},
+	ServiceUnavailableException:    {http.StatusServiceUnavailable, codes.Unavailable},
+}
+
+// HTTPStatus is the status code AWS answers an exception with; unknown
+// exceptions are server errors.
+func HTTPStatus(exception string) int {
+	if e, ok := exceptions[exception]; ok {
+		return e.http
+	}
+	return http.StatusInternalServerError
+}
+
+// Classify turns any error into an API error. An *Error is returned as is;
+// store sentinels and context errors that reached the boundary unwrapped get
+// a generic exception; anything else is a ServerException whose message does
+// not leak internals (the caller logs the original).
+func Classify(err error) *Error {
+	var e *Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, store.ErrInvalidToken):
+		return InvalidParameter("The nextToken provided is not valid.").WithCause(err)
+	case errors.Is(err, store.ErrNotFound):
+		return NotFound("The specified resource could not be found.").WithCause(err)
+	case errors.Is(err, store.ErrExists):
+		return ResourceInUse("The specified resource already exists.").WithCause(err)
+	case errors.Is(err, store.ErrConflict):
+		return ResourceInUse("The resource was modified concurrently; retry the request.").WithCause(err)
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return ServiceUnavailable("The service is unavailable. Try again later.").WithCause(err)
+	case errors.Is(err, context.Canceled):
+		return &Error{Exception: ClientException, Message: "The request was cancelled.", cause: err}
+	default:
+		return &Error{Exception: ServerException, Message: "An internal error occurred.", cause: err}
+	}
+}
+
+// ToGRPC converts err to a gRPC status error carrying the exception as an
+// ErrorInfo detail (reason = exception, metadata = modelled members).
+func ToGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	e := Classify(err)
+	code := codes.Internal
+	if m, ok := exceptions[e.Exception]; ok {
+		code = m.code
+	}
+	st := status.New(code, e.Message)
+	withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{
+		Reason:   e.Exception,
+		Domain:   Domain,
+		Metadata: e.Fields,
+	})
+	if derr != nil {
+		return st.Err()
+	}
+	return withInfo.Err()
+}
+
+// FromGRPC recovers the API error from a gRPC status. A status without
+// saltbush's ErrorInfo (routing, decoding and transport errors) is mapped
+// from its code.
+func FromGRPC(st *status.Status) *Error {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			return &Error{Exception: info.GetReason(), Message: st.Message(), Fields: info.GetMetadata()}
+		}
+	}
+	e := &Error{Message: st.Message()}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.OutOfRange:
+		e.Exception = InvalidParameterException
+	case codes.FailedPrecondition:
+		e.Exception = InvalidRequestException
+	case codes.NotFound:
+		e.Exception = ResourceNotFoundException
+	case codes.AlreadyExists, codes.Aborted:
+		e.Exception = ResourceInUseException
+	case codes.ResourceExhausted:
+		e.Exception = ThrottlingException
+	case codes.PermissionDenied, codes.Unauthenticated:
+		e.Exception = AccessDeniedException
+	case codes.Unavailable, codes.DeadlineExceeded:
+		e.Exception = ServiceUnavailableException
+	case codes.Canceled:
+		e.Exception = ClientException
+	default:
+		e.Exception = ServerException
+	}
+	return e
+}

@@ -1,0 +1,212 @@
+// Package gateway is the EKS REST-JSON façade: the grpc-gateway mux that
+// serves AWS's paths from the generated handlers, configured so AWS clients
+// see AWS on the wire (DESIGN §2.1), with AWS-shaped errors, request limits
+// and the authentication step that sets the caller.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/identity"
+)
+
+// Authenticator decides who an HTTP request acts for. It runs before
+// routing; an error is rendered as the AWS error it wraps (or as
+// AccessDeniedException).
+type Authenticator interface {
+	Authenticate(r *http.Request) (identity.Caller, error)
+}
+
+// StaticAccount authenticates every request as the root of one account. It
+// is the stand-in until SigV4 verification lands: the account is configured
+// by the operator, never taken from the request.
+type StaticAccount struct {
+	AccountID string
+}
+
+// Authenticate implements Authenticator.
+func (s StaticAccount) Authenticate(*http.Request) (identity.Caller, error) {
+	return identity.RootCaller(s.AccountID), nil
+}
+
+// Config configures the façade.
+type Config struct {
+	// Authenticator sets the caller of each request.
+	Authenticator Authenticator
+	// MaxBodyBytes limits request bodies; 1 MiB when zero.
+	MaxBodyBytes int64
+	// Logger receives one line per failed request.
+	Logger *slog.Logger
+	// Registerer receives the façade's metrics; none when nil.
+	Registerer prometheus.Registerer
+}
+
+// Register adds generated handlers to the mux (the in-process
+// RegisterXHandlerServer functions, so no loopback hop).
+type Register func(ctx context.Context, mux *runtime.ServeMux) error
+
+// Handler is the façade's HTTP handler.
+type Handler struct {
+	mux     *runtime.ServeMux
+	cfg     Config
+	metrics *metrics
+}
+
+// New builds the façade and registers the services on it.
+func New(ctx context.Context, cfg Config, registers ...Register) (*Handler, error) {
+	if cfg.Authenticator == nil {
+		return nil, fmt.Errorf("gateway: an authenticator is required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{cfg: cfg, metrics: newMetrics(cfg.Registerer)}
+	h.mux = runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			// Absent members stay absent: a zero createdAt would decode as 1970.
+			MarshalOptions: protojson.MarshalOptions{EmitUnpopulated: false},
+			// Unknown members are an error, not silently dropped.
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+		// SDKs escape '/' and ':' in ARN labels; keep them inside one segment.
+		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptReserved),
+		runtime.WithErrorHandler(h.errorHandler),
+		runtime.WithRoutingErrorHandler(h.routingErrorHandler),
+		// Headers never become gRPC metadata: identity and everything else the
+		// services need is set by the façade itself.
+		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithDisablePathLengthFallback(),
+	)
+	for _, reg := range registers {
+		if err := reg(ctx, h.mux); err != nil {
+			return nil, fmt.Errorf("gateway: register handlers: %w", err)
+		}
+	}
+	return h, nil
+}
+
+type requestIDKey struct{}
+
+// ServeHTTP authenticates, limits and routes one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rid := uuid.NewString()
+	w.Header().Set("X-Amzn-Requestid", rid)
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	defer func() { h.metrics.observe(r.Method, rec.status, time.Since(start)) }()
+
+	ctx := context.WithValue(r.Context(), requestIDKey{}, rid)
+	if r.ContentLength > h.cfg.MaxBodyBytes {
+		h.writeError(ctx, rec, r, &errdefs.Error{
+			Exception: "RequestEntityTooLargeException",
+			Message:   fmt.Sprintf("Request body of %d bytes exceeds the limit of %d bytes.", r.ContentLength, h.cfg.MaxBodyBytes),
+		}, http.StatusRequestEntityTooLarge)
+		return
+	}
+	r.Body = http.MaxBytesReader(rec, r.Body, h.cfg.MaxBodyBytes)
+
+	caller, err := h.cfg.Authenticator.Authenticate(r)
+	if err != nil {
+		e := errdefs.Classify(err)
+		h.writeError(ctx, rec, r, e, errdefs.HTTPStatus(e.Exception))
+		return
+	}
+	ctx = identity.NewContext(ctx, caller)
+	h.mux.ServeHTTP(rec, r.WithContext(ctx))
+}
+
+// errorHandler renders any handler error (service errors, body decode
+// errors, unknown fields) the way AWS does.
+func (h *Handler) errorHandler(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	e := errdefs.FromGRPC(status.Convert(err))
+	h.writeError(ctx, w, r, e, errdefs.HTTPStatus(e.Exception))
+}
+
+func (h *Handler) routingErrorHandler(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	e := &errdefs.Error{
+		Exception: "UnknownOperationException",
+		Message:   fmt.Sprintf("No operation matches %s %s.", r.Method, r.URL.EscapedPath()),
+	}
+	if httpStatus != http.StatusMethodNotAllowed {
+		httpStatus = http.StatusNotFound
+	}
+	h.writeError(ctx, w, r, e, httpStatus)
+}
+
+// writeError writes AWS's REST-JSON error: the shape name in
+// X-Amzn-ErrorType, a JSON body with message and the modelled members. No
+// numeric "code" member: it breaks the Go SDK's error decoding.
+func (h *Handler) writeError(ctx context.Context, w http.ResponseWriter, r *http.Request, e *errdefs.Error, httpStatus int) {
+	body := make(map[string]string, len(e.Fields)+1)
+	for k, v := range e.Fields {
+		body[k] = v
+	}
+	body["message"] = e.Message
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Amzn-Errortype", e.Exception)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(httpStatus)
+	_, _ = w.Write(b)
+	rid, _ := ctx.Value(requestIDKey{}).(string)
+	h.cfg.Logger.InfoContext(ctx, "request failed", "method", r.Method, "path", r.URL.EscapedPath(),
+		"status", httpStatus, "exception", e.Exception, "message", e.Message, "request_id", rid)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "saltbush_http_requests_total",
+			Help: "Façade requests by HTTP method and status code.",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "saltbush_http_request_duration_seconds",
+			Help:    "Façade request latency by HTTP method.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"method"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration)
+	}
+	return m
+}
+
+func (m *metrics) observe(method string, code int, d time.Duration) {
+	m.requests.WithLabelValues(method, strconv.Itoa(code)).Inc()
+	m.duration.WithLabelValues(method).Observe(d.Seconds())
+}

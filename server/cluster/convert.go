@@ -1,0 +1,165 @@
+package cluster
+
+import (
+	"net/netip"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+)
+
+func validCIDR(s string) bool {
+	_, err := netip.ParsePrefix(s)
+	return err == nil
+}
+
+// specFromRequest keeps the configuration saltbush echoes but does not act
+// on, with AWS's defaults filled in where AWS fills them.
+func specFromRequest(req *eksv1.CreateClusterRequest) *storagev1.ClusterSpec {
+	v := req.GetResourcesVpcConfig()
+	vpc := &storagev1.ClusterVpcConfig{
+		SubnetIds:              v.GetSubnetIds(),
+		SecurityGroupIds:       v.GetSecurityGroupIds(),
+		EndpointPublicAccess:   true,
+		EndpointPrivateAccess:  v.GetEndpointPrivateAccess(),
+		PublicAccessCidrs:      v.GetPublicAccessCidrs(),
+		ControlPlaneEgressMode: v.GetControlPlaneEgressMode(),
+	}
+	if v.EndpointPublicAccess != nil {
+		vpc.EndpointPublicAccess = v.GetEndpointPublicAccess()
+	}
+	if vpc.EndpointPublicAccess && len(vpc.PublicAccessCidrs) == 0 {
+		vpc.PublicAccessCidrs = []string{"0.0.0.0/0"}
+	}
+	nc := req.GetKubernetesNetworkConfig()
+	network := &storagev1.ClusterNetworkConfig{
+		ServiceIpv4Cidr: nc.GetServiceIpv4Cidr(),
+		IpFamily:        nc.GetIpFamily(),
+	}
+	if network.IpFamily == "" {
+		network.IpFamily = "ipv4"
+	}
+	if network.ServiceIpv4Cidr == "" && network.IpFamily == "ipv4" {
+		// The clusters are K3s: this is the service CIDR K3s uses by default.
+		network.ServiceIpv4Cidr = "10.43.0.0/16"
+	}
+	if elb := nc.GetElasticLoadBalancing(); elb != nil && elb.Enabled != nil {
+		network.ElasticLoadBalancingEnabled = proto.Bool(elb.GetEnabled())
+	}
+	spec := &storagev1.ClusterSpec{
+		RoleArn:                    req.GetRoleArn(),
+		VpcConfig:                  vpc,
+		NetworkConfig:              network,
+		UpgradeSupportType:         req.GetUpgradePolicy().GetSupportType(),
+		DeletionProtection:         req.GetDeletionProtection(),
+		BootstrapSelfManagedAddons: true,
+	}
+	if spec.UpgradeSupportType == "" {
+		spec.UpgradeSupportType = "EXTENDED"
+	}
+	if req.BootstrapSelfManagedAddons != nil {
+		spec.BootstrapSelfManagedAddons = req.GetBootstrapSelfManagedAddons()
+	}
+	if zs := req.GetZonalShiftConfig(); zs != nil && zs.Enabled != nil {
+		spec.ZonalShiftEnabled = proto.Bool(zs.GetEnabled())
+	}
+	for _, l := range req.GetLogging().GetClusterLogging() {
+		spec.Logging = append(spec.Logging, &storagev1.ClusterLogSetup{Types: l.GetTypes(), Enabled: l.GetEnabled()})
+	}
+	for _, e := range req.GetEncryptionConfig() {
+		spec.EncryptionConfig = append(spec.EncryptionConfig, &storagev1.ClusterEncryptionConfig{
+			Resources: e.GetResources(), KeyArn: e.GetProvider().GetKeyArn(),
+		})
+	}
+	return spec
+}
+
+// StatusName is the AWS name of a cluster status (ACTIVE, DELETING, ...).
+func StatusName(s storagev1.ClusterStatus) string {
+	return strings.TrimPrefix(s.String(), "CLUSTER_STATUS_")
+}
+
+func epochSeconds(rec interface{ GetSeconds() int64; GetNanos() int32 }) float64 {
+	// Millisecond precision, as AWS sends it.
+	ms := rec.GetSeconds()*1000 + int64(rec.GetNanos())/1e6
+	return float64(ms) / 1000
+}
+
+// ToAPI renders a cluster record in AWS's Cluster shape.
+func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
+	spec := rec.GetSpec()
+	vpc := spec.GetVpcConfig()
+	nc := spec.GetNetworkConfig()
+	c := &eksv1.Cluster{
+		Name:      rec.GetName(),
+		Arn:       rec.GetArn(),
+		CreatedAt: epochSeconds(rec.GetCreatedAt()),
+		Version:   rec.GetKubernetesVersion(),
+		RoleArn:   spec.GetRoleArn(),
+		ResourcesVpcConfig: &eksv1.VpcConfigResponse{
+			SubnetIds:              vpc.GetSubnetIds(),
+			SecurityGroupIds:       vpc.GetSecurityGroupIds(),
+			EndpointPublicAccess:   proto.Bool(vpc.GetEndpointPublicAccess()),
+			EndpointPrivateAccess:  proto.Bool(vpc.GetEndpointPrivateAccess()),
+			PublicAccessCidrs:      vpc.GetPublicAccessCidrs(),
+			ControlPlaneEgressMode: vpc.GetControlPlaneEgressMode(),
+		},
+		KubernetesNetworkConfig: &eksv1.KubernetesNetworkConfigResponse{
+			ServiceIpv4Cidr: nc.GetServiceIpv4Cidr(),
+			IpFamily:        nc.GetIpFamily(),
+		},
+		Status:             StatusName(rec.GetStatus()),
+		ClientRequestToken: rec.GetClientRequestToken(),
+		Tags:               rec.GetTags(),
+		Id:                 rec.GetUid(),
+		AccessConfig: &eksv1.AccessConfigResponse{
+			AuthenticationMode:                      rec.GetAccessConfig().GetAuthenticationMode(),
+			BootstrapClusterCreatorAdminPermissions: proto.Bool(rec.GetAccessConfig().GetBootstrapClusterCreatorAdminPermissions()),
+		},
+		UpgradePolicy:      &eksv1.UpgradePolicy{SupportType: spec.GetUpgradeSupportType()},
+		DeletionProtection: proto.Bool(spec.GetDeletionProtection()),
+		Logging:            &eksv1.Logging{},
+	}
+	if nc.ElasticLoadBalancingEnabled != nil {
+		c.KubernetesNetworkConfig.ElasticLoadBalancing = &eksv1.ElasticLoadBalancing{Enabled: proto.Bool(nc.GetElasticLoadBalancingEnabled())}
+	}
+	if spec.ZonalShiftEnabled != nil {
+		c.ZonalShiftConfig = &eksv1.ZonalShiftConfig{Enabled: proto.Bool(spec.GetZonalShiftEnabled())}
+	}
+	for _, l := range spec.GetLogging() {
+		c.Logging.ClusterLogging = append(c.Logging.ClusterLogging, &eksv1.LogSetup{Types: l.GetTypes(), Enabled: proto.Bool(l.GetEnabled())})
+	}
+	if len(c.Logging.ClusterLogging) == 0 {
+		// AWS reports every log type as disabled when none was configured.
+		c.Logging.ClusterLogging = []*eksv1.LogSetup{{Types: logTypes, Enabled: proto.Bool(false)}}
+	}
+	for _, e := range spec.GetEncryptionConfig() {
+		c.EncryptionConfig = append(c.EncryptionConfig, &eksv1.EncryptionConfig{
+			Resources: e.GetResources(), Provider: &eksv1.Provider{KeyArn: e.GetKeyArn()},
+		})
+	}
+	if rec.GetStatus() == storagev1.ClusterStatus_CLUSTER_STATUS_FAILED && rec.GetStatusReason() != "" {
+		c.Health = &eksv1.ClusterHealth{Issues: []*eksv1.ClusterIssue{{Code: "Other", Message: rec.GetStatusReason()}}}
+	}
+	return c
+}
+
+// ToControl renders a cluster record in the internal control shape.
+func ToControl(rec *storagev1.ClusterRecord) *controlv1.ClusterInfo {
+	info := &controlv1.ClusterInfo{
+		Uid:               rec.GetUid(),
+		AccountId:         rec.GetAccountId(),
+		Name:              rec.GetName(),
+		Arn:               rec.GetArn(),
+		Status:            controlv1.ClusterStatus(rec.GetStatus()),
+		KubernetesVersion: rec.GetKubernetesVersion(),
+		StatusReason:      rec.GetStatusReason(),
+	}
+	for _, m := range rec.GetMembers() {
+		info.Members = append(info.Members, m.GetInstanceId())
+	}
+	return info
+}

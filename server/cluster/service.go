@@ -1,0 +1,320 @@
+// Package cluster owns EKS clusters: their records, lifecycle and wire
+// shapes. Service holds the domain logic; eks.go and control.go are the thin
+// gRPC shells for the EKS façade and the internal control API.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Config is the cluster service's configuration.
+type Config struct {
+	// Region appears in ARNs.
+	Region string
+	// KubernetesVersions are the minors a cluster may be created with.
+	KubernetesVersions []string
+	// DefaultKubernetesVersion is used when CreateCluster names none.
+	DefaultKubernetesVersion string
+	// IdempotencyTTL is how long a clientRequestToken is remembered.
+	IdempotencyTTL time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the configuration `saltbush serve` starts with.
+func DefaultConfig() Config {
+	return Config{
+		Region:                   "us-east-1",
+		KubernetesVersions:       []string{"1.32", "1.33", "1.34", "1.35", "1.36", "1.37"},
+		DefaultKubernetesVersion: "1.36",
+		IdempotencyTTL:           8 * time.Hour,
+	}
+}
+
+// Validate checks the configuration at start.
+func (c Config) Validate() error {
+	if c.Region == "" {
+		return errors.New("cluster config: region required")
+	}
+	if !slices.Contains(c.KubernetesVersions, c.DefaultKubernetesVersion) {
+		return fmt.Errorf("cluster config: default Kubernetes version %q is not among the supported %v",
+			c.DefaultKubernetesVersion, c.KubernetesVersions)
+	}
+	if c.IdempotencyTTL < time.Minute {
+		return fmt.Errorf("cluster config: idempotency TTL %s is shorter than a minute", c.IdempotencyTTL)
+	}
+	return nil
+}
+
+// Service is the cluster domain logic. It is safe for concurrent use.
+type Service struct {
+	store *store.Store
+	cfg   Config
+	log   *slog.Logger
+}
+
+// NewService returns a Service on st.
+func NewService(st *store.Store, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{store: st, cfg: cfg, log: log}, nil
+}
+
+const opCreateCluster = "CreateCluster"
+
+func caller(ctx context.Context) (identity.Caller, error) {
+	c, ok := identity.FromContext(ctx)
+	if !ok {
+		// Every edge sets a caller; reaching here without one is a wiring bug.
+		return identity.Caller{}, errors.New("request has no authenticated caller")
+	}
+	return c, nil
+}
+
+func notFound(name string) *errdefs.Error {
+	return errdefs.NotFound("No cluster found for name: %s.", name).WithField("clusterName", name)
+}
+
+// Create records a new cluster in CREATING, exclusively: of concurrent
+// creates of one name exactly one wins. With a clientRequestToken the
+// request is idempotent: the token is remembered in the same transaction,
+// a retry with the same parameters returns the cluster it created, and a
+// retry with different parameters is refused.
+func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (*storagev1.ClusterRecord, error) {
+	who, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.validateCreate(req); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	rec := s.newRecord(who, req, now)
+	key := store.ClusterKey(who.AccountID, req.GetName())
+
+	txn := store.NewTxn().Create(key, rec)
+	var idemKey string
+	var fingerprint []byte
+	if tok := req.GetClientRequestToken(); tok != "" {
+		idemKey = store.IdempotencyKey(who.AccountID, opCreateCluster, tok)
+		if fingerprint, err = requestFingerprint(req); err != nil {
+			return nil, err
+		}
+		txn.CreateWithTTL(idemKey, &storagev1.IdempotencyRecord{
+			Operation:          opCreateCluster,
+			RequestFingerprint: fingerprint,
+			ResourceKey:        key,
+			ResourceUid:        rec.GetUid(),
+			CreatedAt:          timestamppb.New(now),
+		}, s.cfg.IdempotencyTTL)
+	}
+	if _, err := s.store.Commit(ctx, txn); err != nil {
+		if !errors.Is(err, store.ErrExists) {
+			return nil, fmt.Errorf("create cluster %q: %w", req.GetName(), err)
+		}
+		if idemKey != "" {
+			if prior, err := s.replay(ctx, idemKey, fingerprint, req.GetName()); prior != nil || err != nil {
+				return prior, err
+			}
+		}
+		return nil, errdefs.ResourceInUse("Cluster already exists with name: %s", req.GetName()).
+			WithField("clusterName", req.GetName()).WithCause(err)
+	}
+	s.log.InfoContext(ctx, "cluster created", "account", who.AccountID, "cluster", rec.GetName(), "uid", rec.GetUid())
+	return rec, nil
+}
+
+// replay answers a create whose token was used before: the original
+// cluster for the same parameters, an error for different ones. It returns
+// nil, nil when the token is unknown (the collision was on the name).
+func (s *Service) replay(ctx context.Context, idemKey string, fingerprint []byte, name string) (*storagev1.ClusterRecord, error) {
+	prior := &storagev1.IdempotencyRecord{}
+	if _, err := s.store.Get(ctx, idemKey, prior); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("create cluster %q: read idempotency record: %w", name, err)
+	}
+	if !bytes.Equal(prior.GetRequestFingerprint(), fingerprint) {
+		return nil, errdefs.InvalidParameter(
+			"The clientRequestToken was already used for a CreateCluster request with different parameters.").
+			WithField("clusterName", name)
+	}
+	rec := &storagev1.ClusterRecord{}
+	if _, err := s.store.Get(ctx, prior.GetResourceKey(), rec); err != nil || rec.GetUid() != prior.GetResourceUid() {
+		// The cluster this token created is gone; the name may be reused.
+		return nil, errdefs.ResourceInUse(
+			"The clientRequestToken was already used for cluster %s, which no longer exists.", name).
+			WithField("clusterName", name)
+	}
+	return rec, nil
+}
+
+// requestFingerprint hashes the request without its token, so retries with
+// the same parameters match and any changed parameter does not.
+func requestFingerprint(req proto.Message) ([]byte, error) {
+	c := proto.Clone(req)
+	if r, ok := c.(interface{ GetClientRequestToken() string }); ok && r.GetClientRequestToken() != "" {
+		m := c.ProtoReflect()
+		m.Clear(m.Descriptor().Fields().ByName("client_request_token"))
+	}
+	b, err := store.Encode(c)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
+// Describe returns the caller's cluster name.
+func (s *Service) Describe(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
+	who, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	rec := &storagev1.ClusterRecord{}
+	if _, err := s.store.Get(ctx, store.ClusterKey(who.AccountID, name), rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFound(name).WithCause(err)
+		}
+		return nil, fmt.Errorf("describe cluster %q: %w", name, err)
+	}
+	return rec, nil
+}
+
+// List returns one page of the caller's cluster names.
+func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string) ([]string, string, error) {
+	who, err := caller(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	limit, err := pageSize(maxResults)
+	if err != nil {
+		return nil, "", err
+	}
+	page, err := s.store.List(ctx, store.ListOptions{
+		Prefix:   store.ClustersPrefix(who.AccountID),
+		Scope:    "ListClusters/" + who.AccountID,
+		Limit:    limit,
+		Token:    nextToken,
+		KeysOnly: true,
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalidToken) {
+			return nil, "", errdefs.InvalidParameter("The nextToken provided is not valid.").WithCause(err)
+		}
+		return nil, "", fmt.Errorf("list clusters: %w", err)
+	}
+	names := make([]string, 0, len(page.Items))
+	for _, kv := range page.Items {
+		names = append(names, kv.Name)
+	}
+	return names, page.NextToken, nil
+}
+
+// pageSize validates AWS's maxResults (1–100, 100 when absent).
+func pageSize(maxResults *int32) (int, error) {
+	if maxResults == nil {
+		return store.MaxPageSize, nil
+	}
+	if n := *maxResults; n < 1 || n > store.MaxPageSize {
+		return 0, errdefs.InvalidParameter("maxResults must be between 1 and %d, got %d.", store.MaxPageSize, n)
+	}
+	return int(*maxResults), nil
+}
+
+// Delete moves the caller's cluster to DELETING. The record stays until the
+// provisioner confirms teardown (FinalizeDeletion). Deleting a cluster that
+// is already DELETING returns it unchanged.
+func (s *Service) Delete(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
+	who, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	rec := &storagev1.ClusterRecord{}
+	_, err = s.store.GuaranteedUpdate(ctx, store.ClusterKey(who.AccountID, name), rec, func(cur proto.Message, _ *store.Txn) error {
+		c := cur.(*storagev1.ClusterRecord)
+		if c.GetStatus() == storagev1.ClusterStatus_CLUSTER_STATUS_DELETING {
+			return nil
+		}
+		if c.GetSpec().GetDeletionProtection() {
+			return errdefs.InvalidRequest("Cannot delete cluster %s because deletion protection is enabled.", name).
+				WithField("clusterName", name)
+		}
+		c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_DELETING
+		c.ModifiedAt = timestamppb.New(s.cfg.Now())
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFound(name).WithCause(err)
+		}
+		return nil, fmt.Errorf("delete cluster %q: %w", name, err)
+	}
+	s.log.InfoContext(ctx, "cluster deleting", "account", who.AccountID, "cluster", name, "uid", rec.GetUid())
+	return rec, nil
+}
+
+// ARN returns the cluster ARN AWS would give name in account.
+func (s *Service) ARN(account, name string) string {
+	return fmt.Sprintf("arn:aws:eks:%s:%s:cluster/%s", s.cfg.Region, account, name)
+}
+
+func (s *Service) newRecord(who identity.Caller, req *eksv1.CreateClusterRequest, now time.Time) *storagev1.ClusterRecord {
+	version := req.GetVersion()
+	if version == "" {
+		version = s.cfg.DefaultKubernetesVersion
+	}
+	ac := &storagev1.ClusterAccessConfig{
+		AuthenticationMode:                      req.GetAccessConfig().GetAuthenticationMode(),
+		BootstrapClusterCreatorAdminPermissions: true,
+	}
+	if ac.AuthenticationMode == "" {
+		// AWS's default for clusters created through the API.
+		ac.AuthenticationMode = "CONFIG_MAP"
+	}
+	if req.GetAccessConfig() != nil && req.GetAccessConfig().BootstrapClusterCreatorAdminPermissions != nil {
+		ac.BootstrapClusterCreatorAdminPermissions = req.GetAccessConfig().GetBootstrapClusterCreatorAdminPermissions()
+	}
+	return &storagev1.ClusterRecord{
+		Uid:                uuid.NewString(),
+		AccountId:          who.AccountID,
+		Name:               req.GetName(),
+		Arn:                s.ARN(who.AccountID, req.GetName()),
+		KubernetesVersion:  version,
+		Status:             storagev1.ClusterStatus_CLUSTER_STATUS_CREATING,
+		CreatedAt:          timestamppb.New(now),
+		ModifiedAt:         timestamppb.New(now),
+		AccessConfig:       ac,
+		Tags:               req.GetTags(),
+		Spec:               specFromRequest(req),
+		ClientRequestToken: req.GetClientRequestToken(),
+	}
+}

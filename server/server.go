@@ -1,0 +1,331 @@
+// Package server assembles saltbush: etcd (embedded or external), the store,
+// the resource services, the gRPC server and the HTTP façade, and runs them
+// until told to stop. Tests start it in-process exactly as `saltbush serve`
+// does, on free ports.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/gen/openapi"
+	"github.com/saltbush/saltbush/gateway"
+	"github.com/saltbush/saltbush/server/cluster"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/store/embedetcd"
+)
+
+// Config is everything `saltbush serve` can be told.
+type Config struct {
+	// HTTPAddr is the façade's listen address.
+	HTTPAddr string
+	// GRPCAddr is the gRPC listen address.
+	GRPCAddr string
+	// DataDir holds the embedded etcd's data (DataDir/etcd).
+	DataDir string
+	// EtcdEndpoints selects an external etcd; the embedded one runs when empty.
+	EtcdEndpoints []string
+	// EtcdPrefix is the root of saltbush's keyspace.
+	EtcdPrefix string
+	// EtcdUnsafeNoFsync makes the embedded etcd skip fsync (tests only).
+	EtcdUnsafeNoFsync bool
+	// DefaultAccount is the account every caller acts as until request
+	// authentication lands.
+	DefaultAccount string
+	// MaxBodyBytes limits façade request bodies.
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds graceful shutdown.
+	ShutdownTimeout time.Duration
+	// Cluster configures the cluster service.
+	Cluster cluster.Config
+	// Logger receives structured logs.
+	Logger *slog.Logger
+}
+
+// DefaultConfig is what `saltbush serve` runs with when given no flags.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr:        "127.0.0.1:8080",
+		GRPCAddr:        "127.0.0.1:9090",
+		DataDir:         "./data",
+		EtcdPrefix:      store.DefaultPrefix,
+		DefaultAccount:  "000000000000",
+		MaxBodyBytes:    1 << 20,
+		ShutdownTimeout: 15 * time.Second,
+		Cluster:         cluster.DefaultConfig(),
+	}
+}
+
+// Validate checks the configuration before anything starts.
+func (c Config) Validate() error {
+	var errs []error
+	if err := identity.ValidateAccountID(c.DefaultAccount); err != nil {
+		errs = append(errs, fmt.Errorf("default account: %w", err))
+	}
+	if len(c.EtcdEndpoints) == 0 && c.DataDir == "" {
+		errs = append(errs, errors.New("a data directory is required for the embedded etcd"))
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, errors.New("max body bytes must be positive"))
+	}
+	errs = append(errs, c.Cluster.Validate())
+	return errors.Join(errs...)
+}
+
+// Server is a running saltbush.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	etcd     *embedetcd.Server
+	client   *clientv3.Client
+	store    *store.Store
+	registry *prometheus.Registry
+
+	grpcServer *grpc.Server
+	health     *health.Server
+	httpServer *http.Server
+	grpcLis    net.Listener
+	httpLis    net.Listener
+
+	closeOnce sync.Once
+}
+
+// New starts etcd (unless external), connects the store, builds the
+// services and binds both listeners. Serve runs them.
+func New(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	endpoints := cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		s.etcd, err = embedetcd.Start(ctx, embedetcd.Config{
+			Name:          "saltbush",
+			Dir:           filepath.Join(cfg.DataDir, "etcd"),
+			UnsafeNoFsync: cfg.EtcdUnsafeNoFsync,
+		})
+		if err != nil {
+			return nil, err
+		}
+		endpoints = s.etcd.Endpoints()
+		log.Info("embedded etcd started", "dir", filepath.Join(cfg.DataDir, "etcd"), "endpoints", strings.Join(endpoints, ","))
+	}
+	s.client, err = clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Context:     context.WithoutCancel(ctx),
+		Logger:      zap.NewNop(),
+		// Keep a dead member from stalling requests on a healthy cluster.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", endpoints, err)
+	}
+	s.store, err = store.New(ctx, s.client, store.Options{Prefix: cfg.EtcdPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+
+	clusters, err := cluster.NewService(s.store, cfg.Cluster, log.With("service", "cluster"))
+	if err != nil {
+		return nil, err
+	}
+	eksClusters := cluster.NewEKSServer(clusters)
+
+	// gRPC: the public port. Identity comes from the connection (until
+	// mTLS lands, the configured default account), never from metadata.
+	grpcMetrics := newGRPCMetrics(s.registry)
+	s.grpcServer = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(
+			recoverUnary(log),
+			grpcMetrics.unary,
+			callerUnary(identity.RootCaller(cfg.DefaultAccount)),
+		),
+		grpc.MaxRecvMsgSize(int(cfg.MaxBodyBytes)),
+	)
+	eksv1.RegisterClusterServiceServer(s.grpcServer, eksClusters)
+	controlv1.RegisterClusterControlServiceServer(s.grpcServer, cluster.NewControlServer(clusters))
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpcServer, s.health)
+	reflection.Register(s.grpcServer)
+
+	// HTTP: the façade, reaching the same service objects in-process.
+	facade, err := gateway.New(ctx, gateway.Config{
+		Authenticator: gateway.StaticAccount{AccountID: cfg.DefaultAccount},
+		MaxBodyBytes:  cfg.MaxBodyBytes,
+		Logger:        log.With("component", "gateway"),
+		Registerer:    s.registry,
+	}, func(ctx context.Context, mux *runtime.ServeMux) error {
+		return eksv1.RegisterClusterServiceHandlerServer(ctx, mux, eksClusters)
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapi.Document)
+	})
+	mux.Handle("/", facade)
+	s.httpServer = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+	return s, nil
+}
+
+// HTTPAddr is the bound façade address.
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// GRPCAddr is the bound gRPC address.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// Store returns the server's store (for tests and admin tooling in-process).
+func (s *Server) Store() *store.Store { return s.store }
+
+// EtcdClient returns the server's etcd client.
+func (s *Server) EtcdClient() *clientv3.Client { return s.client }
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		http.Error(w, "etcd unreachable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// Serve serves gRPC and HTTP until ctx ends or a server fails, then shuts
+// both down gracefully (in-flight requests finish within ShutdownTimeout)
+// and stops etcd.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() {
+		if err := s.grpcServer.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errc <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		if err := s.httpServer.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("HTTP server: %w", err)
+		}
+	}()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.log.Info("saltbush serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.shutdown()
+	return err
+}
+
+func (s *Server) shutdown() {
+	s.health.Shutdown()
+	timeout := s.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := s.httpServer.Shutdown(ctx); err != nil {
+			s.log.Warn("HTTP shutdown", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		done := make(chan struct{})
+		go func() { s.grpcServer.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpcServer.Stop()
+		}
+	}()
+	wg.Wait()
+	s.Close()
+	s.log.Info("saltbush stopped")
+}
+
+// Close releases everything without waiting for requests (Serve calls it
+// after a graceful shutdown).
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		if s.grpcServer != nil {
+			s.grpcServer.Stop()
+		}
+		if s.httpServer != nil {
+			_ = s.httpServer.Close()
+		}
+		if s.grpcLis != nil {
+			_ = s.grpcLis.Close()
+		}
+		if s.httpLis != nil {
+			_ = s.httpLis.Close()
+		}
+		if s.client != nil {
+			_ = s.client.Close()
+		}
+		if s.etcd != nil {
+			s.etcd.Close()
+		}
+	})
+}

@@ -1,0 +1,27 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Key layout (DESIGN §3.1), relative to the root prefix. Children of a
+// cluster live under its uid, never its name, so a cluster recreated with the
+// same name starts empty, and purging a cluster is one DeleteRange.
+
+// ClustersPrefix is the prefix of an account's cluster records.
+func ClustersPrefix(account string) string { return "accounts/" + account + "/clusters/" }
+
+// ClusterKey is where a cluster record lives.
+func ClusterKey(account, name string) string { return ClustersPrefix(account) + name }
+
+// ClusterChildrenPrefix is the prefix of everything owned by one cluster
+// incarnation (add-ons, updates, access entries, executor, sessions).
+func ClusterChildrenPrefix(uid string) string { return "clusters/" + uid + "/" }
+
+// IdempotencyKey is where the outcome of a request with a client token is
+// remembered. The token is hashed: it is caller-chosen and unbounded.
+func IdempotencyKey(account, operation, token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "idempotency/" + account + "/" + operation + "/" + hex.EncodeToString(sum[:])
+}

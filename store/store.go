@@ -1,0 +1,220 @@
+// Package store is saltbush's etcd layer: record codecs, exclusive creates,
+// read-modify-CAS updates, multi-op transactions, paged listing with signed
+// continuation tokens, and resumable watches. Every key it takes is relative
+// to the configured root prefix (default /saltbush/); keys.go says where each
+// resource lives.
+//
+// Errors are mapped to the sentinels below once, here; callers wrap them
+// with resource names and never look at etcd's own errors.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+)
+
+// Sentinel errors. Every error the store returns wraps exactly one of them
+// (or a context error).
+var (
+	// ErrNotFound: the key does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: an exclusive create found the key already there.
+	ErrExists = errors.New("already exists")
+	// ErrConflict: a compare in the transaction failed (the record changed,
+	// or a guard such as a fencing compare no longer holds).
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: etcd could not be reached or has no leader.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalidToken: a continuation token was tampered with, expired or
+	// belongs to another listing.
+	ErrInvalidToken = errors.New("invalid continuation token")
+	// ErrCorrupt: a stored value does not decode as the expected record.
+	ErrCorrupt = errors.New("corrupt record")
+)
+
+// DefaultPrefix is the root of saltbush's keyspace.
+const DefaultPrefix = "/saltbush/"
+
+// metaKey holds StoreMeta, shared by every replica.
+const metaKey = "meta/store"
+
+// Options configure a Store.
+type Options struct {
+	// Prefix is prepended to every key; DefaultPrefix when empty.
+	Prefix string
+	// RequestTimeout bounds each etcd request whose context has no earlier
+	// deadline; 5s when zero.
+	RequestTimeout time.Duration
+	// MaxUpdateAttempts bounds GuaranteedUpdate's CAS retries; 32 when zero.
+	MaxUpdateAttempts int
+}
+
+// Store is saltbush's view of etcd. It is safe for concurrent use.
+type Store struct {
+	client      *clientv3.Client
+	prefix      string
+	timeout     time.Duration
+	maxAttempts int
+	tokens      *tokenSigner
+}
+
+// New returns a Store on client. It loads the shared store metadata, creating
+// it (exclusively, so concurrent replicas agree) when this is a new keyspace.
+func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, error) {
+	s := &Store{
+		client:      client,
+		prefix:      opts.Prefix,
+		timeout:     opts.RequestTimeout,
+		maxAttempts: opts.MaxUpdateAttempts,
+	}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(s.prefix, "/") {
+		s.prefix += "/"
+	}
+	if s.timeout <= 0 {
+		s.timeout = 5 * time.Second
+	}
+	if s.maxAttempts <= 0 {
+		s.maxAttempts = 32
+	}
+	meta, err := s.loadMeta(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.tokens = &tokenSigner{key: meta.GetTokenSigningKey()}
+	return s, nil
+}
+
+func (s *Store) loadMeta(ctx context.Context) (*storagev1.StoreMeta, error) {
+	meta := &storagev1.StoreMeta{}
+	if _, err := s.Get(ctx, metaKey, meta); err == nil {
+		return meta, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("load store metadata: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("generate token signing key: %w", err)
+	}
+	meta = &storagev1.StoreMeta{TokenSigningKey: key, CreatedAt: timestamppb.Now()}
+	if _, err := s.Create(ctx, metaKey, meta); err != nil && !errors.Is(err, ErrExists) {
+		return nil, fmt.Errorf("create store metadata: %w", err)
+	}
+	// Another replica may have won the create: read back whatever is there.
+	meta = &storagev1.StoreMeta{}
+	if _, err := s.Get(ctx, metaKey, meta); err != nil {
+		return nil, fmt.Errorf("load store metadata: %w", err)
+	}
+	return meta, nil
+}
+
+// Client returns the underlying etcd client, for packages that use etcd's
+// concurrency primitives (elections, leases) under the same prefix.
+func (s *Store) Client() *clientv3.Client { return s.client }
+
+// Key returns the absolute etcd key for a relative key.
+func (s *Store) Key(rel string) string { return s.prefix + rel }
+
+// Prefix returns the root prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+func (s *Store) rel(abs []byte) string { return strings.TrimPrefix(string(abs), s.prefix) }
+
+// withTimeout applies the default request timeout unless ctx ends sooner.
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.timeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// Ping checks that etcd answers a linearizable read, for readiness probes.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if _, err := s.client.Get(ctx, s.Key(metaKey), clientv3.WithCountOnly()); err != nil {
+		return mapErr(err, metaKey)
+	}
+	return nil
+}
+
+// Get decodes the record at key into into and returns its mod revision.
+func (s *Store) Get(ctx context.Context, key string, into proto.Message) (int64, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	resp, err := s.client.Get(ctx, s.Key(key))
+	if err != nil {
+		return 0, mapErr(err, key)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	if err := Decode(resp.Kvs[0].Value, into); err != nil {
+		return 0, fmt.Errorf("%s: %w", key, err)
+	}
+	return resp.Kvs[0].ModRevision, nil
+}
+
+// Create stores rec at key only if key does not exist (CreateRevision == 0).
+// It returns the revision of the write, or ErrExists.
+func (s *Store) Create(ctx context.Context, key string, rec proto.Message) (int64, error) {
+	res, err := s.Commit(ctx, NewTxn().Create(key, rec))
+	return res.Revision, err
+}
+
+// Encode is the record codec: deterministic binary protobuf, so equal
+// records encode to equal bytes (and a no-op update can be detected).
+func Encode(rec proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", rec.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return b, nil
+}
+
+// Decode decodes a stored value into rec, replacing its contents.
+func Decode(b []byte, rec proto.Message) error {
+	if err := proto.Unmarshal(b, rec); err != nil {
+		return fmt.Errorf("decode %s: %w: %v", rec.ProtoReflect().Descriptor().FullName(), ErrCorrupt, err)
+	}
+	return nil
+}
+
+// mapErr maps an etcd client error to a store sentinel.
+func mapErr(err error, key string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w: %w", key, ErrUnavailable, err)
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout),
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost),
+		errors.Is(err, rpctypes.ErrLeaderChanged), errors.Is(err, rpctypes.ErrNotCapable),
+		errors.Is(err, rpctypes.ErrStopped):
+		return fmt.Errorf("%s: %w: %v", key, ErrUnavailable, err)
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+			return fmt.Errorf("%s: %w: %v", key, ErrUnavailable, err)
+		}
+	}
+	return fmt.Errorf("%s: etcd: %w", key, err)
+}

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// UpdateFunc mutates cur, the current record, in place. It may add more
+// compares and writes to txn (an update log entry, an idempotency key, a
+// fencing compare); they commit together with the record or not at all. It
+// must be free of side effects: it runs again, on fresh state, after every
+// conflict. Returning an error aborts the update with that error.
+type UpdateFunc func(cur proto.Message, txn *Txn) error
+
+// GuaranteedUpdate is Kubernetes' read-modify-CAS loop: read key, let update
+// mutate it, write it back only if the key's mod revision is unchanged. On a
+// lost race the transaction's Else branch returns the winning value, and the
+// loop retries from it without another read. If update leaves the record
+// unchanged and adds no writes, nothing is written. The final record is left
+// in into; the returned revision is its mod revision.
+//
+// If a guard added by update fails while the record itself is unchanged, the
+// guard is what stopped the write: ErrConflict is returned, not retried.
+func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Message, update UpdateFunc) (int64, error) {
+	getCtx, cancel := s.withTimeout(ctx)
+	resp, err := s.client.Get(getCtx, s.Key(key))
+	cancel()
+	if err != nil {
+		return 0, mapErr(err, key)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	value, modRev := resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+
+	for attempt := 0; attempt < s.maxAttempts; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return 0, mapErr(err, key)
+		}
+		cur := into.ProtoReflect().New().Interface()
+		if err := Decode(value, cur); err != nil {
+			return 0, fmt.Errorf("%s: %w", key, err)
+		}
+		orig := proto.Clone(cur)
+		txn := NewTxn()
+		if err := update(cur, txn); err != nil {
+			return 0, err
+		}
+		if txn.Empty() && proto.Equal(orig, cur) {
+			proto.Reset(into)
+			proto.Merge(into, cur)
+			return modRev, nil
+		}
+		txn.Update(key, cur, modRev)
+
+		res, elseResp, err := s.commit(ctx, txn, []clientv3.Op{clientv3.OpGet(s.Key(key))})
+		if err == nil {
+			proto.Reset(into)
+			proto.Merge(into, cur)
+			return res.Revision, nil
+		}
+		if !errors.Is(err, ErrConflict) || elseResp == nil {
+			return 0, err
+		}
+		kvs := elseResp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+		}
+		if kvs[0].ModRevision == modRev {
+			// The record did not move: one of update's own guards failed.
+			return 0, err
+		}
+		value, modRev = kvs[0].Value, kvs[0].ModRevision
+	}
+	return 0, fmt.Errorf("%s: %d attempts lost the race: %w", key, s.maxAttempts, ErrConflict)
+}

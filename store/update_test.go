@@ -1,0 +1,399 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/store"
+)
+
+// addMember is an update that appends a control-plane member.
+func addMember(id string) store.UpdateFunc {
+	return func(cur proto.Message, _ *store.Txn) error {
+		rec := cur.(*storagev1.ClusterRecord)
+		rec.Members = append(rec.Members, &storagev1.ClusterMember{InstanceId: id})
+		return nil
+	}
+}
+
+func TestGuaranteedUpdate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Mutation", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		mustCreate(t, s, "c", cluster("c"))
+		into := &storagev1.ClusterRecord{}
+		rev, err := s.GuaranteedUpdate(testContext(t), "c", into, func(cur proto.Message, _ *store.Txn) error {
+			rec := cur.(*storagev1.ClusterRecord)
+			rec.Status = storagev1.ClusterStatus_CLUSTER_STATUS_ACTIVE
+			rec.KubernetesVersion = "1.34"
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("GuaranteedUpdate: %v", err)
+		}
+		got, modRev := getCluster(t, s, "c")
+		if got.GetStatus() != storagev1.ClusterStatus_CLUSTER_STATUS_ACTIVE || got.GetKubernetesVersion() != "1.34" {
+			t.Fatalf("stored %v", got)
+		}
+		if modRev != rev {
+			t.Fatalf("returned revision %d, stored mod revision %d", rev, modRev)
+		}
+		if !proto.Equal(into, got) {
+			t.Fatalf("into = %v, stored %v", into, got)
+		}
+	})
+
+	t.Run("NoOpSkipsWrite", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		rev := mustCreate(t, s, "c", cluster("c"))
+		into := &storagev1.ClusterRecord{Name: "stale contents"}
+		got, err := s.GuaranteedUpdate(testContext(t), "c", into, func(cur proto.Message, _ *store.Txn) error {
+			// Setting a field to the value it has is no change.
+			cur.(*storagev1.ClusterRecord).Name = "c"
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("GuaranteedUpdate: %v", err)
+		}
+		if got != rev {
+			t.Fatalf("no-op update returned revision %d, want %d", got, rev)
+		}
+		if _, modRev := getCluster(t, s, "c"); modRev != rev {
+			t.Fatalf("no-op update wrote: mod revision %d -> %d", rev, modRev)
+		}
+		if !proto.Equal(into, cluster("c")) {
+			t.Fatalf("into = %v", into)
+		}
+	})
+
+	t.Run("ConcurrentUpdatersLoseNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		mustCreate(t, s, "c", cluster("c"))
+		const n = 16
+		var calls atomic.Int64
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				add := addMember(fmt.Sprintf("i-%02d", i))
+				_, errs[i] = s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+					calls.Add(1)
+					return add(cur, txn)
+				})
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("updater %d: %v", i, err)
+			}
+		}
+		got, _ := getCluster(t, s, "c")
+		seen := map[string]bool{}
+		for _, m := range got.GetMembers() {
+			if seen[m.GetInstanceId()] {
+				t.Fatalf("member %s added twice", m.GetInstanceId())
+			}
+			seen[m.GetInstanceId()] = true
+		}
+		if len(seen) != n {
+			t.Fatalf("%d members after %d concurrent updates: %v", len(seen), n, got.GetMembers())
+		}
+		t.Logf("%d updates took %d update calls", n, calls.Load())
+	})
+
+	t.Run("ConcurrentUpdatersWithDerivedCreates", func(t *testing.T) {
+		// Each update appends a member and writes an update-log entry whose
+		// key derives from the record (its sequence number), as a real
+		// update log does. A loser of the race finds its log key taken by
+		// the winner; that must be retried on the fresh record like any
+		// other lost race, not surface as ErrExists.
+		t.Parallel()
+		s := newStore(t)
+		mustCreate(t, s, "c", cluster("c"))
+		const n = 8
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				id := fmt.Sprintf("i-%02d", i)
+				_, errs[i] = s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+					rec := cur.(*storagev1.ClusterRecord)
+					rec.Members = append(rec.Members, &storagev1.ClusterMember{InstanceId: id})
+					txn.Create(fmt.Sprintf("log/%03d", len(rec.Members)), &storagev1.ClusterRecord{Name: id})
+					return nil
+				})
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("updater %d: %v", i, err)
+			}
+		}
+		got, _ := getCluster(t, s, "c")
+		if len(got.GetMembers()) != n {
+			t.Fatalf("%d members, want %d", len(got.GetMembers()), n)
+		}
+		// The log agrees with the record: entry k names the k-th member.
+		for k, m := range got.GetMembers() {
+			entry, _ := getCluster(t, s, fmt.Sprintf("log/%03d", k+1))
+			if entry.GetName() != m.GetInstanceId() {
+				t.Fatalf("log entry %d names %s, member %d is %s", k+1, entry.GetName(), k+1, m.GetInstanceId())
+			}
+		}
+	})
+
+	t.Run("UpdateErrorAborts", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		rev := mustCreate(t, s, "c", cluster("c"))
+		boom := errors.New("boom")
+		_, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+			cur.(*storagev1.ClusterRecord).Name = "changed"
+			txn.Put("side", cluster("side"))
+			return fmt.Errorf("validation: %w", boom)
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("err = %v, want the update's error", err)
+		}
+		got, modRev := getCluster(t, s, "c")
+		if got.GetName() != "c" || modRev != rev {
+			t.Fatalf("aborted update wrote: %v @%d", got, modRev)
+		}
+		requireAbsent(t, s, "side")
+	})
+
+	guards := []struct {
+		name  string
+		guard func(txn *store.Txn)
+	}{
+		{"ModRevision", func(txn *store.Txn) { txn.RequireModRevision("executor", 1) }},
+		{"Absent", func(txn *store.Txn) { txn.RequireModRevision("executor", 0) }},
+		{"Value", func(txn *store.Txn) { txn.RequireValue("executor", epoch(1)) }},
+		{"Exists", func(txn *store.Txn) { txn.RequireExists("no-such-key") }},
+	}
+	for _, tc := range guards {
+		t.Run("FailingGuardConflicts/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			rev := mustCreate(t, s, "c", cluster("c"))
+			mustCreate(t, s, "executor", epoch(2))
+			var calls atomic.Int64
+			_, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+				calls.Add(1)
+				cur.(*storagev1.ClusterRecord).Name = "fenced"
+				tc.guard(txn)
+				txn.Put("side", cluster("side"))
+				return nil
+			})
+			requireErr(t, err, store.ErrConflict)
+			if calls.Load() != 1 {
+				t.Fatalf("a failing guard was retried: %d calls", calls.Load())
+			}
+			got, modRev := getCluster(t, s, "c")
+			if got.GetName() != "c" || modRev != rev {
+				t.Fatalf("fenced update wrote: %v @%d", got, modRev)
+			}
+			requireAbsent(t, s, "side")
+		})
+	}
+
+	t.Run("PassingGuardCommits", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		mustCreate(t, s, "c", cluster("c"))
+		execRev := mustCreate(t, s, "executor", epoch(1))
+		rev, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+			cur.(*storagev1.ClusterRecord).Name = "reported"
+			txn.RequireValue("executor", epoch(1)).RequireModRevision("executor", execRev)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("GuaranteedUpdate: %v", err)
+		}
+		if got, modRev := getCluster(t, s, "c"); got.GetName() != "reported" || modRev != rev {
+			t.Fatalf("stored %v @%d, returned %d", got, modRev, rev)
+		}
+	})
+
+	t.Run("MissingKey", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		called := false
+		_, err := s.GuaranteedUpdate(testContext(t), "missing", &storagev1.ClusterRecord{}, func(proto.Message, *store.Txn) error {
+			called = true
+			return nil
+		})
+		requireErr(t, err, store.ErrNotFound)
+		if called {
+			t.Fatal("update called for a missing key")
+		}
+	})
+
+	t.Run("DeletedDuringUpdate", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		rev := mustCreate(t, s, "c", cluster("c"))
+		_, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, _ *store.Txn) error {
+			// A racing writer deletes the record under the update.
+			if _, err := s.Commit(testContext(t), store.NewTxn().Delete("c", rev)); err != nil {
+				return err
+			}
+			cur.(*storagev1.ClusterRecord).Name = "changed"
+			return nil
+		})
+		requireErr(t, err, store.ErrNotFound)
+		requireAbsent(t, s, "c")
+	})
+
+	t.Run("RetriesOnFreshState", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		rev := mustCreate(t, s, "c", cluster("c"))
+		var seen []string
+		_, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+			rec := cur.(*storagev1.ClusterRecord)
+			seen = append(seen, rec.GetStatusReason())
+			if len(seen) == 1 {
+				// A racing writer wins between our read and our write.
+				racer := cluster("c")
+				racer.StatusReason = "racer"
+				if _, err := s.Commit(testContext(t), store.NewTxn().Update("c", racer, rev)); err != nil {
+					return err
+				}
+			}
+			rec.KubernetesVersion = "1.35"
+			txn.Put("side", cluster(fmt.Sprintf("attempt %d", len(seen))))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("GuaranteedUpdate: %v", err)
+		}
+		if len(seen) != 2 || seen[0] != "" || seen[1] != "racer" {
+			t.Fatalf("update saw %q, want a retry on the racer's record", seen)
+		}
+		got, _ := getCluster(t, s, "c")
+		if got.GetStatusReason() != "racer" || got.GetKubernetesVersion() != "1.35" {
+			t.Fatalf("stored %v: an update was lost", got)
+		}
+		if side, _ := getCluster(t, s, "side"); side.GetName() != "attempt 2" {
+			t.Fatalf("side write from %q, want only the committed attempt's", side.GetName())
+		}
+	})
+
+	t.Run("ExtraOpsAtomic", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		mustCreate(t, s, "c", cluster("c"))
+		mustCreate(t, s, "old/1", cluster("old"))
+		rev, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+			cur.(*storagev1.ClusterRecord).Status = storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING
+			txn.Create("updates/1", cluster("update-1")).DeleteRange("old/")
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("GuaranteedUpdate: %v", err)
+		}
+		_, recRev := getCluster(t, s, "c")
+		_, logRev := getCluster(t, s, "updates/1")
+		if recRev != rev || logRev != rev {
+			t.Fatalf("record @%d, log @%d, returned %d: not one transaction", recRev, logRev, rev)
+		}
+		requireAbsent(t, s, "old/1")
+	})
+
+	t.Run("ExtraOpsOnlyStillWrite", func(t *testing.T) {
+		// The record is unchanged but the update adds a write: not a no-op.
+		t.Parallel()
+		s := newStore(t)
+		rev := mustCreate(t, s, "c", cluster("c"))
+		got, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(_ proto.Message, txn *store.Txn) error {
+			txn.Put("touched", cluster("t"))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("GuaranteedUpdate: %v", err)
+		}
+		if got <= rev {
+			t.Fatalf("returned revision %d, created at %d", got, rev)
+		}
+		getCluster(t, s, "touched")
+	})
+
+	t.Run("ExtraCreateCollisionAborts", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		rev := mustCreate(t, s, "c", cluster("c"))
+		mustCreate(t, s, "updates/1", cluster("taken"))
+		var calls atomic.Int64
+		_, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, txn *store.Txn) error {
+			calls.Add(1)
+			cur.(*storagev1.ClusterRecord).Name = "changed"
+			txn.Create("updates/1", cluster("mine"))
+			return nil
+		})
+		requireErr(t, err, store.ErrExists)
+		if calls.Load() != 1 {
+			t.Fatalf("collision retried: %d calls", calls.Load())
+		}
+		if got, modRev := getCluster(t, s, "c"); got.GetName() != "c" || modRev != rev {
+			t.Fatalf("record written despite the collision: %v @%d", got, modRev)
+		}
+	})
+
+	t.Run("CorruptRecord", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		if _, err := s.Client().Put(testContext(t), s.Key("bad"), "\x0a\xff"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.GuaranteedUpdate(testContext(t), "bad", &storagev1.ClusterRecord{}, addMember("i-1"))
+		requireErr(t, err, store.ErrCorrupt)
+	})
+
+	t.Run("AttemptsBounded", func(t *testing.T) {
+		// An updater that always loses the race gives up with ErrConflict
+		// after MaxUpdateAttempts.
+		t.Parallel()
+		prefix := uniquePrefix(t)
+		s, err := store.New(testContext(t), shared.client, store.Options{Prefix: prefix, MaxUpdateAttempts: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, s, "c", cluster("c"))
+		var calls atomic.Int64
+		_, err = s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, func(cur proto.Message, _ *store.Txn) error {
+			n := calls.Add(1)
+			// Someone else always writes first.
+			if _, err := s.GuaranteedUpdate(testContext(t), "c", &storagev1.ClusterRecord{}, addMember(fmt.Sprintf("racer-%d", n))); err != nil {
+				return err
+			}
+			cur.(*storagev1.ClusterRecord).Name = "never"
+			return nil
+		})
+		requireErr(t, err, store.ErrConflict)
+		if calls.Load() != 3 {
+			t.Fatalf("%d attempts, want 3", calls.Load())
+		}
+		if got, _ := getCluster(t, s, "c"); got.GetName() != "c" || len(got.GetMembers()) != 3 {
+			t.Fatalf("stored %v", got)
+		}
+	})
+}
