@@ -136,7 +136,10 @@ func (t *tokenSigner) open(token, scope, prefix string) (string, error) {
 		return "", fmt.Errorf("token of %d bytes: %w", len(token), ErrInvalidToken)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(raw) <= tokenMACLen {
+	// Only the canonical encoding is a token: Go's decoder skips CR and LF
+	// and ignores the spare low bits of the last character, so without this
+	// check many altered strings would open as the same token.
+	if err != nil || len(raw) <= tokenMACLen || base64.RawURLEncoding.EncodeToString(raw) != token {
 		return "", fmt.Errorf("malformed token: %w", ErrInvalidToken)
 	}
 	payload, sum := raw[:len(raw)-tokenMACLen], raw[len(raw)-tokenMACLen:]

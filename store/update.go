@@ -24,7 +24,10 @@ type UpdateFunc func(cur proto.Message, txn *Txn) error
 // in into; the returned revision is its mod revision.
 //
 // If a guard added by update fails while the record itself is unchanged, the
-// guard is what stopped the write: ErrConflict is returned, not retried.
+// guard is what stopped the write: ErrConflict is returned, not retried (and
+// ErrExists when a Create added by update found its key). When the record
+// did change, a failed guard or create is retried with the rest, on the
+// fresh record.
 func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Message, update UpdateFunc) (int64, error) {
 	getCtx, cancel := s.withTimeout(ctx)
 	resp, err := s.client.Get(getCtx, s.Key(key))
@@ -63,7 +66,12 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 			proto.Merge(into, cur)
 			return res.Revision, nil
 		}
-		if !errors.Is(err, ErrConflict) || elseResp == nil {
+		// elseResp is set only when a compare failed (ErrConflict, or
+		// ErrExists when one of update's creates collided). Either way, if
+		// the record moved the update ran on stale state: its creates and
+		// guards may be derived from it (an update log keyed by sequence
+		// number), so retry on the fresh record before blaming them.
+		if elseResp == nil || !(errors.Is(err, ErrConflict) || errors.Is(err, ErrExists)) {
 			return 0, err
 		}
 		kvs := elseResp.Responses[0].GetResponseRange().GetKvs()
@@ -71,7 +79,8 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 			return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
 		}
 		if kvs[0].ModRevision == modRev {
-			// The record did not move: one of update's own guards failed.
+			// The record did not move: one of update's own guards or
+			// creates failed.
 			return 0, err
 		}
 		value, modRev = kvs[0].Value, kvs[0].ModRevision
