@@ -40,7 +40,8 @@ type Config struct {
 	CompactionRetention time.Duration
 	// StartTimeout bounds waiting for the member to be ready; 60s when zero.
 	StartTimeout time.Duration
-	// Logger receives etcd's logs; etcd is quiet (errors only) when nil.
+	// Logger receives etcd's logs; when nil, errors go to stderr (minus
+	// clean-shutdown noise).
 	Logger *zap.Logger
 }
 
@@ -140,12 +141,11 @@ func buildConfig(cfg Config) (*embed.Config, error) {
 	}
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = retention.String()
-	if cfg.Logger != nil {
-		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger)
-	} else {
-		ec.LogLevel = "error"
-		ec.LogOutputs = []string{"stderr"}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = quietLogger()
 	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 	// No metrics listener of etcd's own: saltbush exposes its metrics.
 	ec.ListenMetricsUrls = nil
 	return ec, nil

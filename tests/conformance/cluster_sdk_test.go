@@ -100,7 +100,9 @@ func TestClusterLifecycleWithSDK(t *testing.T) {
 		t.Fatalf("SetStatus: %v", err)
 	}
 	if err := eks.NewClusterActiveWaiter(client).Wait(ctx, &eks.DescribeClusterInput{Name: aws.String("prod-1")}, 30*time.Second,
-		func(o *eks.ClusterActiveWaiterOptions) { o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond }); err != nil {
+		func(o *eks.ClusterActiveWaiterOptions) {
+			o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
+		}); err != nil {
 		t.Fatalf("ClusterActive waiter: %v", err)
 	}
 
@@ -128,7 +130,9 @@ func TestClusterLifecycleWithSDK(t *testing.T) {
 		t.Fatalf("FinalizeDeletion: %v", err)
 	}
 	if err := eks.NewClusterDeletedWaiter(client).Wait(ctx, &eks.DescribeClusterInput{Name: aws.String("prod-1")}, 30*time.Second,
-		func(o *eks.ClusterDeletedWaiterOptions) { o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond }); err != nil {
+		func(o *eks.ClusterDeletedWaiterOptions) {
+			o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
+		}); err != nil {
 		t.Fatalf("ClusterDeleted waiter: %v", err)
 	}
 }
@@ -247,12 +251,18 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 		},
 		{
 			name: "maxResults 0",
-			call: func() error { _, err := client.ListClusters(ctx, &eks.ListClustersInput{MaxResults: aws.Int32(0)}); return err },
+			call: func() error {
+				_, err := client.ListClusters(ctx, &eks.ListClustersInput{MaxResults: aws.Int32(0)})
+				return err
+			},
 			want: new(*types.InvalidParameterException),
 		},
 		{
 			name: "maxResults 101",
-			call: func() error { _, err := client.ListClusters(ctx, &eks.ListClustersInput{MaxResults: aws.Int32(101)}); return err },
+			call: func() error {
+				_, err := client.ListClusters(ctx, &eks.ListClustersInput{MaxResults: aws.Int32(101)})
+				return err
+			},
 			want: new(*types.InvalidParameterException),
 		},
 		{
