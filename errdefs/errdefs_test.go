@@ -1,0 +1,84 @@
+package errdefs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/store"
+)
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name      string
+		err       error
+		exception string
+		http      int
+		code      codes.Code
+	}{
+		{"api error passes through", errdefs.NotFound("No cluster found for name: x."), errdefs.ResourceNotFoundException, 404, codes.NotFound},
+		{"wrapped api error", fmt.Errorf("op: %w", errdefs.ResourceInUse("busy")), errdefs.ResourceInUseException, 409, codes.AlreadyExists},
+		{"bad paging token", fmt.Errorf("list: %w", store.ErrInvalidToken), errdefs.InvalidParameterException, 400, codes.InvalidArgument},
+		{"store unavailable", fmt.Errorf("get: %w", store.ErrUnavailable), errdefs.ServiceUnavailableException, 503, codes.Unavailable},
+		{"deadline", context.DeadlineExceeded, errdefs.ServiceUnavailableException, 503, codes.Unavailable},
+		{"lost CAS race", fmt.Errorf("k: %w", store.ErrConflict), errdefs.ResourceInUseException, 409, codes.AlreadyExists},
+		{"unknown error hides internals", errors.New("disk on fire"), errdefs.ServerException, 500, codes.Internal},
+		{"invalid request", errdefs.InvalidRequest("deleting"), errdefs.InvalidRequestException, 400, codes.FailedPrecondition},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := errdefs.Classify(tc.err)
+			if e.Exception != tc.exception {
+				t.Fatalf("exception = %s, want %s", e.Exception, tc.exception)
+			}
+			if got := errdefs.HTTPStatus(e.Exception); got != tc.http {
+				t.Errorf("HTTP status = %d, want %d", got, tc.http)
+			}
+			wire := errdefs.ToGRPC(tc.err)
+			st := status.Convert(wire)
+			if st.Code() != tc.code {
+				t.Errorf("gRPC code = %v, want %v", st.Code(), tc.code)
+			}
+			back := errdefs.FromGRPC(st)
+			if back.Exception != tc.exception || back.Message != e.Message {
+				t.Errorf("round trip = %s %q, want %s %q", back.Exception, back.Message, tc.exception, e.Message)
+			}
+			if tc.exception == errdefs.ServerException && back.Message != "An internal error occurred." {
+				t.Errorf("server error leaks %q", back.Message)
+			}
+		})
+	}
+}
+
+func TestFieldsSurviveTheWire(t *testing.T) {
+	err := errdefs.NotFound("No cluster found for name: a.").WithField("clusterName", "a")
+	back := errdefs.FromGRPC(status.Convert(errdefs.ToGRPC(err)))
+	if back.Fields["clusterName"] != "a" {
+		t.Errorf("fields = %v", back.Fields)
+	}
+}
+
+func TestFromGRPCWithoutErrorInfo(t *testing.T) {
+	tests := []struct {
+		code codes.Code
+		want string
+	}{
+		{codes.InvalidArgument, errdefs.InvalidParameterException},
+		{codes.NotFound, errdefs.ResourceNotFoundException},
+		{codes.Unavailable, errdefs.ServiceUnavailableException},
+		{codes.ResourceExhausted, errdefs.ThrottlingException},
+		{codes.Unknown, errdefs.ServerException},
+	}
+	for _, tc := range tests {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			if got := errdefs.FromGRPC(status.New(tc.code, "m")).Exception; got != tc.want {
+				t.Errorf("%v -> %s, want %s", tc.code, got, tc.want)
+			}
+		})
+	}
+}
