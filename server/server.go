@@ -27,10 +27,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/saltbush/saltbush/gateway"
+	"github.com/saltbush/saltbush/gen/openapi"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
-	"github.com/saltbush/saltbush/gen/openapi"
-	"github.com/saltbush/saltbush/gateway"
 	"github.com/saltbush/saltbush/server/cluster"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"

@@ -82,7 +82,10 @@ func StatusName(s storagev1.ClusterStatus) string {
 	return strings.TrimPrefix(s.String(), "CLUSTER_STATUS_")
 }
 
-func epochSeconds(rec interface{ GetSeconds() int64; GetNanos() int32 }) float64 {
+func epochSeconds(rec interface {
+	GetSeconds() int64
+	GetNanos() int32
+}) float64 {
 	// Millisecond precision, as AWS sends it.
 	ms := rec.GetSeconds()*1000 + int64(rec.GetNanos())/1e6
 	return float64(ms) / 1000

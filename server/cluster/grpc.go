@@ -3,9 +3,9 @@ package cluster
 import (
 	"context"
 
+	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
-	"github.com/saltbush/saltbush/errdefs"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to

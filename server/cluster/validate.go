@@ -7,8 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/tagging"
 )
 
