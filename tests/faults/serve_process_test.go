@@ -1,0 +1,157 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+)
+
+// buildSaltbush builds the real binary once per test.
+func buildSaltbush(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "saltbush")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type process struct {
+	cmd      *exec.Cmd
+	httpAddr string
+	done     chan error
+}
+
+// startServe runs `saltbush serve` on dataDir and waits for /readyz.
+func startServe(t *testing.T, bin, dataDir string) *process {
+	t.Helper()
+	p := &process{httpAddr: freeAddr(t), done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--http-addr", p.httpAddr, "--grpc-addr", freeAddr(t),
+		"--log-level", "warn")
+	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + p.httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("saltbush serve exited before ready: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatal("saltbush serve not ready after 60s")
+	return nil
+}
+
+func (p *process) client() *eks.Client {
+	return eks.New(eks.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String("http://" + p.httpAddr),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
+	})
+}
+
+func (p *process) wait(t *testing.T, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(within):
+		t.Fatalf("saltbush did not exit within %s", within)
+		return nil
+	}
+}
+
+// TestServeStopAndRestartKeepsData runs the real binary: SIGTERM shuts it
+// down cleanly (exit 0), SIGKILL loses nothing that was acknowledged, and a
+// restart on the same data directory serves every cluster created before.
+func TestServeStopAndRestartKeepsData(t *testing.T) {
+	bin := buildSaltbush(t)
+	dataDir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	create := func(c *eks.Client, name string) {
+		t.Helper()
+		if _, err := c.CreateCluster(ctx, &eks.CreateClusterInput{
+			Name: aws.String(name), RoleArn: aws.String("arn:aws:iam::000000000000:role/eks"),
+			ResourcesVpcConfig: &types.VpcConfigRequest{},
+		}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	expect := func(c *eks.Client, names ...string) {
+		t.Helper()
+		for _, n := range names {
+			if _, err := c.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(n)}); err != nil {
+				t.Errorf("describe %s after restart: %v", n, err)
+			}
+		}
+	}
+
+	p := startServe(t, bin, dataDir)
+	for i := 0; i < 3; i++ {
+		create(p.client(), fmt.Sprintf("term-%d", i))
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want a clean exit", err)
+	}
+
+	p = startServe(t, bin, dataDir)
+	expect(p.client(), "term-0", "term-1", "term-2")
+	create(p.client(), "kill-0")
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var exitErr *exec.ExitError
+	if err := p.wait(t, 30*time.Second); !errors.As(err, &exitErr) {
+		t.Fatalf("exit after SIGKILL: %v", err)
+	}
+
+	p = startServe(t, bin, dataDir)
+	expect(p.client(), "term-0", "term-1", "term-2", "kill-0")
+	list, err := p.client().ListClusters(ctx, &eks.ListClustersInput{})
+	if err != nil || len(list.Clusters) != 4 {
+		t.Errorf("clusters after restarts = %v, %v; want 4", list, err)
+	}
+}
