@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/saltbush/saltbush/errdefs"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+)
+
+func validRequest() *eksv1.CreateClusterRequest {
+	return &eksv1.CreateClusterRequest{
+		Name:               "c1",
+		RoleArn:            "arn:aws:iam::000000000000:role/eks",
+		ResourcesVpcConfig: &eksv1.VpcConfigRequest{SubnetIds: []string{"subnet-a"}},
+	}
+}
+
+func TestValidateCreate(t *testing.T) {
+	s := &Service{cfg: DefaultConfig()}
+	tests := []struct {
+		name   string
+		mutate func(r *eksv1.CreateClusterRequest)
+		ok     bool
+	}{
+		{"minimal", func(*eksv1.CreateClusterRequest) {}, true},
+		{"name of 100 characters", func(r *eksv1.CreateClusterRequest) { r.Name = strings.Repeat("a", 100) }, true},
+		{"name with dash and underscore", func(r *eksv1.CreateClusterRequest) { r.Name = "0a-b_c" }, true},
+		{"empty name", func(r *eksv1.CreateClusterRequest) { r.Name = "" }, false},
+		{"name of 101 characters", func(r *eksv1.CreateClusterRequest) { r.Name = strings.Repeat("a", 101) }, false},
+		{"name starting with underscore", func(r *eksv1.CreateClusterRequest) { r.Name = "_a" }, false},
+		{"name with a dot", func(r *eksv1.CreateClusterRequest) { r.Name = "a.b" }, false},
+		{"name with a slash", func(r *eksv1.CreateClusterRequest) { r.Name = "a/b" }, false},
+		{"supported version", func(r *eksv1.CreateClusterRequest) { r.Version = "1.32" }, true},
+		{"unsupported version", func(r *eksv1.CreateClusterRequest) { r.Version = "1.20" }, false},
+		{"missing role", func(r *eksv1.CreateClusterRequest) { r.RoleArn = "" }, false},
+		{"user instead of role", func(r *eksv1.CreateClusterRequest) { r.RoleArn = "arn:aws:iam::000000000000:user/u" }, false},
+		{"role with path", func(r *eksv1.CreateClusterRequest) { r.RoleArn = "arn:aws:iam::000000000000:role/svc/eks" }, true},
+		{"missing VPC config", func(r *eksv1.CreateClusterRequest) { r.ResourcesVpcConfig = nil }, false},
+		{"both endpoints off", func(r *eksv1.CreateClusterRequest) {
+			r.ResourcesVpcConfig.EndpointPublicAccess, r.ResourcesVpcConfig.EndpointPrivateAccess = proto.Bool(false), proto.Bool(false)
+		}, false},
+		{"bad public CIDR", func(r *eksv1.CreateClusterRequest) { r.ResourcesVpcConfig.PublicAccessCidrs = []string{"10.0.0.0/33"} }, false},
+		{"bad service CIDR", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: "nope"}
+		}, false},
+		{"ip family ipv6", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{IpFamily: "ipv6"}
+		}, true},
+		{"ip family unknown", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{IpFamily: "ipx"}
+		}, false},
+		{"log types", func(r *eksv1.CreateClusterRequest) {
+			r.Logging = &eksv1.Logging{ClusterLogging: []*eksv1.LogSetup{{Types: []string{"api", "scheduler"}}}}
+		}, true},
+		{"unknown log type", func(r *eksv1.CreateClusterRequest) {
+			r.Logging = &eksv1.Logging{ClusterLogging: []*eksv1.LogSetup{{Types: []string{"kubelet"}}}}
+		}, false},
+		{"encryption of secrets", func(r *eksv1.CreateClusterRequest) {
+			r.EncryptionConfig = []*eksv1.EncryptionConfig{{Resources: []string{"secrets"}, Provider: &eksv1.Provider{KeyArn: "arn:aws:kms:us-east-1:000000000000:key/k"}}}
+		}, true},
+		{"encryption without key", func(r *eksv1.CreateClusterRequest) {
+			r.EncryptionConfig = []*eksv1.EncryptionConfig{{Resources: []string{"secrets"}}}
+		}, false},
+		{"auth mode API", func(r *eksv1.CreateClusterRequest) {
+			r.AccessConfig = &eksv1.CreateAccessConfigRequest{AuthenticationMode: "API"}
+		}, true},
+		{"auth mode unknown", func(r *eksv1.CreateClusterRequest) {
+			r.AccessConfig = &eksv1.CreateAccessConfigRequest{AuthenticationMode: "OIDC"}
+		}, false},
+		{"support type unknown", func(r *eksv1.CreateClusterRequest) { r.UpgradePolicy = &eksv1.UpgradePolicy{SupportType: "FOREVER"} }, false},
+		{"reserved tag", func(r *eksv1.CreateClusterRequest) { r.Tags = map[string]string{"aws:x": "y"} }, false},
+		{"token of 64 characters", func(r *eksv1.CreateClusterRequest) { r.ClientRequestToken = strings.Repeat("t", 64) }, true},
+		{"token of 65 characters", func(r *eksv1.CreateClusterRequest) { r.ClientRequestToken = strings.Repeat("t", 65) }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := validRequest()
+			tc.mutate(r)
+			err := s.validateCreate(r)
+			if tc.ok {
+				if err != nil {
+					t.Errorf("validateCreate = %v, want nil", err)
+				}
+				return
+			}
+			var e *errdefs.Error
+			if !errors.As(err, &e) || e.Exception != errdefs.InvalidParameterException {
+				t.Errorf("validateCreate = %v, want InvalidParameterException", err)
+			}
+		})
+	}
+}
+
+func TestRequestFingerprintIgnoresOnlyTheToken(t *testing.T) {
+	a := validRequest()
+	a.ClientRequestToken = "t1"
+	b := validRequest()
+	b.ClientRequestToken = "t2"
+	c := validRequest()
+	c.ClientRequestToken = "t1"
+	c.Version = "1.33"
+	fa, _ := requestFingerprint(a)
+	fb, _ := requestFingerprint(b)
+	fc, _ := requestFingerprint(c)
+	if string(fa) != string(fb) {
+		t.Error("fingerprints differ for requests that differ only in token")
+	}
+	if string(fa) == string(fc) {
+		t.Error("fingerprints equal for requests with different versions")
+	}
+	if a.GetClientRequestToken() != "t1" {
+		t.Error("fingerprinting modified the request")
+	}
+}
