@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -136,9 +139,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errorHandler renders any handler error (service errors, body decode
 // errors, unknown fields) the way AWS does.
 func (h *Handler) errorHandler(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	e := errdefs.FromGRPC(status.Convert(err))
+	st := status.Convert(err)
+	e := errdefs.FromGRPC(st)
+	if st.Code() == codes.InvalidArgument && strings.HasPrefix(e.Message, "proto:") {
+		// A body protojson could not decode (malformed JSON, unknown or
+		// mistyped member): say so without the decoder's internals.
+		e.Message = "Could not parse the request body: " + decodeDetail.ReplaceAllString(e.Message, "")
+	}
 	h.writeError(ctx, w, r, e, errdefs.HTTPStatus(e.Exception))
 }
+
+// decodeDetail matches protojson's "proto: (line 1:13): " prefix (its
+// spaces are sometimes U+00A0, deliberately).
+var decodeDetail = regexp.MustCompile(`^proto:[\s\x{00a0}]*(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
 
 func (h *Handler) routingErrorHandler(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	e := &errdefs.Error{

@@ -167,6 +167,7 @@ func TestWireErrors(t *testing.T) {
 			name: "unknown body member", method: "POST", path: "/clusters",
 			body:       `{"name":"u1","roleArn":"arn:aws:iam::000000000000:role/x","resourcesVpcConfig":{},"bogus":true}`,
 			wantStatus: 400, wantType: "InvalidParameterException",
+			wantBody: map[string]any{"message": `Could not parse the request body: unknown field "bogus"`},
 		},
 		{
 			name: "unknown nested member", method: "POST", path: "/clusters",
