@@ -26,8 +26,10 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 )
 
-// Sentinel errors. Every error the store returns wraps exactly one of them
-// (or a context error).
+// Sentinel errors. Every error etcd returns, and every missing, existing or
+// conflicting key, is mapped to one of them here. (Errors in the caller's
+// input, such as an unencodable record or a page size out of range, are
+// returned as they are.)
 var (
 	// ErrNotFound: the key does not exist.
 	ErrNotFound = errors.New("not found")

@@ -175,6 +175,11 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 		}
 	}
 	ops := make([]clientv3.Op, 0, len(t.ops))
+	// Leases granted for CreateWithTTL. If the transaction certainly did
+	// not write, they hold nothing and are revoked, rather than left to
+	// live out their TTL (every retry of an idempotent request would leak
+	// one). After an ambiguous error they are kept: they may hold keys.
+	var leases []clientv3.LeaseID
 	for _, o := range t.ops {
 		k := s.Key(o.key)
 		switch o.kind {
@@ -183,8 +188,10 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 			if o.ttl > 0 {
 				lease, err := s.client.Grant(ctx, int64((o.ttl+time.Second-1)/time.Second))
 				if err != nil {
+					s.revoke(ctx, leases)
 					return Result{}, nil, mapErr(err, o.key)
 				}
+				leases = append(leases, lease.ID)
 				opts = append(opts, clientv3.WithLease(lease.ID))
 			}
 			ops = append(ops, clientv3.OpPut(k, string(o.value), opts...))
@@ -206,6 +213,7 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 		return Result{}, nil, mapErr(err, firstKey(t))
 	}
 	if !resp.Succeeded {
+		s.revoke(ctx, leases)
 		for i, key := range t.creates {
 			if resp.Responses[len(elseOps)+i].GetResponseRange().GetCount() > 0 {
 				return Result{}, resp, fmt.Errorf("%s: %w", key, ErrExists)
@@ -220,6 +228,14 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 		}
 	}
 	return res, resp, nil
+}
+
+// revoke revokes unused leases, best effort: a lease that cannot be revoked
+// now still expires with its TTL.
+func (s *Store) revoke(ctx context.Context, leases []clientv3.LeaseID) {
+	for _, id := range leases {
+		_, _ = s.client.Revoke(ctx, id)
+	}
 }
 
 func firstKey(t *Txn) string {

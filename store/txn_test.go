@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
@@ -335,10 +336,36 @@ func TestTxn(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
 		mustCreate(t, s, "idem", cluster("first"))
-		_, err := s.Commit(testContext(t), store.NewTxn().CreateWithTTL("idem", cluster("second"), time.Minute))
+		ttl := uniqueTTL()
+		_, err := s.Commit(testContext(t), store.NewTxn().CreateWithTTL("idem", cluster("second"), time.Duration(ttl)*time.Second))
 		requireErr(t, err, store.ErrExists)
 		if leaseOf(t, s, "idem") != 0 {
 			t.Fatal("a failed CreateWithTTL attached a lease")
+		}
+		// Nor does it leave the lease it granted behind, to live out its
+		// TTL (a retried request would leak one per retry).
+		if ids := leasesWithTTL(t, s, ttl); len(ids) != 0 {
+			t.Fatalf("failed CreateWithTTL left leases %x", ids)
+		}
+	})
+
+	t.Run("CreateWithTTLGuardFails", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		ttl, ttl2 := uniqueTTL(), uniqueTTL()
+		_, err := s.Commit(testContext(t), store.NewTxn().
+			CreateWithTTL("idem", cluster("first"), time.Duration(ttl)*time.Second).
+			CreateWithTTL("idem2", cluster("second"), time.Duration(ttl)*time.Second).
+			RequireExists("missing"))
+		requireErr(t, err, store.ErrConflict)
+		requireAbsent(t, s, "idem")
+		if ids := leasesWithTTL(t, s, ttl); len(ids) != 0 {
+			t.Fatalf("failed transaction left leases %x", ids)
+		}
+		// A committed one keeps its lease, of the TTL asked for.
+		mustCommit(t, s, store.NewTxn().CreateWithTTL("idem", cluster("first"), time.Duration(ttl2)*time.Second))
+		if ids := leasesWithTTL(t, s, ttl2); len(ids) != 1 || int64(ids[0]) != leaseOf(t, s, "idem") {
+			t.Fatalf("committed CreateWithTTL: leases %x, key's lease %x", ids, leaseOf(t, s, "idem"))
 		}
 	})
 
@@ -387,6 +414,31 @@ func leaseOf(t testing.TB, s *store.Store, key string) int64 {
 		t.Fatalf("%s missing", key)
 	}
 	return resp.Kvs[0].Lease
+}
+
+// uniqueTTL is a lease TTL, in seconds, that no other lease of the test
+// process is granted, so leasesWithTTL finds only the leases of one test.
+func uniqueTTL() int64 { return 100_000 + prefixSeq.Add(1) }
+
+// leasesWithTTL lists the live leases granted with ttl seconds.
+func leasesWithTTL(t testing.TB, s *store.Store, ttl int64) []clientv3.LeaseID {
+	t.Helper()
+	ctx := testContext(t)
+	leases, err := s.Client().Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []clientv3.LeaseID
+	for _, l := range leases.Leases {
+		resp, err := s.Client().TimeToLive(ctx, l.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GrantedTTL == ttl && resp.TTL > 0 {
+			ids = append(ids, l.ID)
+		}
+	}
+	return ids
 }
 
 // snapshotAll describes every key of the store's keyspace with its mod

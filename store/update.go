@@ -20,7 +20,8 @@ type UpdateFunc func(cur proto.Message, txn *Txn) error
 // mutate it, write it back only if the key's mod revision is unchanged. On a
 // lost race the transaction's Else branch returns the winning value, and the
 // loop retries from it without another read. If update leaves the record
-// unchanged and adds no writes, nothing is written. The final record is left
+// unchanged and adds no writes, nothing is written (its guards, if it added
+// any, are still checked in a transaction without writes). The final record is left
 // in into; the returned revision is its mod revision.
 //
 // If a guard added by update fails while the record itself is unchanged, the
@@ -53,17 +54,28 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 		if err := update(cur, txn); err != nil {
 			return 0, err
 		}
-		if txn.Empty() && proto.Equal(orig, cur) {
+		unchanged := txn.Empty() && proto.Equal(orig, cur)
+		if unchanged && len(txn.cmps) == 0 {
 			proto.Reset(into)
 			proto.Merge(into, cur)
 			return modRev, nil
 		}
-		txn.Update(key, cur, modRev)
+		if unchanged {
+			// Nothing to write, but update's guards (a fencing compare) must
+			// still hold: check them, and that the record is the one read,
+			// in a transaction without writes.
+			txn.RequireModRevision(key, modRev)
+		} else {
+			txn.Update(key, cur, modRev)
+		}
 
 		res, elseResp, err := s.commit(ctx, txn, []clientv3.Op{clientv3.OpGet(s.Key(key))})
 		if err == nil {
 			proto.Reset(into)
 			proto.Merge(into, cur)
+			if unchanged {
+				return modRev, nil
+			}
 			return res.Revision, nil
 		}
 		// elseResp is set only when a compare failed (ErrConflict, or

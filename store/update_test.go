@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -396,4 +397,30 @@ func TestGuaranteedUpdate(t *testing.T) {
 			t.Fatalf("stored %v", got)
 		}
 	})
+}
+
+// A no-op update whose guard no longer holds must fail: the guard is the
+// point (a fencing compare), even when there is nothing to write.
+func TestGuaranteedUpdateNoOpChecksGuards(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.Create(ctx, "rec", &storagev1.ClusterRecord{Name: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, "fence", &storagev1.StoreMeta{TokenSigningKey: []byte("epoch-1")}); err != nil {
+		t.Fatal(err)
+	}
+	guard := func(epoch string) store.UpdateFunc {
+		return func(_ proto.Message, txn *store.Txn) error {
+			txn.RequireValue("fence", &storagev1.StoreMeta{TokenSigningKey: []byte(epoch)})
+			return nil
+		}
+	}
+	into := &storagev1.ClusterRecord{}
+	if _, err := st.GuaranteedUpdate(ctx, "rec", into, guard("epoch-1")); err != nil {
+		t.Errorf("no-op with a holding guard: %v", err)
+	}
+	if _, err := st.GuaranteedUpdate(ctx, "rec", into, guard("epoch-0")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("no-op with a failed guard: %v, want ErrConflict", err)
+	}
 }

@@ -81,6 +81,10 @@ func (s *Store) watch(ctx context.Context, prefix string, fromRev int64, out cha
 	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
+		if s.client.Ctx().Err() != nil {
+			// The client was closed: no reconnect can succeed.
+			return
+		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := s.client.Watch(wctx, s.Key(prefix), clientv3.WithPrefix(), clientv3.WithRev(next),
 			clientv3.WithProgressNotify())
