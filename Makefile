@@ -68,4 +68,4 @@ race:
 
 ## bench: the foundation benchmark (raw etcd vs gRPC vs façade); see tests/bench.
 bench:
-	$(GOTEST) -run '^$$' -bench . -benchtime 3s -timeout 30m ./tests/bench/
+	$(GOTEST) -run '^$$' -bench . -benchtime 5000x -count 5 -timeout 30m ./tests/bench/

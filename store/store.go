@@ -62,6 +62,10 @@ type Options struct {
 	RequestTimeout time.Duration
 	// MaxUpdateAttempts bounds GuaranteedUpdate's CAS retries; 32 when zero.
 	MaxUpdateAttempts int
+	// LeaseReuseWindow is how long one lease is shared by CreateWithTTL keys
+	// of the same TTL; one minute when zero, a lease per transaction when
+	// negative.
+	LeaseReuseWindow time.Duration
 }
 
 // Store is saltbush's view of etcd. It is safe for concurrent use.
@@ -71,6 +75,7 @@ type Store struct {
 	timeout     time.Duration
 	maxAttempts int
 	tokens      *tokenSigner
+	leases      *leasePool
 }
 
 // New returns a Store on client. It loads the shared store metadata, creating
@@ -81,6 +86,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, er
 		prefix:      opts.Prefix,
 		timeout:     opts.RequestTimeout,
 		maxAttempts: opts.MaxUpdateAttempts,
+		leases:      newLeasePool(client, opts.LeaseReuseWindow),
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix

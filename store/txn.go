@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
@@ -77,8 +79,10 @@ func (t *Txn) Create(key string, rec proto.Message) *Txn {
 	return t
 }
 
-// CreateWithTTL is Create with the key attached to a fresh lease of ttl, so
-// etcd removes it when the lease expires (idempotency records).
+// CreateWithTTL is Create with the key attached to a lease, so etcd removes
+// it once it has lived at least ttl (and at most ttl plus the lease-reuse
+// window): idempotency records. Keys written close together share a lease
+// (leases.go), so this costs no extra raft write per transaction.
 func (t *Txn) CreateWithTTL(key string, rec proto.Message, ttl time.Duration) *Txn {
 	t.Create(key, rec)
 	t.ops[len(t.ops)-1].ttl = ttl
@@ -175,24 +179,17 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 		}
 	}
 	ops := make([]clientv3.Op, 0, len(t.ops))
-	// Leases granted for CreateWithTTL. If the transaction certainly did
-	// not write, they hold nothing and are revoked, rather than left to
-	// live out their TTL (every retry of an idempotent request would leak
-	// one). After an ambiguous error they are kept: they may hold keys.
-	var leases []clientv3.LeaseID
 	for _, o := range t.ops {
 		k := s.Key(o.key)
 		switch o.kind {
 		case opPut:
 			var opts []clientv3.OpOption
 			if o.ttl > 0 {
-				lease, err := s.client.Grant(ctx, int64((o.ttl+time.Second-1)/time.Second))
+				lease, err := s.leases.get(ctx, o.ttl)
 				if err != nil {
-					s.revoke(ctx, leases)
 					return Result{}, nil, mapErr(err, o.key)
 				}
-				leases = append(leases, lease.ID)
-				opts = append(opts, clientv3.WithLease(lease.ID))
+				opts = append(opts, clientv3.WithLease(lease))
 			}
 			ops = append(ops, clientv3.OpPut(k, string(o.value), opts...))
 		case opDelete:
@@ -210,10 +207,14 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 
 	resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(elseAll...).Commit()
 	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// A shared lease vanished (revoked by hand, or etcd restored
+			// from a backup): forget it, so the caller's retry gets a new one.
+			s.leases.reset()
+		}
 		return Result{}, nil, mapErr(err, firstKey(t))
 	}
 	if !resp.Succeeded {
-		s.revoke(ctx, leases)
 		for i, key := range t.creates {
 			if resp.Responses[len(elseOps)+i].GetResponseRange().GetCount() > 0 {
 				return Result{}, resp, fmt.Errorf("%s: %w", key, ErrExists)
@@ -228,14 +229,6 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 		}
 	}
 	return res, resp, nil
-}
-
-// revoke revokes unused leases, best effort: a lease that cannot be revoked
-// now still expires with its TTL.
-func (s *Store) revoke(ctx context.Context, leases []clientv3.LeaseID) {
-	for _, id := range leases {
-		_, _ = s.client.Revoke(ctx, id)
-	}
 }
 
 func firstKey(t *Txn) string {
