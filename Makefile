@@ -6,9 +6,10 @@ BUF       := $(GO) tool -modfile=tools/go.mod buf
 # buf run from proto/ (module root) so --path and the baseline image agree.
 BUF_PROTO := $(GO) tool -modfile=../tools/go.mod buf
 GOTEST    ?= $(GO) test
-TESTFLAGS ?= -count=1 -timeout=20m
+# Every test runs under the race detector.
+TESTFLAGS ?= -count=1 -race -timeout=20m
 
-.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit race bench
+.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit bench
 
 all: build
 
@@ -19,7 +20,7 @@ build:
 run: build
 	./bin/saltbush serve
 
-## test: generated-code check, lint, breaking-change check, their self-test, all tests.
+## test: generated-code check, lint, breaking-change check, their self-test, all tests (race detector on).
 test: check-generated lint breaking contract-selftest unit
 
 ## generate: regenerate gen/ (Go, gRPC, gateway, OpenAPI) from proto/.
@@ -62,9 +63,6 @@ contract-selftest:
 
 unit:
 	$(GOTEST) $(TESTFLAGS) ./...
-
-race:
-	$(GOTEST) $(TESTFLAGS) -race ./store/... ./server/... ./gateway/...
 
 ## bench: the foundation benchmark (raw etcd vs gRPC vs façade); see tests/bench.
 bench:
