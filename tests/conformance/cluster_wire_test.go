@@ -112,7 +112,13 @@ const createBody = `{
 func TestClusterWireBodies(t *testing.T) {
 	srv := servertest.Start(t)
 
-	status, hdr, body := rawCall(t, "POST", srv.URL+"/clusters", createBody)
+	// AWS sends an empty list as [], not as an absent member.
+	status, hdr, body := rawCall(t, "GET", srv.URL+"/clusters", "")
+	if status != http.StatusOK || !reflect.DeepEqual(body, map[string]any{"clusters": []any{}}) {
+		t.Errorf("ListClusters with no clusters: %d %v, want {\"clusters\": []}", status, body)
+	}
+
+	status, hdr, body = rawCall(t, "POST", srv.URL+"/clusters", createBody)
 	if status != http.StatusOK || hdr.Get("Content-Type") != "application/json" {
 		t.Fatalf("CreateCluster: %d %s %v", status, hdr.Get("Content-Type"), body)
 	}
