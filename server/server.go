@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/saltbush/saltbush/gateway"
@@ -58,6 +59,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds graceful shutdown.
 	ShutdownTimeout time.Duration
+	// ReadinessInterval is how often gRPC health follows etcd reachability.
+	ReadinessInterval time.Duration
 	// Cluster configures the cluster service.
 	Cluster cluster.Config
 	// Logger receives structured logs.
@@ -67,14 +70,15 @@ type Config struct {
 // DefaultConfig is what `saltbush serve` runs with when given no flags.
 func DefaultConfig() Config {
 	return Config{
-		HTTPAddr:        "127.0.0.1:8080",
-		GRPCAddr:        "127.0.0.1:9090",
-		DataDir:         "./data",
-		EtcdPrefix:      store.DefaultPrefix,
-		DefaultAccount:  "000000000000",
-		MaxBodyBytes:    1 << 20,
-		ShutdownTimeout: 15 * time.Second,
-		Cluster:         cluster.DefaultConfig(),
+		HTTPAddr:          "127.0.0.1:8080",
+		GRPCAddr:          "127.0.0.1:9090",
+		DataDir:           "./data",
+		EtcdPrefix:        store.DefaultPrefix,
+		DefaultAccount:    "000000000000",
+		MaxBodyBytes:      1 << 20,
+		ShutdownTimeout:   15 * time.Second,
+		ReadinessInterval: 5 * time.Second,
+		Cluster:           cluster.DefaultConfig(),
 	}
 }
 
@@ -176,6 +180,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			callerUnary(identity.RootCaller(cfg.DefaultAccount)),
 		),
 		grpc.MaxRecvMsgSize(int(cfg.MaxBodyBytes)),
+		// Find dead peers (agents on VMs that vanished) within a minute,
+		// and refuse clients that ping more often than every 10s.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	eksv1.RegisterClusterServiceServer(s.grpcServer, eksClusters)
 	controlv1.RegisterClusterControlServiceServer(s.grpcServer, cluster.NewControlServer(clusters))
@@ -264,14 +272,52 @@ func (s *Server) Serve(ctx context.Context) error {
 	}()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.log.Info("saltbush serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr())
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	go s.watchReadiness(watchCtx)
 
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	stopWatch()
 	s.shutdown()
 	return err
+}
+
+// watchReadiness keeps gRPC health in step with /readyz: NOT_SERVING while
+// etcd does not answer, so gRPC load balancers and probes stop sending
+// requests this replica cannot serve.
+func (s *Server) watchReadiness(ctx context.Context) {
+	interval := s.cfg.ReadinessInterval
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	serving := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := s.store.Ping(pingCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && serving:
+			s.log.Warn("etcd unreachable: gRPC health NOT_SERVING", "err", err)
+			s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		case err == nil && !serving:
+			s.log.Info("etcd reachable again: gRPC health SERVING")
+			s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		}
+		serving = err == nil
+	}
 }
 
 func (s *Server) shutdown() {

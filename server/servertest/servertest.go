@@ -95,3 +95,8 @@ func (s *Server) GRPC(tb testing.TB) *grpc.ClientConn {
 	tb.Cleanup(func() { _ = conn.Close() })
 	return conn
 }
+
+// WithReadinessInterval sets how often gRPC health follows etcd.
+func WithReadinessInterval(d time.Duration) Option {
+	return func(c *server.Config) { c.ReadinessInterval = d }
+}

@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -72,7 +73,7 @@ type result struct {
 	p50, p99 time.Duration
 }
 
-// BenchmarkCreate creates clusters through four paths against one saltbush:
+// BenchmarkCreate creates clusters through five paths against one saltbush:
 //
 //	raw-etcd       the floor: one exclusive-create etcd txn of a ClusterRecord-sized value
 //	raw-etcd-idem  the etcd work CreateCluster with a token really does: one txn creating
@@ -81,6 +82,7 @@ type result struct {
 //	grpc           CreateCluster over gRPC, with a clientRequestToken
 //	facade         CreateCluster through the REST-JSON façade with the AWS SDK for Go v2
 //	               (SigV4, auto-filled clientRequestToken)
+//	facade-http    the same request from a bare net/http client: the façade's server side
 //
 // each at 1 and 64 concurrent clients, then logs the ratios to raw-etcd.
 func BenchmarkCreate(b *testing.B) {
@@ -109,6 +111,9 @@ func BenchmarkCreate(b *testing.B) {
 		o.Retryer = aws.NopRetryer{}
 	})
 
+	rawHTTP := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
+	}}
 	name := func(p string, seq int64) string { return fmt.Sprintf("bench-%s-%08d", p, seq) }
 	// The store shares one lease among the idempotency keys of a window;
 	// the baseline does the same with one lease for the whole run.
@@ -180,6 +185,30 @@ func BenchmarkCreate(b *testing.B) {
 				ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: subnets},
 			})
 			return err
+		}},
+		// The façade's server-side cost alone: the same request body the
+		// SDK sends, from a bare net/http client (no SDK middleware, no
+		// signing), so the client takes as little of the shared CPU as it can.
+		{"facade-http", func(ctx context.Context, seq int64) error {
+			body := fmt.Sprintf(`{"name":%q,"roleArn":%q,"resourcesVpcConfig":{"subnetIds":[%q,%q]},"clientRequestToken":%q}`,
+				name("http", seq), roleARN, subnets[0], subnets[1], uuid.NewString())
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/clusters", strings.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := rawHTTP.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("CreateCluster over HTTP: status %d", resp.StatusCode)
+			}
+			return nil
 		}},
 	}
 
