@@ -186,8 +186,12 @@ func ToGRPC(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
+	// Only an error that is itself a status passes through. A status deep
+	// in a cause chain (a raw etcd error) must not choose the wire error or
+	// leak its text: Classify decides.
+	var apiErr *Error
+	if se, ok := err.(interface{ GRPCStatus() *status.Status }); ok && !errors.As(err, &apiErr) {
+		return se.GRPCStatus().Err()
 	}
 	e := Classify(err)
 	code := codes.Internal

@@ -82,3 +82,18 @@ func TestFromGRPCWithoutErrorInfo(t *testing.T) {
 		})
 	}
 }
+
+// A gRPC status buried in a cause chain (a raw etcd error) must neither pick
+// the wire error nor leak its text.
+func TestToGRPCIgnoresBuriedStatus(t *testing.T) {
+	buried := fmt.Errorf("accounts/x/clusters/y: etcd: %w", status.Error(codes.ResourceExhausted, "etcdserver: too many requests"))
+	st := status.Convert(errdefs.ToGRPC(fmt.Errorf("create cluster %q: %w", "y", buried)))
+	if st.Code() != codes.Internal || st.Message() != "An internal error occurred." {
+		t.Errorf("ToGRPC = %v %q, want Internal with a generic message", st.Code(), st.Message())
+	}
+	// A status returned as is (a handler's own) passes through.
+	own := status.Error(codes.Unauthenticated, "no")
+	if got := errdefs.ToGRPC(own); status.Code(got) != codes.Unauthenticated {
+		t.Errorf("ToGRPC(own status) = %v", got)
+	}
+}

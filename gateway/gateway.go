@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +118,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { h.metrics.observe(r.Method, rec.status, time.Since(start)) }()
 
 	ctx := context.WithValue(r.Context(), requestIDKey{}, rid)
+	// The in-process handlers bypass the gRPC interceptors, their recovery
+	// included: a panic still gets an AWS error, not a dropped connection.
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.cfg.Logger.ErrorContext(ctx, "panic in façade handler", "panic", p, "stack", string(debug.Stack()), "request_id", rid)
+			h.writeError(ctx, rec, r, &errdefs.Error{Exception: errdefs.ServerException, Message: "An internal error occurred."},
+				http.StatusInternalServerError)
+		}
+	}()
 	if r.ContentLength > h.cfg.MaxBodyBytes {
 		h.writeError(ctx, rec, r, &errdefs.Error{
 			Exception: "RequestEntityTooLargeException",
@@ -140,6 +153,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errors, unknown fields) the way AWS does.
 func (h *Handler) errorHandler(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
+	if st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "http: request body too large") {
+		// A chunked body (no Content-Length) that crossed MaxBytesReader.
+		h.writeError(ctx, w, r, &errdefs.Error{
+			Exception: "RequestEntityTooLargeException",
+			Message:   fmt.Sprintf("Request body exceeds the limit of %d bytes.", h.cfg.MaxBodyBytes),
+		}, http.StatusRequestEntityTooLarge)
+		return
+	}
 	e := errdefs.FromGRPC(st)
 	if st.Code() == codes.InvalidArgument && strings.HasPrefix(e.Message, "proto:") {
 		// A body protojson could not decode (malformed JSON, unknown or

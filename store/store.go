@@ -211,6 +211,9 @@ func mapErr(err error, key string) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w: %w", key, ErrUnavailable, err)
 	}
+	// etcd's own errors are formatted, never wrapped: callers see only the
+	// store's sentinels (a gRPC status in the chain would otherwise be taken
+	// for an answer to the caller).
 	switch {
 	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout),
 		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost),
@@ -224,5 +227,5 @@ func mapErr(err error, key string) error {
 			return fmt.Errorf("%s: %w: %v", key, ErrUnavailable, err)
 		}
 	}
-	return fmt.Errorf("%s: etcd: %w", key, err)
+	return fmt.Errorf("%s: etcd: %v", key, err)
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,6 +48,7 @@ type Config struct {
 
 // Server is a running embedded member.
 type Server struct {
+	lock      *os.File
 	etcd      *embed.Etcd
 	name      string
 	clientURL string
@@ -59,8 +61,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// etcd itself waits forever for another process's lock on its backend
+	// file, deaf to contexts and signals: claim the directory first, and
+	// fail at once if it is taken.
+	lock, err := lockDir(ec.Dir)
+	if err != nil {
+		return nil, err
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
+		_ = lock.Close()
 		return nil, fmt.Errorf("start embedded etcd %q in %s: %w", ec.Name, ec.Dir, err)
 	}
 	timeout := cfg.StartTimeout
@@ -73,17 +83,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
+		_ = lock.Close()
 		return nil, fmt.Errorf("embedded etcd %q: %w", ec.Name, err)
 	case <-t.C:
 		e.Server.Stop()
 		e.Close()
+		_ = lock.Close()
 		return nil, fmt.Errorf("embedded etcd %q not ready after %s", ec.Name, timeout)
 	case <-ctx.Done():
 		e.Server.Stop()
 		e.Close()
+		_ = lock.Close()
 		return nil, ctx.Err()
 	}
 	return &Server{
+		lock:      lock,
 		etcd:      e,
 		name:      ec.Name,
 		clientURL: ec.AdvertiseClientUrls[0].String(),
@@ -166,6 +180,24 @@ func (s *Server) Client() (*clientv3.Client, error) {
 // backend are closed, the ports are released.
 func (s *Server) Close() {
 	s.etcd.Close()
+	_ = s.lock.Close()
+}
+
+// lockDir takes an exclusive, non-blocking lock on dir (released when the
+// returned file is closed, or the process dies).
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "saltbush.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock etcd data directory %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("etcd data directory %s is in use by another process", dir)
+		}
+		return nil, fmt.Errorf("lock etcd data directory %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // FreeURL returns an http URL on a loopback port that was free a moment ago.

@@ -46,5 +46,5 @@ func (f shutdownNoiseFilter) Write(e zapcore.Entry, fields []zapcore.Field) erro
 
 func isClosedListener(msg string) bool {
 	return strings.Contains(msg, "server closed") || strings.Contains(msg, "Server closed") ||
-		strings.Contains(msg, "use of closed network connection")
+		strings.Contains(msg, "use of closed network connection") || strings.Contains(msg, "has been stopped")
 }

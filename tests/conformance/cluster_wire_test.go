@@ -243,6 +243,24 @@ func TestWireErrors(t *testing.T) {
 		})
 	}
 
+	// A chunked body (no Content-Length) over the limit is refused the same way.
+	t.Run("chunked body too large", func(t *testing.T) {
+		body := `{"name":"big","tags":{"k":"` + strings.Repeat("x", 2<<20) + `"}}`
+		req, err := http.NewRequest("POST", srv.URL+"/clusters", io.NopCloser(strings.NewReader(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = -1 // unknown: sent chunked
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("X-Amzn-ErrorType") != "RequestEntityTooLargeException" {
+			t.Errorf("chunked oversize body: %d %s", resp.StatusCode, resp.Header.Get("X-Amzn-ErrorType"))
+		}
+	})
+
 	// Only wire-1 exists: no failed request wrote anything.
 	_, _, body := rawCall(t, "GET", srv.URL+"/clusters", "")
 	if !reflect.DeepEqual(body, map[string]any{"clusters": []any{"wire-1"}}) {
