@@ -60,7 +60,8 @@ type Options struct {
 	// RequestTimeout bounds each etcd request whose context has no earlier
 	// deadline; 5s when zero.
 	RequestTimeout time.Duration
-	// MaxUpdateAttempts bounds GuaranteedUpdate's CAS retries; 32 when zero.
+	// MaxUpdateAttempts bounds GuaranteedUpdate's CAS retries; when zero
+	// they are bounded only by the request's deadline (or RequestTimeout).
 	MaxUpdateAttempts int
 	// LeaseReuseWindow is how long one lease is shared by CreateWithTTL keys
 	// of the same TTL; one minute when zero, a lease per transaction when
@@ -97,8 +98,8 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, er
 	if s.timeout <= 0 {
 		s.timeout = 5 * time.Second
 	}
-	if s.maxAttempts <= 0 {
-		s.maxAttempts = 32
+	if s.maxAttempts < 0 {
+		s.maxAttempts = 0
 	}
 	meta, err := s.loadMeta(ctx)
 	if err != nil {

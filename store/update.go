@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -41,7 +42,23 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 	}
 	value, modRev := resp.Kvs[0].Value, resp.Kvs[0].ModRevision
 
-	for attempt := 0; attempt < s.maxAttempts; attempt++ {
+	// Contention is retried for as long as the request may take (the
+	// caller's deadline, or the store's request timeout): a hot record under
+	// many writers still converges instead of failing writes that would
+	// have succeeded a moment later.
+	loopCtx, cancelLoop := s.withTimeout(ctx)
+	defer cancelLoop()
+	for attempt := 0; s.maxAttempts == 0 || attempt < s.maxAttempts; attempt++ {
+		if attempt >= 3 {
+			// Past the first few immediate retries, spread the losers out.
+			backoff := 50 * time.Millisecond
+			if shift := attempt - 3; shift < 6 {
+				backoff = time.Millisecond << shift
+			}
+			if !sleep(loopCtx, jitter(backoff)) {
+				break
+			}
+		}
 		if err := ctx.Err(); err != nil {
 			return 0, mapErr(err, key)
 		}
@@ -97,5 +114,5 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 		}
 		value, modRev = kvs[0].Value, kvs[0].ModRevision
 	}
-	return 0, fmt.Errorf("%s: %d attempts lost the race: %w", key, s.maxAttempts, ErrConflict)
+	return 0, fmt.Errorf("%s: every attempt lost the race: %w", key, ErrConflict)
 }

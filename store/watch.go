@@ -146,7 +146,11 @@ func (s *Store) snapshot(ctx context.Context, prefix string) ([]KV, int64, error
 	return kvs, resp.Header.Revision, nil
 }
 
+// jitter returns a duration in [d/2, d].
 func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
 	return d/2 + rand.N(d/2+1)
 }
 

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -235,5 +236,34 @@ func TestAWSCLI(t *testing.T) {
 	out, err := run("eks", "describe-cluster", "--name", "missing")
 	if err == nil || !strings.Contains(out, "ResourceNotFoundException") || !strings.Contains(out, "No cluster found for name: missing.") {
 		t.Errorf("describe-cluster missing: %q %v", out, err)
+	}
+}
+
+// Many provisioner calls on one cluster at once all succeed: contention on
+// the record is retried, not surfaced as a conflict.
+func TestConcurrentControlCallsConverge(t *testing.T) {
+	srv := servertest.Start(t)
+	ctx := ctxT(t)
+	if _, err := srv.EKS(t).CreateCluster(ctx, createInput("hot")); err != nil {
+		t.Fatal(err)
+	}
+	control := controlv1.NewClusterControlServiceClient(srv.GRPC(t))
+	ref := &controlv1.ClusterRef{AccountId: "000000000000", Name: "hot"}
+	const n = 60
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, err := control.AddMember(ctx, &controlv1.AddMemberRequest{Cluster: ref, InstanceId: fmt.Sprintf("i-%02d", i)})
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("AddMember: %v", err)
+		}
+	}
+	info, err := control.GetCluster(ctx, &controlv1.GetClusterRequest{Cluster: ref})
+	if err != nil || len(info.GetCluster().GetMembers()) != n {
+		t.Errorf("members = %d (%v), want %d", len(info.GetCluster().GetMembers()), err, n)
 	}
 }
