@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"net/netip"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -10,11 +9,6 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 )
-
-func validCIDR(s string) bool {
-	_, err := netip.ParsePrefix(s)
-	return err == nil
-}
 
 // specFromRequest keeps the configuration saltbush echoes but does not act
 // on, with AWS's defaults filled in where AWS fills them.
@@ -132,13 +126,7 @@ func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
 	if spec.ZonalShiftEnabled != nil {
 		c.ZonalShiftConfig = &eksv1.ZonalShiftConfig{Enabled: proto.Bool(spec.GetZonalShiftEnabled())}
 	}
-	for _, l := range spec.GetLogging() {
-		c.Logging.ClusterLogging = append(c.Logging.ClusterLogging, &eksv1.LogSetup{Types: l.GetTypes(), Enabled: proto.Bool(l.GetEnabled())})
-	}
-	if len(c.Logging.ClusterLogging) == 0 {
-		// AWS reports every log type as disabled when none was configured.
-		c.Logging.ClusterLogging = []*eksv1.LogSetup{{Types: logTypes, Enabled: proto.Bool(false)}}
-	}
+	c.Logging.ClusterLogging = normalizeLogging(spec.GetLogging())
 	for _, e := range spec.GetEncryptionConfig() {
 		c.EncryptionConfig = append(c.EncryptionConfig, &eksv1.EncryptionConfig{
 			Resources: e.GetResources(), Provider: &eksv1.Provider{KeyArn: e.GetKeyArn()},
@@ -165,4 +153,32 @@ func ToControl(rec *storagev1.ClusterRecord) *controlv1.ClusterInfo {
 		info.Members = append(info.Members, m.GetInstanceId())
 	}
 	return info
+}
+
+// normalizeLogging renders log settings as AWS does: one entry with every
+// enabled type and one with every other type, disabled (the later setting
+// of a type wins, as in an UpdateClusterConfig sequence).
+func normalizeLogging(settings []*storagev1.ClusterLogSetup) []*eksv1.LogSetup {
+	enabled := map[string]bool{}
+	for _, l := range settings {
+		for _, t := range l.GetTypes() {
+			enabled[t] = l.GetEnabled()
+		}
+	}
+	var on, off []string
+	for _, t := range logTypes {
+		if enabled[t] {
+			on = append(on, t)
+		} else {
+			off = append(off, t)
+		}
+	}
+	var out []*eksv1.LogSetup
+	if len(on) > 0 {
+		out = append(out, &eksv1.LogSetup{Types: on, Enabled: proto.Bool(true)})
+	}
+	if len(off) > 0 {
+		out = append(out, &eksv1.LogSetup{Types: off, Enabled: proto.Bool(false)})
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -73,8 +74,10 @@ func (s *Service) validateCreate(req *eksv1.CreateClusterRequest) error {
 		if f := nc.GetIpFamily(); f != "" && !slices.Contains(ipFamilies, f) {
 			return invalid(name, "ipFamily %q is not one of %s.", f, strings.Join(ipFamilies, ", "))
 		}
-		if c := nc.GetServiceIpv4Cidr(); c != "" && !validCIDR(c) {
-			return invalid(name, "serviceIpv4Cidr %q is not an IPv4 CIDR block.", c)
+		if c := nc.GetServiceIpv4Cidr(); c != "" {
+			if err := validateServiceCIDR(c); err != nil {
+				return invalid(name, "serviceIpv4Cidr %q: %v.", c, err)
+			}
 		}
 	}
 	for _, ls := range req.GetLogging().GetClusterLogging() {
@@ -105,12 +108,13 @@ func (s *Service) validateCreate(req *eksv1.CreateClusterRequest) error {
 
 func validateVPC(v *eksv1.VpcConfigRequest) error {
 	for _, c := range v.GetPublicAccessCidrs() {
-		if !validCIDR(c) {
-			return fmt.Errorf("publicAccessCidrs entry %q is not a CIDR block", c)
+		if p, err := netip.ParsePrefix(c); err != nil || !p.Addr().Is4() || p != p.Masked() {
+			return fmt.Errorf("publicAccessCidrs entry %q is not an IPv4 CIDR block", c)
 		}
 	}
-	if v.EndpointPublicAccess != nil && v.EndpointPrivateAccess != nil &&
-		!v.GetEndpointPublicAccess() && !v.GetEndpointPrivateAccess() {
+	// With AWS's defaults applied: public access on, private access off.
+	public := v.EndpointPublicAccess == nil || v.GetEndpointPublicAccess()
+	if !public && !v.GetEndpointPrivateAccess() {
 		return fmt.Errorf("endpointPublicAccess and endpointPrivateAccess cannot both be false")
 	}
 	for _, id := range append(slices.Clone(v.GetSubnetIds()), v.GetSecurityGroupIds()...) {
@@ -119,4 +123,31 @@ func validateVPC(v *eksv1.VpcConfigRequest) error {
 		}
 	}
 	return nil
+}
+
+// privateRanges are the blocks AWS allows a service CIDR in.
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+}
+
+// validateServiceCIDR applies AWS's rules for serviceIpv4Cidr: an IPv4
+// network address inside a private range, with a prefix of /12 to /24.
+func validateServiceCIDR(c string) error {
+	p, err := netip.ParsePrefix(c)
+	switch {
+	case err != nil || !p.Addr().Is4():
+		return fmt.Errorf("not an IPv4 CIDR block")
+	case p != p.Masked():
+		return fmt.Errorf("not a network address (did you mean %s?)", p.Masked())
+	case p.Bits() < 12 || p.Bits() > 24:
+		return fmt.Errorf("prefix length must be between /12 and /24")
+	}
+	for _, r := range privateRanges {
+		if r.Contains(p.Addr()) && r.Bits() <= p.Bits() {
+			return nil
+		}
+	}
+	return fmt.Errorf("must be within 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16")
 }

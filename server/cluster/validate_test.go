@@ -44,6 +44,33 @@ func TestValidateCreate(t *testing.T) {
 			r.ResourcesVpcConfig.EndpointPublicAccess, r.ResourcesVpcConfig.EndpointPrivateAccess = proto.Bool(false), proto.Bool(false)
 		}, false},
 		{"bad public CIDR", func(r *eksv1.CreateClusterRequest) { r.ResourcesVpcConfig.PublicAccessCidrs = []string{"10.0.0.0/33"} }, false},
+		{"public CIDR not a network address", func(r *eksv1.CreateClusterRequest) {
+			r.ResourcesVpcConfig.PublicAccessCidrs = []string{"203.0.113.7/24"}
+		}, false},
+		{"public CIDR", func(r *eksv1.CreateClusterRequest) {
+			r.ResourcesVpcConfig.PublicAccessCidrs = []string{"203.0.113.0/24"}
+		}, true},
+		{"only public access turned off", func(r *eksv1.CreateClusterRequest) {
+			r.ResourcesVpcConfig.EndpointPublicAccess = proto.Bool(false)
+		}, false},
+		{"public off, private on", func(r *eksv1.CreateClusterRequest) {
+			r.ResourcesVpcConfig.EndpointPublicAccess, r.ResourcesVpcConfig.EndpointPrivateAccess = proto.Bool(false), proto.Bool(true)
+		}, true},
+		{"service CIDR", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: "172.20.0.0/16"}
+		}, true},
+		{"service CIDR IPv6", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: "fd00::/108"}
+		}, false},
+		{"service CIDR public", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: "8.8.0.0/16"}
+		}, false},
+		{"service CIDR too small", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: "10.100.0.0/25"}
+		}, false},
+		{"service CIDR not a network address", func(r *eksv1.CreateClusterRequest) {
+			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: "10.100.0.1/16"}
+		}, false},
 		{"bad service CIDR", func(r *eksv1.CreateClusterRequest) {
 			r.KubernetesNetworkConfig = &eksv1.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: "nope"}
 		}, false},

@@ -74,7 +74,10 @@ func TestClusterLifecycleWithSDK(t *testing.T) {
 		!aws.ToBool(c.AccessConfig.BootstrapClusterCreatorAdminPermissions) {
 		t.Errorf("accessConfig = %+v", c.AccessConfig)
 	}
-	if c.Logging == nil || len(c.Logging.ClusterLogging) != 1 || len(c.Logging.ClusterLogging[0].Types) != 2 {
+	// AWS's normalised form: the enabled types, then the rest disabled.
+	if c.Logging == nil || len(c.Logging.ClusterLogging) != 2 ||
+		fmt.Sprint(c.Logging.ClusterLogging[0].Types) != "[api audit]" || !aws.ToBool(c.Logging.ClusterLogging[0].Enabled) ||
+		fmt.Sprint(c.Logging.ClusterLogging[1].Types) != "[authenticator controllerManager scheduler]" || aws.ToBool(c.Logging.ClusterLogging[1].Enabled) {
 		t.Errorf("logging = %+v", c.Logging)
 	}
 	if aws.ToString(c.Id) == "" {
