@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"strings"
@@ -79,6 +80,33 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 		}
 	}
 
+	var endpoint, caFile, platformVersion string
+	setStatus := &cobra.Command{
+		Use: "set-status CLUSTER ACTIVE|FAILED [REASON]", Short: "Mark a cluster ACTIVE or FAILED", Args: cobra.RangeArgs(2, 3),
+		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error) {
+			st, ok := controlv1.ClusterStatus_value["CLUSTER_STATUS_"+strings.ToUpper(args[0])]
+			if !ok {
+				return nil, fmt.Errorf("unknown status %q", args[0])
+			}
+			req := &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus(st),
+				Endpoint: endpoint, PlatformVersion: platformVersion}
+			if len(args) > 1 {
+				req.Reason = args[1]
+			}
+			if caFile != "" {
+				pemBytes, err := os.ReadFile(caFile)
+				if err != nil {
+					return nil, err
+				}
+				req.CertificateAuthorityData = base64.StdEncoding.EncodeToString(pemBytes)
+			}
+			return c.SetStatus(ctx, req)
+		}),
+	}
+	setStatus.Flags().StringVar(&endpoint, "endpoint", "", "https URL of the cluster's Kubernetes API (for ACTIVE)")
+	setStatus.Flags().StringVar(&caFile, "ca-file", "", "PEM file of the cluster's CA (for ACTIVE)")
+	setStatus.Flags().StringVar(&platformVersion, "platform-version", "", "platform version to report (for ACTIVE)")
+
 	cmd.AddCommand(&cobra.Command{
 		Use: "get CLUSTER", Short: "Show a cluster's uid, status and members", Args: cobra.ExactArgs(1),
 		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, _ []string) (proto.Message, error) {
@@ -94,20 +122,7 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error) {
 			return c.RemoveMember(ctx, &controlv1.RemoveMemberRequest{Cluster: ref, InstanceId: args[0]})
 		}),
-	}, &cobra.Command{
-		Use: "set-status CLUSTER ACTIVE|FAILED [REASON]", Short: "Mark a cluster ACTIVE or FAILED", Args: cobra.RangeArgs(2, 3),
-		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error) {
-			st, ok := controlv1.ClusterStatus_value["CLUSTER_STATUS_"+strings.ToUpper(args[0])]
-			if !ok {
-				return nil, fmt.Errorf("unknown status %q", args[0])
-			}
-			req := &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus(st)}
-			if len(args) > 1 {
-				req.Reason = args[1]
-			}
-			return c.SetStatus(ctx, req)
-		}),
-	}, &cobra.Command{
+	}, setStatus, &cobra.Command{
 		Use: "finalize-deletion CLUSTER", Short: "Purge a DELETING cluster once its VMs are gone", Args: cobra.ExactArgs(1),
 		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, _ []string) (proto.Message, error) {
 			return c.FinalizeDeletion(ctx, &controlv1.FinalizeDeletionRequest{Cluster: ref})

@@ -109,6 +109,8 @@ func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
 			IpFamily:        nc.GetIpFamily(),
 		},
 		Status:             StatusName(rec.GetStatus()),
+		Endpoint:           rec.GetEndpoint(),
+		PlatformVersion:    rec.GetPlatformVersion(),
 		ClientRequestToken: rec.GetClientRequestToken(),
 		Tags:               rec.GetTags(),
 		Id:                 rec.GetUid(),
@@ -119,6 +121,9 @@ func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
 		UpgradePolicy:      &eksv1.UpgradePolicy{SupportType: spec.GetUpgradeSupportType()},
 		DeletionProtection: proto.Bool(spec.GetDeletionProtection()),
 		Logging:            &eksv1.Logging{},
+	}
+	if ca := rec.GetCertificateAuthorityData(); ca != "" {
+		c.CertificateAuthority = &eksv1.Certificate{Data: ca}
 	}
 	if nc.ElasticLoadBalancingEnabled != nil {
 		c.KubernetesNetworkConfig.ElasticLoadBalancing = &eksv1.ElasticLoadBalancing{Enabled: proto.Bool(nc.GetElasticLoadBalancingEnabled())}
@@ -148,6 +153,8 @@ func ToControl(rec *storagev1.ClusterRecord) *controlv1.ClusterInfo {
 		Status:            controlv1.ClusterStatus(rec.GetStatus()),
 		KubernetesVersion: rec.GetKubernetesVersion(),
 		StatusReason:      rec.GetStatusReason(),
+		Endpoint:          rec.GetEndpoint(),
+		PlatformVersion:   rec.GetPlatformVersion(),
 	}
 	for _, m := range rec.GetMembers() {
 		info.Members = append(info.Members, m.GetInstanceId())

@@ -102,7 +102,7 @@ func (s *ControlServer) RemoveMember(ctx context.Context, req *controlv1.RemoveM
 
 // SetStatus implements controlv1.ClusterControlServiceServer.
 func (s *ControlServer) SetStatus(ctx context.Context, req *controlv1.SetStatusRequest) (*controlv1.SetStatusResponse, error) {
-	rec, err := s.svc.SetStatus(ctx, req.GetCluster(), req.GetStatus(), req.GetReason())
+	rec, err := s.svc.SetStatus(ctx, req)
 	if err != nil {
 		return nil, s.svc.wire(ctx, "SetStatus", err)
 	}

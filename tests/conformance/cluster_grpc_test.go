@@ -135,6 +135,14 @@ func TestClusterControl(t *testing.T) {
 			_, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_DELETING})
 			return err
 		}, codes.InvalidArgument},
+		{"endpoint over http", func() error {
+			_, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE, Endpoint: "http://10.0.0.1:6443"})
+			return err
+		}, codes.InvalidArgument},
+		{"CA data that is not a certificate", func() error {
+			_, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE, CertificateAuthorityData: "bm90IGEgY2VydA=="})
+			return err
+		}, codes.InvalidArgument},
 		{"finalize a cluster that is not DELETING", func() error {
 			_, err := control.FinalizeDeletion(ctx, &controlv1.FinalizeDeletionRequest{Cluster: ref})
 			return err

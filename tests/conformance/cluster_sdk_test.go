@@ -2,8 +2,16 @@ package conformance
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"sync"
 	"testing"
@@ -99,7 +107,11 @@ func TestClusterLifecycleWithSDK(t *testing.T) {
 	// The provisioner marks it ACTIVE through the internal API.
 	control := controlv1.NewClusterControlServiceClient(srv.GRPC(t))
 	ref := &controlv1.ClusterRef{AccountId: "000000000000", Name: "prod-1"}
-	if _, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE}); err != nil {
+	caData := testCAData(t)
+	if _, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{
+		Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+		Endpoint: "https://10.0.0.10:6443", CertificateAuthorityData: caData, PlatformVersion: "k3s.1",
+	}); err != nil {
 		t.Fatalf("SetStatus: %v", err)
 	}
 	if err := eks.NewClusterActiveWaiter(client).Wait(ctx, &eks.DescribeClusterInput{Name: aws.String("prod-1")}, 30*time.Second,
@@ -107,6 +119,16 @@ func TestClusterLifecycleWithSDK(t *testing.T) {
 			o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
 		}); err != nil {
 		t.Fatalf("ClusterActive waiter: %v", err)
+	}
+	// What update-kubeconfig reads is there.
+	active, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String("prod-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aws.ToString(active.Cluster.Endpoint) != "https://10.0.0.10:6443" || active.Cluster.CertificateAuthority == nil ||
+		aws.ToString(active.Cluster.CertificateAuthority.Data) != caData || aws.ToString(active.Cluster.PlatformVersion) != "k3s.1" {
+		t.Errorf("ACTIVE cluster endpoint=%q ca=%v platform=%q", aws.ToString(active.Cluster.Endpoint),
+			active.Cluster.CertificateAuthority, aws.ToString(active.Cluster.PlatformVersion))
 	}
 
 	list, err := client.ListClusters(ctx, &eks.ListClustersInput{})
@@ -446,4 +468,23 @@ func TestCreateClusterIdempotencyWithSDK(t *testing.T) {
 	if !errors.As(err, &riu) {
 		t.Errorf("new token, existing name: err = %v, want ResourceInUseException", err)
 	}
+}
+
+// testCAData returns a base64 PEM self-signed CA certificate.
+func testCAData(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }

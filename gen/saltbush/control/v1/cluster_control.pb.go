@@ -21,7 +21,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ClusterStatus mirrors the EKS cluster statuses.
+// ClusterStatus mirrors the EKS cluster statuses (same numbers as
+// saltbush.storage.v1.ClusterStatus).
 type ClusterStatus int32
 
 const (
@@ -157,6 +158,8 @@ type ClusterInfo struct {
 	KubernetesVersion string                 `protobuf:"bytes,6,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
 	Members           []string               `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
 	StatusReason      string                 `protobuf:"bytes,8,opt,name=status_reason,json=statusReason,proto3" json:"status_reason,omitempty"`
+	Endpoint          string                 `protobuf:"bytes,9,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	PlatformVersion   string                 `protobuf:"bytes,10,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -243,6 +246,20 @@ func (x *ClusterInfo) GetMembers() []string {
 func (x *ClusterInfo) GetStatusReason() string {
 	if x != nil {
 		return x.StatusReason
+	}
+	return ""
+}
+
+func (x *ClusterInfo) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *ClusterInfo) GetPlatformVersion() string {
+	if x != nil {
+		return x.PlatformVersion
 	}
 	return ""
 }
@@ -540,9 +557,16 @@ type SetStatusRequest struct {
 	// CLUSTER_STATUS_ACTIVE or CLUSTER_STATUS_FAILED.
 	Status ClusterStatus `protobuf:"varint,2,opt,name=status,proto3,enum=saltbush.control.v1.ClusterStatus" json:"status,omitempty"`
 	// Why, for FAILED.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For ACTIVE: where the cluster's Kubernetes API is served (https URL),
+	// the base64 PEM of its CA, and the platform version. Empty keeps what
+	// is recorded. DescribeCluster echoes them, so `aws eks
+	// update-kubeconfig` works.
+	Endpoint                 string `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	CertificateAuthorityData string `protobuf:"bytes,5,opt,name=certificate_authority_data,json=certificateAuthorityData,proto3" json:"certificate_authority_data,omitempty"`
+	PlatformVersion          string `protobuf:"bytes,6,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *SetStatusRequest) Reset() {
@@ -592,6 +616,27 @@ func (x *SetStatusRequest) GetStatus() ClusterStatus {
 func (x *SetStatusRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetStatusRequest) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *SetStatusRequest) GetCertificateAuthorityData() string {
+	if x != nil {
+		return x.CertificateAuthorityData
+	}
+	return ""
+}
+
+func (x *SetStatusRequest) GetPlatformVersion() string {
+	if x != nil {
+		return x.PlatformVersion
 	}
 	return ""
 }
@@ -741,7 +786,7 @@ const file_saltbush_control_v1_cluster_control_proto_rawDesc = "" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"\x8e\x02\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xd5\x02\n" +
 	"\vClusterInfo\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1d\n" +
 	"\n" +
@@ -751,7 +796,10 @@ const file_saltbush_control_v1_cluster_control_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\x0e2\".saltbush.control.v1.ClusterStatusR\x06status\x12-\n" +
 	"\x12kubernetes_version\x18\x06 \x01(\tR\x11kubernetesVersion\x12\x18\n" +
 	"\amembers\x18\a \x03(\tR\amembers\x12#\n" +
-	"\rstatus_reason\x18\b \x01(\tR\fstatusReason\"N\n" +
+	"\rstatus_reason\x18\b \x01(\tR\fstatusReason\x12\x1a\n" +
+	"\bendpoint\x18\t \x01(\tR\bendpoint\x12)\n" +
+	"\x10platform_version\x18\n" +
+	" \x01(\tR\x0fplatformVersion\"N\n" +
 	"\x11GetClusterRequest\x129\n" +
 	"\acluster\x18\x01 \x01(\v2\x1f.saltbush.control.v1.ClusterRefR\acluster\"P\n" +
 	"\x12GetClusterResponse\x12:\n" +
@@ -767,11 +815,14 @@ const file_saltbush_control_v1_cluster_control_proto_rawDesc = "" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
 	"instanceId\"R\n" +
 	"\x14RemoveMemberResponse\x12:\n" +
-	"\acluster\x18\x01 \x01(\v2 .saltbush.control.v1.ClusterInfoR\acluster\"\xa1\x01\n" +
+	"\acluster\x18\x01 \x01(\v2 .saltbush.control.v1.ClusterInfoR\acluster\"\xa6\x02\n" +
 	"\x10SetStatusRequest\x129\n" +
 	"\acluster\x18\x01 \x01(\v2\x1f.saltbush.control.v1.ClusterRefR\acluster\x12:\n" +
 	"\x06status\x18\x02 \x01(\x0e2\".saltbush.control.v1.ClusterStatusR\x06status\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"O\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12<\n" +
+	"\x1acertificate_authority_data\x18\x05 \x01(\tR\x18certificateAuthorityData\x12)\n" +
+	"\x10platform_version\x18\x06 \x01(\tR\x0fplatformVersion\"O\n" +
 	"\x11SetStatusResponse\x12:\n" +
 	"\acluster\x18\x01 \x01(\v2 .saltbush.control.v1.ClusterInfoR\acluster\"T\n" +
 	"\x17FinalizeDeletionRequest\x129\n" +

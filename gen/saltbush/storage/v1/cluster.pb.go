@@ -105,9 +105,14 @@ type ClusterRecord struct {
 	Spec               *ClusterSpec `protobuf:"bytes,12,opt,name=spec,proto3" json:"spec,omitempty"`
 	ClientRequestToken string       `protobuf:"bytes,13,opt,name=client_request_token,json=clientRequestToken,proto3" json:"client_request_token,omitempty"`
 	// Why the cluster is FAILED, when it is.
-	StatusReason  string `protobuf:"bytes,14,opt,name=status_reason,json=statusReason,proto3" json:"status_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StatusReason string `protobuf:"bytes,14,opt,name=status_reason,json=statusReason,proto3" json:"status_reason,omitempty"`
+	// Set by the provisioner when the control plane is up.
+	Endpoint string `protobuf:"bytes,15,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Base64 PEM of the cluster CA.
+	CertificateAuthorityData string `protobuf:"bytes,16,opt,name=certificate_authority_data,json=certificateAuthorityData,proto3" json:"certificate_authority_data,omitempty"`
+	PlatformVersion          string `protobuf:"bytes,17,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ClusterRecord) Reset() {
@@ -234,6 +239,27 @@ func (x *ClusterRecord) GetClientRequestToken() string {
 func (x *ClusterRecord) GetStatusReason() string {
 	if x != nil {
 		return x.StatusReason
+	}
+	return ""
+}
+
+func (x *ClusterRecord) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *ClusterRecord) GetCertificateAuthorityData() string {
+	if x != nil {
+		return x.CertificateAuthorityData
+	}
+	return ""
+}
+
+func (x *ClusterRecord) GetPlatformVersion() string {
+	if x != nil {
+		return x.PlatformVersion
 	}
 	return ""
 }
@@ -711,7 +737,7 @@ var File_saltbush_storage_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"!saltbush/storage/v1/cluster.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xde\x05\n" +
+	"!saltbush/storage/v1/cluster.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x06\n" +
 	"\rClusterRecord\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1d\n" +
 	"\n" +
@@ -730,7 +756,10 @@ const file_saltbush_storage_v1_cluster_proto_rawDesc = "" +
 	"\x04tags\x18\v \x03(\v2,.saltbush.storage.v1.ClusterRecord.TagsEntryR\x04tags\x124\n" +
 	"\x04spec\x18\f \x01(\v2 .saltbush.storage.v1.ClusterSpecR\x04spec\x120\n" +
 	"\x14client_request_token\x18\r \x01(\tR\x12clientRequestToken\x12#\n" +
-	"\rstatus_reason\x18\x0e \x01(\tR\fstatusReason\x1a7\n" +
+	"\rstatus_reason\x18\x0e \x01(\tR\fstatusReason\x12\x1a\n" +
+	"\bendpoint\x18\x0f \x01(\tR\bendpoint\x12<\n" +
+	"\x1acertificate_authority_data\x18\x10 \x01(\tR\x18certificateAuthorityData\x12)\n" +
+	"\x10platform_version\x18\x11 \x01(\tR\x0fplatformVersion\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"g\n" +
