@@ -60,6 +60,21 @@ func specFromRequest(req *eksv1.CreateClusterRequest) *storagev1.ClusterSpec {
 	if zs := req.GetZonalShiftConfig(); zs != nil && zs.Enabled != nil {
 		spec.ZonalShiftEnabled = proto.Bool(zs.GetEnabled())
 	}
+	if cc := req.GetComputeConfig(); cc != nil {
+		spec.ComputeConfig = &storagev1.ClusterComputeConfig{
+			Enabled: cc.Enabled, NodePools: cc.GetNodePools(), NodeRoleArn: cc.GetNodeRoleArn(),
+		}
+	}
+	if bs := req.GetStorageConfig().GetBlockStorage(); bs != nil && bs.Enabled != nil {
+		spec.BlockStorageEnabled = proto.Bool(bs.GetEnabled())
+	}
+	for _, n := range req.GetRemoteNetworkConfig().GetRemoteNodeNetworks() {
+		spec.RemoteNodeNetworks = append(spec.RemoteNodeNetworks, &storagev1.ClusterRemoteNetwork{Cidrs: n.GetCidrs()})
+	}
+	for _, n := range req.GetRemoteNetworkConfig().GetRemotePodNetworks() {
+		spec.RemotePodNetworks = append(spec.RemotePodNetworks, &storagev1.ClusterRemoteNetwork{Cidrs: n.GetCidrs()})
+	}
+	spec.ControlPlaneScalingTier = req.GetControlPlaneScalingConfig().GetTier()
 	for _, l := range req.GetLogging().GetClusterLogging() {
 		spec.Logging = append(spec.Logging, &storagev1.ClusterLogSetup{Types: l.GetTypes(), Enabled: l.GetEnabled()})
 	}
@@ -121,6 +136,24 @@ func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
 		UpgradePolicy:      &eksv1.UpgradePolicy{SupportType: spec.GetUpgradeSupportType()},
 		DeletionProtection: proto.Bool(spec.GetDeletionProtection()),
 		Logging:            &eksv1.Logging{},
+	}
+	if cc := spec.GetComputeConfig(); cc != nil {
+		c.ComputeConfig = &eksv1.ComputeConfig{Enabled: cc.Enabled, NodePools: cc.GetNodePools(), NodeRoleArn: cc.GetNodeRoleArn()}
+	}
+	if spec.BlockStorageEnabled != nil {
+		c.StorageConfig = &eksv1.StorageConfig{BlockStorage: &eksv1.BlockStorage{Enabled: proto.Bool(spec.GetBlockStorageEnabled())}}
+	}
+	if len(spec.GetRemoteNodeNetworks())+len(spec.GetRemotePodNetworks()) > 0 {
+		c.RemoteNetworkConfig = &eksv1.RemoteNetworkConfig{}
+		for _, n := range spec.GetRemoteNodeNetworks() {
+			c.RemoteNetworkConfig.RemoteNodeNetworks = append(c.RemoteNetworkConfig.RemoteNodeNetworks, &eksv1.RemoteNetwork{Cidrs: n.GetCidrs()})
+		}
+		for _, n := range spec.GetRemotePodNetworks() {
+			c.RemoteNetworkConfig.RemotePodNetworks = append(c.RemoteNetworkConfig.RemotePodNetworks, &eksv1.RemoteNetwork{Cidrs: n.GetCidrs()})
+		}
+	}
+	if t := spec.GetControlPlaneScalingTier(); t != "" {
+		c.ControlPlaneScalingConfig = &eksv1.ControlPlaneScalingConfig{Tier: t}
 	}
 	if ca := rec.GetCertificateAuthorityData(); ca != "" {
 		c.CertificateAuthority = &eksv1.Certificate{Data: ca}

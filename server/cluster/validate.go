@@ -24,6 +24,7 @@ var (
 	ipFamilies          = []string{"ipv4", "ipv6"}
 	authenticationModes = []string{"API", "API_AND_CONFIG_MAP", "CONFIG_MAP"}
 	supportTypes        = []string{"STANDARD", "EXTENDED"}
+	scalingTiers        = []string{"standard", "tier-xl", "tier-2xl", "tier-4xl", "tier-8xl"}
 )
 
 const maxNameLength = 100
@@ -102,6 +103,20 @@ func (s *Service) validateCreate(req *eksv1.CreateClusterRequest) error {
 	}
 	if t := req.GetUpgradePolicy().GetSupportType(); t != "" && !slices.Contains(supportTypes, t) {
 		return invalid(name, "upgradePolicy supportType %q is not one of %s.", t, strings.Join(supportTypes, ", "))
+	}
+	if r := req.GetComputeConfig().GetNodeRoleArn(); r != "" && !roleARNPattern.MatchString(r) {
+		return invalid(name, "computeConfig nodeRoleArn %q is not an IAM role ARN.", r)
+	}
+	rn := req.GetRemoteNetworkConfig()
+	for _, n := range append(slices.Clone(rn.GetRemoteNodeNetworks()), rn.GetRemotePodNetworks()...) {
+		for _, c := range n.GetCidrs() {
+			if p, err := netip.ParsePrefix(c); err != nil || !p.Addr().Is4() || p != p.Masked() {
+				return invalid(name, "remoteNetworkConfig CIDR %q is not an IPv4 CIDR block.", c)
+			}
+		}
+	}
+	if t := req.GetControlPlaneScalingConfig().GetTier(); t != "" && !slices.Contains(scalingTiers, t) {
+		return invalid(name, "controlPlaneScalingConfig tier %q is not one of %s.", t, strings.Join(scalingTiers, ", "))
 	}
 	return nil
 }

@@ -100,6 +100,24 @@ func TestValidateCreate(t *testing.T) {
 		}, false},
 		{"support type unknown", func(r *eksv1.CreateClusterRequest) { r.UpgradePolicy = &eksv1.UpgradePolicy{SupportType: "FOREVER"} }, false},
 		{"reserved tag", func(r *eksv1.CreateClusterRequest) { r.Tags = map[string]string{"aws:x": "y"} }, false},
+		{"auto mode compute", func(r *eksv1.CreateClusterRequest) {
+			r.ComputeConfig = &eksv1.ComputeConfig{Enabled: proto.Bool(true), NodeRoleArn: "arn:aws:iam::000000000000:role/node"}
+		}, true},
+		{"compute node role that is not a role", func(r *eksv1.CreateClusterRequest) {
+			r.ComputeConfig = &eksv1.ComputeConfig{NodeRoleArn: "arn:aws:iam::000000000000:user/node"}
+		}, false},
+		{"remote node network CIDR", func(r *eksv1.CreateClusterRequest) {
+			r.RemoteNetworkConfig = &eksv1.RemoteNetworkConfig{RemoteNodeNetworks: []*eksv1.RemoteNetwork{{Cidrs: []string{"10.200.0.0/16"}}}}
+		}, true},
+		{"remote pod network bad CIDR", func(r *eksv1.CreateClusterRequest) {
+			r.RemoteNetworkConfig = &eksv1.RemoteNetworkConfig{RemotePodNetworks: []*eksv1.RemoteNetwork{{Cidrs: []string{"10.200.0.0"}}}}
+		}, false},
+		{"scaling tier", func(r *eksv1.CreateClusterRequest) {
+			r.ControlPlaneScalingConfig = &eksv1.ControlPlaneScalingConfig{Tier: "tier-xl"}
+		}, true},
+		{"scaling tier unknown", func(r *eksv1.CreateClusterRequest) {
+			r.ControlPlaneScalingConfig = &eksv1.ControlPlaneScalingConfig{Tier: "huge"}
+		}, false},
 		{"token of 64 characters", func(r *eksv1.CreateClusterRequest) { r.ClientRequestToken = strings.Repeat("t", 64) }, true},
 		{"token of 65 characters", func(r *eksv1.CreateClusterRequest) { r.ClientRequestToken = strings.Repeat("t", 65) }, false},
 	}

@@ -55,6 +55,8 @@ func TestClusterLifecycleWithSDK(t *testing.T) {
 		ResourcesVpcConfig: &types.VpcConfigRequest{SubnetIds: []string{"subnet-a"}, EndpointPrivateAccess: aws.Bool(true)},
 		Tags:               map[string]string{"team": "platform"},
 		AccessConfig:       &types.CreateAccessConfigRequest{AuthenticationMode: types.AuthenticationModeApi},
+		ComputeConfig:      &types.ComputeConfigRequest{Enabled: aws.Bool(true), NodePools: []string{"system"}, NodeRoleArn: aws.String("arn:aws:iam::000000000000:role/node")},
+		StorageConfig:      &types.StorageConfigRequest{BlockStorage: &types.BlockStorage{Enabled: aws.Bool(true)}},
 		Logging: &types.Logging{ClusterLogging: []types.LogSetup{
 			{Types: []types.LogType{types.LogTypeApi, types.LogTypeAudit}, Enabled: aws.Bool(true)},
 		}},
@@ -87,6 +89,10 @@ func TestClusterLifecycleWithSDK(t *testing.T) {
 		fmt.Sprint(c.Logging.ClusterLogging[0].Types) != "[api audit]" || !aws.ToBool(c.Logging.ClusterLogging[0].Enabled) ||
 		fmt.Sprint(c.Logging.ClusterLogging[1].Types) != "[authenticator controllerManager scheduler]" || aws.ToBool(c.Logging.ClusterLogging[1].Enabled) {
 		t.Errorf("logging = %+v", c.Logging)
+	}
+	if c.ComputeConfig == nil || !aws.ToBool(c.ComputeConfig.Enabled) || aws.ToString(c.ComputeConfig.NodeRoleArn) != "arn:aws:iam::000000000000:role/node" ||
+		c.StorageConfig == nil || c.StorageConfig.BlockStorage == nil || !aws.ToBool(c.StorageConfig.BlockStorage.Enabled) {
+		t.Errorf("Auto Mode configuration not echoed: compute=%+v storage=%+v", c.ComputeConfig, c.StorageConfig)
 	}
 	if aws.ToString(c.Id) == "" {
 		t.Error("id (incarnation uid) is empty")

@@ -106,7 +106,11 @@ const createBody = `{
   "clientRequestToken": "wire-token-1",
   "tags": {"env": "test"},
   "accessConfig": {"authenticationMode": "API_AND_CONFIG_MAP", "bootstrapClusterCreatorAdminPermissions": false},
-  "upgradePolicy": {"supportType": "STANDARD"}
+  "upgradePolicy": {"supportType": "STANDARD"},
+  "computeConfig": {"enabled": true, "nodePools": ["general-purpose"], "nodeRoleArn": "arn:aws:iam::000000000000:role/eks-node"},
+  "storageConfig": {"blockStorage": {"enabled": true}},
+  "remoteNetworkConfig": {"remoteNodeNetworks": [{"cidrs": ["10.200.0.0/16"]}], "remotePodNetworks": [{"cidrs": ["10.201.0.0/16"]}]},
+  "controlPlaneScalingConfig": {"tier": "standard"}
 }`
 
 func TestClusterWireBodies(t *testing.T) {

@@ -44,14 +44,18 @@ type Cluster struct {
 	Tags                 map[string]string   `protobuf:"bytes,14,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	EncryptionConfig     []*EncryptionConfig `protobuf:"bytes,15,rep,name=encryption_config,json=encryptionConfig,proto3" json:"encryption_config,omitempty"`
 	// The cluster's incarnation id.
-	Id                 string                `protobuf:"bytes,16,opt,name=id,proto3" json:"id,omitempty"`
-	AccessConfig       *AccessConfigResponse `protobuf:"bytes,17,opt,name=access_config,json=accessConfig,proto3" json:"access_config,omitempty"`
-	UpgradePolicy      *UpgradePolicy        `protobuf:"bytes,18,opt,name=upgrade_policy,json=upgradePolicy,proto3" json:"upgrade_policy,omitempty"`
-	ZonalShiftConfig   *ZonalShiftConfig     `protobuf:"bytes,19,opt,name=zonal_shift_config,json=zonalShiftConfig,proto3" json:"zonal_shift_config,omitempty"`
-	DeletionProtection *bool                 `protobuf:"varint,20,opt,name=deletion_protection,json=deletionProtection,proto3,oneof" json:"deletion_protection,omitempty"`
-	Health             *ClusterHealth        `protobuf:"bytes,21,opt,name=health,proto3" json:"health,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	Id                        string                     `protobuf:"bytes,16,opt,name=id,proto3" json:"id,omitempty"`
+	AccessConfig              *AccessConfigResponse      `protobuf:"bytes,17,opt,name=access_config,json=accessConfig,proto3" json:"access_config,omitempty"`
+	UpgradePolicy             *UpgradePolicy             `protobuf:"bytes,18,opt,name=upgrade_policy,json=upgradePolicy,proto3" json:"upgrade_policy,omitempty"`
+	ZonalShiftConfig          *ZonalShiftConfig          `protobuf:"bytes,19,opt,name=zonal_shift_config,json=zonalShiftConfig,proto3" json:"zonal_shift_config,omitempty"`
+	DeletionProtection        *bool                      `protobuf:"varint,20,opt,name=deletion_protection,json=deletionProtection,proto3,oneof" json:"deletion_protection,omitempty"`
+	Health                    *ClusterHealth             `protobuf:"bytes,21,opt,name=health,proto3" json:"health,omitempty"`
+	ComputeConfig             *ComputeConfig             `protobuf:"bytes,22,opt,name=compute_config,json=computeConfig,proto3" json:"compute_config,omitempty"`
+	StorageConfig             *StorageConfig             `protobuf:"bytes,23,opt,name=storage_config,json=storageConfig,proto3" json:"storage_config,omitempty"`
+	RemoteNetworkConfig       *RemoteNetworkConfig       `protobuf:"bytes,24,opt,name=remote_network_config,json=remoteNetworkConfig,proto3" json:"remote_network_config,omitempty"`
+	ControlPlaneScalingConfig *ControlPlaneScalingConfig `protobuf:"bytes,25,opt,name=control_plane_scaling_config,json=controlPlaneScalingConfig,proto3" json:"control_plane_scaling_config,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
@@ -227,6 +231,34 @@ func (x *Cluster) GetDeletionProtection() bool {
 func (x *Cluster) GetHealth() *ClusterHealth {
 	if x != nil {
 		return x.Health
+	}
+	return nil
+}
+
+func (x *Cluster) GetComputeConfig() *ComputeConfig {
+	if x != nil {
+		return x.ComputeConfig
+	}
+	return nil
+}
+
+func (x *Cluster) GetStorageConfig() *StorageConfig {
+	if x != nil {
+		return x.StorageConfig
+	}
+	return nil
+}
+
+func (x *Cluster) GetRemoteNetworkConfig() *RemoteNetworkConfig {
+	if x != nil {
+		return x.RemoteNetworkConfig
+	}
+	return nil
+}
+
+func (x *Cluster) GetControlPlaneScalingConfig() *ControlPlaneScalingConfig {
+	if x != nil {
+		return x.ControlPlaneScalingConfig
 	}
 	return nil
 }
@@ -1034,6 +1066,303 @@ func (x *ZonalShiftConfig) GetEnabled() bool {
 	return false
 }
 
+// ComputeConfig is AWS's ComputeConfigRequest and ComputeConfigResponse
+// (EKS Auto Mode compute; stored and echoed).
+type ComputeConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       *bool                  `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	NodePools     []string               `protobuf:"bytes,2,rep,name=node_pools,json=nodePools,proto3" json:"node_pools,omitempty"`
+	NodeRoleArn   string                 `protobuf:"bytes,3,opt,name=node_role_arn,json=nodeRoleArn,proto3" json:"node_role_arn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ComputeConfig) Reset() {
+	*x = ComputeConfig{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ComputeConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ComputeConfig) ProtoMessage() {}
+
+func (x *ComputeConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ComputeConfig.ProtoReflect.Descriptor instead.
+func (*ComputeConfig) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ComputeConfig) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *ComputeConfig) GetNodePools() []string {
+	if x != nil {
+		return x.NodePools
+	}
+	return nil
+}
+
+func (x *ComputeConfig) GetNodeRoleArn() string {
+	if x != nil {
+		return x.NodeRoleArn
+	}
+	return ""
+}
+
+// StorageConfig is AWS's StorageConfigRequest and StorageConfigResponse.
+type StorageConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BlockStorage  *BlockStorage          `protobuf:"bytes,1,opt,name=block_storage,json=blockStorage,proto3" json:"block_storage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageConfig) Reset() {
+	*x = StorageConfig{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageConfig) ProtoMessage() {}
+
+func (x *StorageConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageConfig.ProtoReflect.Descriptor instead.
+func (*StorageConfig) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StorageConfig) GetBlockStorage() *BlockStorage {
+	if x != nil {
+		return x.BlockStorage
+	}
+	return nil
+}
+
+// BlockStorage is AWS's BlockStorage.
+type BlockStorage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       *bool                  `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockStorage) Reset() {
+	*x = BlockStorage{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockStorage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockStorage) ProtoMessage() {}
+
+func (x *BlockStorage) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockStorage.ProtoReflect.Descriptor instead.
+func (*BlockStorage) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BlockStorage) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+// RemoteNetworkConfig is AWS's RemoteNetworkConfigRequest and
+// RemoteNetworkConfigResponse (hybrid nodes; stored and echoed).
+type RemoteNetworkConfig struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	RemoteNodeNetworks []*RemoteNetwork       `protobuf:"bytes,1,rep,name=remote_node_networks,json=remoteNodeNetworks,proto3" json:"remote_node_networks,omitempty"`
+	RemotePodNetworks  []*RemoteNetwork       `protobuf:"bytes,2,rep,name=remote_pod_networks,json=remotePodNetworks,proto3" json:"remote_pod_networks,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RemoteNetworkConfig) Reset() {
+	*x = RemoteNetworkConfig{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoteNetworkConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoteNetworkConfig) ProtoMessage() {}
+
+func (x *RemoteNetworkConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoteNetworkConfig.ProtoReflect.Descriptor instead.
+func (*RemoteNetworkConfig) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RemoteNetworkConfig) GetRemoteNodeNetworks() []*RemoteNetwork {
+	if x != nil {
+		return x.RemoteNodeNetworks
+	}
+	return nil
+}
+
+func (x *RemoteNetworkConfig) GetRemotePodNetworks() []*RemoteNetwork {
+	if x != nil {
+		return x.RemotePodNetworks
+	}
+	return nil
+}
+
+// RemoteNetwork is AWS's RemoteNodeNetwork and RemotePodNetwork.
+type RemoteNetwork struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cidrs         []string               `protobuf:"bytes,1,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoteNetwork) Reset() {
+	*x = RemoteNetwork{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoteNetwork) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoteNetwork) ProtoMessage() {}
+
+func (x *RemoteNetwork) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoteNetwork.ProtoReflect.Descriptor instead.
+func (*RemoteNetwork) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RemoteNetwork) GetCidrs() []string {
+	if x != nil {
+		return x.Cidrs
+	}
+	return nil
+}
+
+// ControlPlaneScalingConfig is AWS's ControlPlaneScalingConfig.
+type ControlPlaneScalingConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// standard, tier-xl, tier-2xl, tier-4xl or tier-8xl.
+	Tier          string `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlPlaneScalingConfig) Reset() {
+	*x = ControlPlaneScalingConfig{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlPlaneScalingConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlPlaneScalingConfig) ProtoMessage() {}
+
+func (x *ControlPlaneScalingConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlPlaneScalingConfig.ProtoReflect.Descriptor instead.
+func (*ControlPlaneScalingConfig) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ControlPlaneScalingConfig) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
 // ClusterHealth is AWS's ClusterHealth.
 type ClusterHealth struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1044,7 +1373,7 @@ type ClusterHealth struct {
 
 func (x *ClusterHealth) Reset() {
 	*x = ClusterHealth{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1385,7 @@ func (x *ClusterHealth) String() string {
 func (*ClusterHealth) ProtoMessage() {}
 
 func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1398,7 @@ func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterHealth.ProtoReflect.Descriptor instead.
 func (*ClusterHealth) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ClusterHealth) GetIssues() []*ClusterIssue {
@@ -1091,7 +1420,7 @@ type ClusterIssue struct {
 
 func (x *ClusterIssue) Reset() {
 	*x = ClusterIssue{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1432,7 @@ func (x *ClusterIssue) String() string {
 func (*ClusterIssue) ProtoMessage() {}
 
 func (x *ClusterIssue) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1445,7 @@ func (x *ClusterIssue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterIssue.ProtoReflect.Descriptor instead.
 func (*ClusterIssue) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterIssue) GetCode() string {
@@ -1158,13 +1487,17 @@ type CreateClusterRequest struct {
 	UpgradePolicy              *UpgradePolicy                  `protobuf:"bytes,12,opt,name=upgrade_policy,json=upgradePolicy,proto3" json:"upgrade_policy,omitempty"`
 	ZonalShiftConfig           *ZonalShiftConfig               `protobuf:"bytes,13,opt,name=zonal_shift_config,json=zonalShiftConfig,proto3" json:"zonal_shift_config,omitempty"`
 	DeletionProtection         *bool                           `protobuf:"varint,14,opt,name=deletion_protection,json=deletionProtection,proto3,oneof" json:"deletion_protection,omitempty"`
+	ComputeConfig              *ComputeConfig                  `protobuf:"bytes,15,opt,name=compute_config,json=computeConfig,proto3" json:"compute_config,omitempty"`
+	StorageConfig              *StorageConfig                  `protobuf:"bytes,16,opt,name=storage_config,json=storageConfig,proto3" json:"storage_config,omitempty"`
+	RemoteNetworkConfig        *RemoteNetworkConfig            `protobuf:"bytes,17,opt,name=remote_network_config,json=remoteNetworkConfig,proto3" json:"remote_network_config,omitempty"`
+	ControlPlaneScalingConfig  *ControlPlaneScalingConfig      `protobuf:"bytes,18,opt,name=control_plane_scaling_config,json=controlPlaneScalingConfig,proto3" json:"control_plane_scaling_config,omitempty"`
 	unknownFields              protoimpl.UnknownFields
 	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *CreateClusterRequest) Reset() {
 	*x = CreateClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1509,7 @@ func (x *CreateClusterRequest) String() string {
 func (*CreateClusterRequest) ProtoMessage() {}
 
 func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1522,7 @@ func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClusterRequest.ProtoReflect.Descriptor instead.
 func (*CreateClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateClusterRequest) GetName() string {
@@ -1290,6 +1623,34 @@ func (x *CreateClusterRequest) GetDeletionProtection() bool {
 	return false
 }
 
+func (x *CreateClusterRequest) GetComputeConfig() *ComputeConfig {
+	if x != nil {
+		return x.ComputeConfig
+	}
+	return nil
+}
+
+func (x *CreateClusterRequest) GetStorageConfig() *StorageConfig {
+	if x != nil {
+		return x.StorageConfig
+	}
+	return nil
+}
+
+func (x *CreateClusterRequest) GetRemoteNetworkConfig() *RemoteNetworkConfig {
+	if x != nil {
+		return x.RemoteNetworkConfig
+	}
+	return nil
+}
+
+func (x *CreateClusterRequest) GetControlPlaneScalingConfig() *ControlPlaneScalingConfig {
+	if x != nil {
+		return x.ControlPlaneScalingConfig
+	}
+	return nil
+}
+
 // CreateClusterResponse is AWS's CreateClusterResponse.
 type CreateClusterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1300,7 +1661,7 @@ type CreateClusterResponse struct {
 
 func (x *CreateClusterResponse) Reset() {
 	*x = CreateClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1673,7 @@ func (x *CreateClusterResponse) String() string {
 func (*CreateClusterResponse) ProtoMessage() {}
 
 func (x *CreateClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1686,7 @@ func (x *CreateClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClusterResponse.ProtoReflect.Descriptor instead.
 func (*CreateClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateClusterResponse) GetCluster() *Cluster {
@@ -1345,7 +1706,7 @@ type DescribeClusterRequest struct {
 
 func (x *DescribeClusterRequest) Reset() {
 	*x = DescribeClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1718,7 @@ func (x *DescribeClusterRequest) String() string {
 func (*DescribeClusterRequest) ProtoMessage() {}
 
 func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1731,7 @@ func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DescribeClusterRequest) GetName() string {
@@ -1390,7 +1751,7 @@ type DescribeClusterResponse struct {
 
 func (x *DescribeClusterResponse) Reset() {
 	*x = DescribeClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1763,7 @@ func (x *DescribeClusterResponse) String() string {
 func (*DescribeClusterResponse) ProtoMessage() {}
 
 func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1776,7 @@ func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DescribeClusterResponse) GetCluster() *Cluster {
@@ -1439,7 +1800,7 @@ type ListClustersRequest struct {
 
 func (x *ListClustersRequest) Reset() {
 	*x = ListClustersRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1812,7 @@ func (x *ListClustersRequest) String() string {
 func (*ListClustersRequest) ProtoMessage() {}
 
 func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1825,7 @@ func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListClustersRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListClustersRequest) GetMaxResults() int32 {
@@ -1499,7 +1860,7 @@ type ListClustersResponse struct {
 
 func (x *ListClustersResponse) Reset() {
 	*x = ListClustersResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1872,7 @@ func (x *ListClustersResponse) String() string {
 func (*ListClustersResponse) ProtoMessage() {}
 
 func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1885,7 @@ func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListClustersResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListClustersResponse) GetClusters() []string {
@@ -1551,7 +1912,7 @@ type DeleteClusterRequest struct {
 
 func (x *DeleteClusterRequest) Reset() {
 	*x = DeleteClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1924,7 @@ func (x *DeleteClusterRequest) String() string {
 func (*DeleteClusterRequest) ProtoMessage() {}
 
 func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1937,7 @@ func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterRequest.ProtoReflect.Descriptor instead.
 func (*DeleteClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteClusterRequest) GetName() string {
@@ -1596,7 +1957,7 @@ type DeleteClusterResponse struct {
 
 func (x *DeleteClusterResponse) Reset() {
 	*x = DeleteClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1969,7 @@ func (x *DeleteClusterResponse) String() string {
 func (*DeleteClusterResponse) ProtoMessage() {}
 
 func (x *DeleteClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1982,7 @@ func (x *DeleteClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterResponse.ProtoReflect.Descriptor instead.
 func (*DeleteClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteClusterResponse) GetCluster() *Cluster {
@@ -1635,7 +1996,7 @@ var File_saltbush_eks_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsaltbush/eks/v1/cluster.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\"\x9a\t\n" +
+	"\x1dsaltbush/eks/v1/cluster.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\"\xef\v\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03arn\x18\x02 \x01(\tR\x03arn\x12\x1d\n" +
@@ -1659,7 +2020,11 @@ const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\x0eupgrade_policy\x18\x12 \x01(\v2\x1e.saltbush.eks.v1.UpgradePolicyR\rupgradePolicy\x12O\n" +
 	"\x12zonal_shift_config\x18\x13 \x01(\v2!.saltbush.eks.v1.ZonalShiftConfigR\x10zonalShiftConfig\x124\n" +
 	"\x13deletion_protection\x18\x14 \x01(\bH\x00R\x12deletionProtection\x88\x01\x01\x126\n" +
-	"\x06health\x18\x15 \x01(\v2\x1e.saltbush.eks.v1.ClusterHealthR\x06health\x1a7\n" +
+	"\x06health\x18\x15 \x01(\v2\x1e.saltbush.eks.v1.ClusterHealthR\x06health\x12E\n" +
+	"\x0ecompute_config\x18\x16 \x01(\v2\x1e.saltbush.eks.v1.ComputeConfigR\rcomputeConfig\x12E\n" +
+	"\x0estorage_config\x18\x17 \x01(\v2\x1e.saltbush.eks.v1.StorageConfigR\rstorageConfig\x12X\n" +
+	"\x15remote_network_config\x18\x18 \x01(\v2$.saltbush.eks.v1.RemoteNetworkConfigR\x13remoteNetworkConfig\x12k\n" +
+	"\x1ccontrol_plane_scaling_config\x18\x19 \x01(\v2*.saltbush.eks.v1.ControlPlaneScalingConfigR\x19controlPlaneScalingConfig\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
@@ -1726,13 +2091,34 @@ const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\x10ZonalShiftConfig\x12\x1d\n" +
 	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01B\n" +
 	"\n" +
-	"\b_enabled\"F\n" +
+	"\b_enabled\"}\n" +
+	"\rComputeConfig\x12\x1d\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"node_pools\x18\x02 \x03(\tR\tnodePools\x12\"\n" +
+	"\rnode_role_arn\x18\x03 \x01(\tR\vnodeRoleArnB\n" +
+	"\n" +
+	"\b_enabled\"S\n" +
+	"\rStorageConfig\x12B\n" +
+	"\rblock_storage\x18\x01 \x01(\v2\x1d.saltbush.eks.v1.BlockStorageR\fblockStorage\"9\n" +
+	"\fBlockStorage\x12\x1d\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01B\n" +
+	"\n" +
+	"\b_enabled\"\xb7\x01\n" +
+	"\x13RemoteNetworkConfig\x12P\n" +
+	"\x14remote_node_networks\x18\x01 \x03(\v2\x1e.saltbush.eks.v1.RemoteNetworkR\x12remoteNodeNetworks\x12N\n" +
+	"\x13remote_pod_networks\x18\x02 \x03(\v2\x1e.saltbush.eks.v1.RemoteNetworkR\x11remotePodNetworks\"%\n" +
+	"\rRemoteNetwork\x12\x14\n" +
+	"\x05cidrs\x18\x01 \x03(\tR\x05cidrs\"/\n" +
+	"\x19ControlPlaneScalingConfig\x12\x12\n" +
+	"\x04tier\x18\x01 \x01(\tR\x04tier\"F\n" +
 	"\rClusterHealth\x125\n" +
 	"\x06issues\x18\x01 \x03(\v2\x1d.saltbush.eks.v1.ClusterIssueR\x06issues\"_\n" +
 	"\fClusterIssue\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12!\n" +
-	"\fresource_ids\x18\x03 \x03(\tR\vresourceIds\"\xf6\a\n" +
+	"\fresource_ids\x18\x03 \x03(\tR\vresourceIds\"\xcb\n" +
+	"\n" +
 	"\x14CreateClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x19\n" +
@@ -1748,7 +2134,11 @@ const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\x1dbootstrap_self_managed_addons\x18\v \x01(\bH\x00R\x1abootstrapSelfManagedAddons\x88\x01\x01\x12E\n" +
 	"\x0eupgrade_policy\x18\f \x01(\v2\x1e.saltbush.eks.v1.UpgradePolicyR\rupgradePolicy\x12O\n" +
 	"\x12zonal_shift_config\x18\r \x01(\v2!.saltbush.eks.v1.ZonalShiftConfigR\x10zonalShiftConfig\x124\n" +
-	"\x13deletion_protection\x18\x0e \x01(\bH\x01R\x12deletionProtection\x88\x01\x01\x1a7\n" +
+	"\x13deletion_protection\x18\x0e \x01(\bH\x01R\x12deletionProtection\x88\x01\x01\x12E\n" +
+	"\x0ecompute_config\x18\x0f \x01(\v2\x1e.saltbush.eks.v1.ComputeConfigR\rcomputeConfig\x12E\n" +
+	"\x0estorage_config\x18\x10 \x01(\v2\x1e.saltbush.eks.v1.StorageConfigR\rstorageConfig\x12X\n" +
+	"\x15remote_network_config\x18\x11 \x01(\v2$.saltbush.eks.v1.RemoteNetworkConfigR\x13remoteNetworkConfig\x12k\n" +
+	"\x1ccontrol_plane_scaling_config\x18\x12 \x01(\v2*.saltbush.eks.v1.ControlPlaneScalingConfigR\x19controlPlaneScalingConfig\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B \n" +
@@ -1793,7 +2183,7 @@ func file_saltbush_eks_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_saltbush_eks_v1_cluster_proto_rawDescData
 }
 
-var file_saltbush_eks_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_saltbush_eks_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_saltbush_eks_v1_cluster_proto_goTypes = []any{
 	(*Cluster)(nil),                         // 0: saltbush.eks.v1.Cluster
 	(*VpcConfigRequest)(nil),                // 1: saltbush.eks.v1.VpcConfigRequest
@@ -1810,59 +2200,76 @@ var file_saltbush_eks_v1_cluster_proto_goTypes = []any{
 	(*AccessConfigResponse)(nil),            // 12: saltbush.eks.v1.AccessConfigResponse
 	(*UpgradePolicy)(nil),                   // 13: saltbush.eks.v1.UpgradePolicy
 	(*ZonalShiftConfig)(nil),                // 14: saltbush.eks.v1.ZonalShiftConfig
-	(*ClusterHealth)(nil),                   // 15: saltbush.eks.v1.ClusterHealth
-	(*ClusterIssue)(nil),                    // 16: saltbush.eks.v1.ClusterIssue
-	(*CreateClusterRequest)(nil),            // 17: saltbush.eks.v1.CreateClusterRequest
-	(*CreateClusterResponse)(nil),           // 18: saltbush.eks.v1.CreateClusterResponse
-	(*DescribeClusterRequest)(nil),          // 19: saltbush.eks.v1.DescribeClusterRequest
-	(*DescribeClusterResponse)(nil),         // 20: saltbush.eks.v1.DescribeClusterResponse
-	(*ListClustersRequest)(nil),             // 21: saltbush.eks.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),            // 22: saltbush.eks.v1.ListClustersResponse
-	(*DeleteClusterRequest)(nil),            // 23: saltbush.eks.v1.DeleteClusterRequest
-	(*DeleteClusterResponse)(nil),           // 24: saltbush.eks.v1.DeleteClusterResponse
-	nil,                                     // 25: saltbush.eks.v1.Cluster.TagsEntry
-	nil,                                     // 26: saltbush.eks.v1.CreateClusterRequest.TagsEntry
+	(*ComputeConfig)(nil),                   // 15: saltbush.eks.v1.ComputeConfig
+	(*StorageConfig)(nil),                   // 16: saltbush.eks.v1.StorageConfig
+	(*BlockStorage)(nil),                    // 17: saltbush.eks.v1.BlockStorage
+	(*RemoteNetworkConfig)(nil),             // 18: saltbush.eks.v1.RemoteNetworkConfig
+	(*RemoteNetwork)(nil),                   // 19: saltbush.eks.v1.RemoteNetwork
+	(*ControlPlaneScalingConfig)(nil),       // 20: saltbush.eks.v1.ControlPlaneScalingConfig
+	(*ClusterHealth)(nil),                   // 21: saltbush.eks.v1.ClusterHealth
+	(*ClusterIssue)(nil),                    // 22: saltbush.eks.v1.ClusterIssue
+	(*CreateClusterRequest)(nil),            // 23: saltbush.eks.v1.CreateClusterRequest
+	(*CreateClusterResponse)(nil),           // 24: saltbush.eks.v1.CreateClusterResponse
+	(*DescribeClusterRequest)(nil),          // 25: saltbush.eks.v1.DescribeClusterRequest
+	(*DescribeClusterResponse)(nil),         // 26: saltbush.eks.v1.DescribeClusterResponse
+	(*ListClustersRequest)(nil),             // 27: saltbush.eks.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),            // 28: saltbush.eks.v1.ListClustersResponse
+	(*DeleteClusterRequest)(nil),            // 29: saltbush.eks.v1.DeleteClusterRequest
+	(*DeleteClusterResponse)(nil),           // 30: saltbush.eks.v1.DeleteClusterResponse
+	nil,                                     // 31: saltbush.eks.v1.Cluster.TagsEntry
+	nil,                                     // 32: saltbush.eks.v1.CreateClusterRequest.TagsEntry
 }
 var file_saltbush_eks_v1_cluster_proto_depIdxs = []int32{
 	2,  // 0: saltbush.eks.v1.Cluster.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigResponse
 	4,  // 1: saltbush.eks.v1.Cluster.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigResponse
 	6,  // 2: saltbush.eks.v1.Cluster.logging:type_name -> saltbush.eks.v1.Logging
 	10, // 3: saltbush.eks.v1.Cluster.certificate_authority:type_name -> saltbush.eks.v1.Certificate
-	25, // 4: saltbush.eks.v1.Cluster.tags:type_name -> saltbush.eks.v1.Cluster.TagsEntry
+	31, // 4: saltbush.eks.v1.Cluster.tags:type_name -> saltbush.eks.v1.Cluster.TagsEntry
 	8,  // 5: saltbush.eks.v1.Cluster.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
 	12, // 6: saltbush.eks.v1.Cluster.access_config:type_name -> saltbush.eks.v1.AccessConfigResponse
 	13, // 7: saltbush.eks.v1.Cluster.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
 	14, // 8: saltbush.eks.v1.Cluster.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
-	15, // 9: saltbush.eks.v1.Cluster.health:type_name -> saltbush.eks.v1.ClusterHealth
-	5,  // 10: saltbush.eks.v1.KubernetesNetworkConfigRequest.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
-	5,  // 11: saltbush.eks.v1.KubernetesNetworkConfigResponse.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
-	7,  // 12: saltbush.eks.v1.Logging.cluster_logging:type_name -> saltbush.eks.v1.LogSetup
-	9,  // 13: saltbush.eks.v1.EncryptionConfig.provider:type_name -> saltbush.eks.v1.Provider
-	16, // 14: saltbush.eks.v1.ClusterHealth.issues:type_name -> saltbush.eks.v1.ClusterIssue
-	1,  // 15: saltbush.eks.v1.CreateClusterRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
-	3,  // 16: saltbush.eks.v1.CreateClusterRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
-	6,  // 17: saltbush.eks.v1.CreateClusterRequest.logging:type_name -> saltbush.eks.v1.Logging
-	26, // 18: saltbush.eks.v1.CreateClusterRequest.tags:type_name -> saltbush.eks.v1.CreateClusterRequest.TagsEntry
-	8,  // 19: saltbush.eks.v1.CreateClusterRequest.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
-	11, // 20: saltbush.eks.v1.CreateClusterRequest.access_config:type_name -> saltbush.eks.v1.CreateAccessConfigRequest
-	13, // 21: saltbush.eks.v1.CreateClusterRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
-	14, // 22: saltbush.eks.v1.CreateClusterRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
-	0,  // 23: saltbush.eks.v1.CreateClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
-	0,  // 24: saltbush.eks.v1.DescribeClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
-	0,  // 25: saltbush.eks.v1.DeleteClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
-	17, // 26: saltbush.eks.v1.ClusterService.CreateCluster:input_type -> saltbush.eks.v1.CreateClusterRequest
-	19, // 27: saltbush.eks.v1.ClusterService.DescribeCluster:input_type -> saltbush.eks.v1.DescribeClusterRequest
-	21, // 28: saltbush.eks.v1.ClusterService.ListClusters:input_type -> saltbush.eks.v1.ListClustersRequest
-	23, // 29: saltbush.eks.v1.ClusterService.DeleteCluster:input_type -> saltbush.eks.v1.DeleteClusterRequest
-	18, // 30: saltbush.eks.v1.ClusterService.CreateCluster:output_type -> saltbush.eks.v1.CreateClusterResponse
-	20, // 31: saltbush.eks.v1.ClusterService.DescribeCluster:output_type -> saltbush.eks.v1.DescribeClusterResponse
-	22, // 32: saltbush.eks.v1.ClusterService.ListClusters:output_type -> saltbush.eks.v1.ListClustersResponse
-	24, // 33: saltbush.eks.v1.ClusterService.DeleteCluster:output_type -> saltbush.eks.v1.DeleteClusterResponse
-	30, // [30:34] is the sub-list for method output_type
-	26, // [26:30] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	21, // 9: saltbush.eks.v1.Cluster.health:type_name -> saltbush.eks.v1.ClusterHealth
+	15, // 10: saltbush.eks.v1.Cluster.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	16, // 11: saltbush.eks.v1.Cluster.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	18, // 12: saltbush.eks.v1.Cluster.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	20, // 13: saltbush.eks.v1.Cluster.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	5,  // 14: saltbush.eks.v1.KubernetesNetworkConfigRequest.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
+	5,  // 15: saltbush.eks.v1.KubernetesNetworkConfigResponse.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
+	7,  // 16: saltbush.eks.v1.Logging.cluster_logging:type_name -> saltbush.eks.v1.LogSetup
+	9,  // 17: saltbush.eks.v1.EncryptionConfig.provider:type_name -> saltbush.eks.v1.Provider
+	17, // 18: saltbush.eks.v1.StorageConfig.block_storage:type_name -> saltbush.eks.v1.BlockStorage
+	19, // 19: saltbush.eks.v1.RemoteNetworkConfig.remote_node_networks:type_name -> saltbush.eks.v1.RemoteNetwork
+	19, // 20: saltbush.eks.v1.RemoteNetworkConfig.remote_pod_networks:type_name -> saltbush.eks.v1.RemoteNetwork
+	22, // 21: saltbush.eks.v1.ClusterHealth.issues:type_name -> saltbush.eks.v1.ClusterIssue
+	1,  // 22: saltbush.eks.v1.CreateClusterRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
+	3,  // 23: saltbush.eks.v1.CreateClusterRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
+	6,  // 24: saltbush.eks.v1.CreateClusterRequest.logging:type_name -> saltbush.eks.v1.Logging
+	32, // 25: saltbush.eks.v1.CreateClusterRequest.tags:type_name -> saltbush.eks.v1.CreateClusterRequest.TagsEntry
+	8,  // 26: saltbush.eks.v1.CreateClusterRequest.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
+	11, // 27: saltbush.eks.v1.CreateClusterRequest.access_config:type_name -> saltbush.eks.v1.CreateAccessConfigRequest
+	13, // 28: saltbush.eks.v1.CreateClusterRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
+	14, // 29: saltbush.eks.v1.CreateClusterRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
+	15, // 30: saltbush.eks.v1.CreateClusterRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	16, // 31: saltbush.eks.v1.CreateClusterRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	18, // 32: saltbush.eks.v1.CreateClusterRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	20, // 33: saltbush.eks.v1.CreateClusterRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	0,  // 34: saltbush.eks.v1.CreateClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
+	0,  // 35: saltbush.eks.v1.DescribeClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
+	0,  // 36: saltbush.eks.v1.DeleteClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
+	23, // 37: saltbush.eks.v1.ClusterService.CreateCluster:input_type -> saltbush.eks.v1.CreateClusterRequest
+	25, // 38: saltbush.eks.v1.ClusterService.DescribeCluster:input_type -> saltbush.eks.v1.DescribeClusterRequest
+	27, // 39: saltbush.eks.v1.ClusterService.ListClusters:input_type -> saltbush.eks.v1.ListClustersRequest
+	29, // 40: saltbush.eks.v1.ClusterService.DeleteCluster:input_type -> saltbush.eks.v1.DeleteClusterRequest
+	24, // 41: saltbush.eks.v1.ClusterService.CreateCluster:output_type -> saltbush.eks.v1.CreateClusterResponse
+	26, // 42: saltbush.eks.v1.ClusterService.DescribeCluster:output_type -> saltbush.eks.v1.DescribeClusterResponse
+	28, // 43: saltbush.eks.v1.ClusterService.ListClusters:output_type -> saltbush.eks.v1.ListClustersResponse
+	30, // 44: saltbush.eks.v1.ClusterService.DeleteCluster:output_type -> saltbush.eks.v1.DeleteClusterResponse
+	41, // [41:45] is the sub-list for method output_type
+	37, // [37:41] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_eks_v1_cluster_proto_init() }
@@ -1878,15 +2285,17 @@ func file_saltbush_eks_v1_cluster_proto_init() {
 	file_saltbush_eks_v1_cluster_proto_msgTypes[11].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[12].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[14].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[15].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[17].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[21].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[23].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_eks_v1_cluster_proto_rawDesc), len(file_saltbush_eks_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -384,6 +384,11 @@ type ClusterSpec struct {
 	ZonalShiftEnabled          *bool                      `protobuf:"varint,7,opt,name=zonal_shift_enabled,json=zonalShiftEnabled,proto3,oneof" json:"zonal_shift_enabled,omitempty"`
 	DeletionProtection         bool                       `protobuf:"varint,8,opt,name=deletion_protection,json=deletionProtection,proto3" json:"deletion_protection,omitempty"`
 	BootstrapSelfManagedAddons bool                       `protobuf:"varint,9,opt,name=bootstrap_self_managed_addons,json=bootstrapSelfManagedAddons,proto3" json:"bootstrap_self_managed_addons,omitempty"`
+	ComputeConfig              *ClusterComputeConfig      `protobuf:"bytes,10,opt,name=compute_config,json=computeConfig,proto3" json:"compute_config,omitempty"`
+	BlockStorageEnabled        *bool                      `protobuf:"varint,11,opt,name=block_storage_enabled,json=blockStorageEnabled,proto3,oneof" json:"block_storage_enabled,omitempty"`
+	RemoteNodeNetworks         []*ClusterRemoteNetwork    `protobuf:"bytes,12,rep,name=remote_node_networks,json=remoteNodeNetworks,proto3" json:"remote_node_networks,omitempty"`
+	RemotePodNetworks          []*ClusterRemoteNetwork    `protobuf:"bytes,13,rep,name=remote_pod_networks,json=remotePodNetworks,proto3" json:"remote_pod_networks,omitempty"`
+	ControlPlaneScalingTier    string                     `protobuf:"bytes,14,opt,name=control_plane_scaling_tier,json=controlPlaneScalingTier,proto3" json:"control_plane_scaling_tier,omitempty"`
 	unknownFields              protoimpl.UnknownFields
 	sizeCache                  protoimpl.SizeCache
 }
@@ -481,6 +486,147 @@ func (x *ClusterSpec) GetBootstrapSelfManagedAddons() bool {
 	return false
 }
 
+func (x *ClusterSpec) GetComputeConfig() *ClusterComputeConfig {
+	if x != nil {
+		return x.ComputeConfig
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetBlockStorageEnabled() bool {
+	if x != nil && x.BlockStorageEnabled != nil {
+		return *x.BlockStorageEnabled
+	}
+	return false
+}
+
+func (x *ClusterSpec) GetRemoteNodeNetworks() []*ClusterRemoteNetwork {
+	if x != nil {
+		return x.RemoteNodeNetworks
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetRemotePodNetworks() []*ClusterRemoteNetwork {
+	if x != nil {
+		return x.RemotePodNetworks
+	}
+	return nil
+}
+
+func (x *ClusterSpec) GetControlPlaneScalingTier() string {
+	if x != nil {
+		return x.ControlPlaneScalingTier
+	}
+	return ""
+}
+
+// ClusterComputeConfig is the Auto Mode compute configuration.
+type ClusterComputeConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       *bool                  `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	NodePools     []string               `protobuf:"bytes,2,rep,name=node_pools,json=nodePools,proto3" json:"node_pools,omitempty"`
+	NodeRoleArn   string                 `protobuf:"bytes,3,opt,name=node_role_arn,json=nodeRoleArn,proto3" json:"node_role_arn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterComputeConfig) Reset() {
+	*x = ClusterComputeConfig{}
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterComputeConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterComputeConfig) ProtoMessage() {}
+
+func (x *ClusterComputeConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterComputeConfig.ProtoReflect.Descriptor instead.
+func (*ClusterComputeConfig) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ClusterComputeConfig) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *ClusterComputeConfig) GetNodePools() []string {
+	if x != nil {
+		return x.NodePools
+	}
+	return nil
+}
+
+func (x *ClusterComputeConfig) GetNodeRoleArn() string {
+	if x != nil {
+		return x.NodeRoleArn
+	}
+	return ""
+}
+
+// ClusterRemoteNetwork is one remote node or pod network.
+type ClusterRemoteNetwork struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cidrs         []string               `protobuf:"bytes,1,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterRemoteNetwork) Reset() {
+	*x = ClusterRemoteNetwork{}
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterRemoteNetwork) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterRemoteNetwork) ProtoMessage() {}
+
+func (x *ClusterRemoteNetwork) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterRemoteNetwork.ProtoReflect.Descriptor instead.
+func (*ClusterRemoteNetwork) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClusterRemoteNetwork) GetCidrs() []string {
+	if x != nil {
+		return x.Cidrs
+	}
+	return nil
+}
+
 // ClusterVpcConfig is the VPC configuration given at creation.
 type ClusterVpcConfig struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
@@ -496,7 +642,7 @@ type ClusterVpcConfig struct {
 
 func (x *ClusterVpcConfig) Reset() {
 	*x = ClusterVpcConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +654,7 @@ func (x *ClusterVpcConfig) String() string {
 func (*ClusterVpcConfig) ProtoMessage() {}
 
 func (x *ClusterVpcConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +667,7 @@ func (x *ClusterVpcConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterVpcConfig.ProtoReflect.Descriptor instead.
 func (*ClusterVpcConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClusterVpcConfig) GetSubnetIds() []string {
@@ -578,7 +724,7 @@ type ClusterNetworkConfig struct {
 
 func (x *ClusterNetworkConfig) Reset() {
 	*x = ClusterNetworkConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +736,7 @@ func (x *ClusterNetworkConfig) String() string {
 func (*ClusterNetworkConfig) ProtoMessage() {}
 
 func (x *ClusterNetworkConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +749,7 @@ func (x *ClusterNetworkConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNetworkConfig.ProtoReflect.Descriptor instead.
 func (*ClusterNetworkConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClusterNetworkConfig) GetServiceIpv4Cidr() string {
@@ -638,7 +784,7 @@ type ClusterLogSetup struct {
 
 func (x *ClusterLogSetup) Reset() {
 	*x = ClusterLogSetup{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +796,7 @@ func (x *ClusterLogSetup) String() string {
 func (*ClusterLogSetup) ProtoMessage() {}
 
 func (x *ClusterLogSetup) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +809,7 @@ func (x *ClusterLogSetup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterLogSetup.ProtoReflect.Descriptor instead.
 func (*ClusterLogSetup) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClusterLogSetup) GetTypes() []string {
@@ -691,7 +837,7 @@ type ClusterEncryptionConfig struct {
 
 func (x *ClusterEncryptionConfig) Reset() {
 	*x = ClusterEncryptionConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +849,7 @@ func (x *ClusterEncryptionConfig) String() string {
 func (*ClusterEncryptionConfig) ProtoMessage() {}
 
 func (x *ClusterEncryptionConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +862,7 @@ func (x *ClusterEncryptionConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEncryptionConfig.ProtoReflect.Descriptor instead.
 func (*ClusterEncryptionConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClusterEncryptionConfig) GetResources() []string {
@@ -769,7 +915,7 @@ const file_saltbush_storage_v1_cluster_proto_rawDesc = "" +
 	"\badded_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aaddedAt\"\xa4\x01\n" +
 	"\x13ClusterAccessConfig\x12/\n" +
 	"\x13authentication_mode\x18\x01 \x01(\tR\x12authenticationMode\x12\\\n" +
-	"+bootstrap_cluster_creator_admin_permissions\x18\x02 \x01(\bR'bootstrapClusterCreatorAdminPermissions\"\xce\x04\n" +
+	"+bootstrap_cluster_creator_admin_permissions\x18\x02 \x01(\bR'bootstrapClusterCreatorAdminPermissions\"\xe8\a\n" +
 	"\vClusterSpec\x12\x19\n" +
 	"\brole_arn\x18\x01 \x01(\tR\aroleArn\x12D\n" +
 	"\n" +
@@ -780,8 +926,24 @@ const file_saltbush_storage_v1_cluster_proto_rawDesc = "" +
 	"\x14upgrade_support_type\x18\x06 \x01(\tR\x12upgradeSupportType\x123\n" +
 	"\x13zonal_shift_enabled\x18\a \x01(\bH\x00R\x11zonalShiftEnabled\x88\x01\x01\x12/\n" +
 	"\x13deletion_protection\x18\b \x01(\bR\x12deletionProtection\x12A\n" +
-	"\x1dbootstrap_self_managed_addons\x18\t \x01(\bR\x1abootstrapSelfManagedAddonsB\x16\n" +
-	"\x14_zonal_shift_enabled\"\xb8\x02\n" +
+	"\x1dbootstrap_self_managed_addons\x18\t \x01(\bR\x1abootstrapSelfManagedAddons\x12P\n" +
+	"\x0ecompute_config\x18\n" +
+	" \x01(\v2).saltbush.storage.v1.ClusterComputeConfigR\rcomputeConfig\x127\n" +
+	"\x15block_storage_enabled\x18\v \x01(\bH\x01R\x13blockStorageEnabled\x88\x01\x01\x12[\n" +
+	"\x14remote_node_networks\x18\f \x03(\v2).saltbush.storage.v1.ClusterRemoteNetworkR\x12remoteNodeNetworks\x12Y\n" +
+	"\x13remote_pod_networks\x18\r \x03(\v2).saltbush.storage.v1.ClusterRemoteNetworkR\x11remotePodNetworks\x12;\n" +
+	"\x1acontrol_plane_scaling_tier\x18\x0e \x01(\tR\x17controlPlaneScalingTierB\x16\n" +
+	"\x14_zonal_shift_enabledB\x18\n" +
+	"\x16_block_storage_enabled\"\x84\x01\n" +
+	"\x14ClusterComputeConfig\x12\x1d\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"node_pools\x18\x02 \x03(\tR\tnodePools\x12\"\n" +
+	"\rnode_role_arn\x18\x03 \x01(\tR\vnodeRoleArnB\n" +
+	"\n" +
+	"\b_enabled\",\n" +
+	"\x14ClusterRemoteNetwork\x12\x14\n" +
+	"\x05cidrs\x18\x01 \x03(\tR\x05cidrs\"\xb8\x02\n" +
 	"\x10ClusterVpcConfig\x12\x1d\n" +
 	"\n" +
 	"subnet_ids\x18\x01 \x03(\tR\tsubnetIds\x12,\n" +
@@ -823,38 +985,43 @@ func file_saltbush_storage_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_saltbush_storage_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_saltbush_storage_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_saltbush_storage_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_saltbush_storage_v1_cluster_proto_goTypes = []any{
 	(ClusterStatus)(0),              // 0: saltbush.storage.v1.ClusterStatus
 	(*ClusterRecord)(nil),           // 1: saltbush.storage.v1.ClusterRecord
 	(*ClusterMember)(nil),           // 2: saltbush.storage.v1.ClusterMember
 	(*ClusterAccessConfig)(nil),     // 3: saltbush.storage.v1.ClusterAccessConfig
 	(*ClusterSpec)(nil),             // 4: saltbush.storage.v1.ClusterSpec
-	(*ClusterVpcConfig)(nil),        // 5: saltbush.storage.v1.ClusterVpcConfig
-	(*ClusterNetworkConfig)(nil),    // 6: saltbush.storage.v1.ClusterNetworkConfig
-	(*ClusterLogSetup)(nil),         // 7: saltbush.storage.v1.ClusterLogSetup
-	(*ClusterEncryptionConfig)(nil), // 8: saltbush.storage.v1.ClusterEncryptionConfig
-	nil,                             // 9: saltbush.storage.v1.ClusterRecord.TagsEntry
-	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
+	(*ClusterComputeConfig)(nil),    // 5: saltbush.storage.v1.ClusterComputeConfig
+	(*ClusterRemoteNetwork)(nil),    // 6: saltbush.storage.v1.ClusterRemoteNetwork
+	(*ClusterVpcConfig)(nil),        // 7: saltbush.storage.v1.ClusterVpcConfig
+	(*ClusterNetworkConfig)(nil),    // 8: saltbush.storage.v1.ClusterNetworkConfig
+	(*ClusterLogSetup)(nil),         // 9: saltbush.storage.v1.ClusterLogSetup
+	(*ClusterEncryptionConfig)(nil), // 10: saltbush.storage.v1.ClusterEncryptionConfig
+	nil,                             // 11: saltbush.storage.v1.ClusterRecord.TagsEntry
+	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: saltbush.storage.v1.ClusterRecord.status:type_name -> saltbush.storage.v1.ClusterStatus
-	10, // 1: saltbush.storage.v1.ClusterRecord.created_at:type_name -> google.protobuf.Timestamp
-	10, // 2: saltbush.storage.v1.ClusterRecord.modified_at:type_name -> google.protobuf.Timestamp
+	12, // 1: saltbush.storage.v1.ClusterRecord.created_at:type_name -> google.protobuf.Timestamp
+	12, // 2: saltbush.storage.v1.ClusterRecord.modified_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: saltbush.storage.v1.ClusterRecord.members:type_name -> saltbush.storage.v1.ClusterMember
 	3,  // 4: saltbush.storage.v1.ClusterRecord.access_config:type_name -> saltbush.storage.v1.ClusterAccessConfig
-	9,  // 5: saltbush.storage.v1.ClusterRecord.tags:type_name -> saltbush.storage.v1.ClusterRecord.TagsEntry
+	11, // 5: saltbush.storage.v1.ClusterRecord.tags:type_name -> saltbush.storage.v1.ClusterRecord.TagsEntry
 	4,  // 6: saltbush.storage.v1.ClusterRecord.spec:type_name -> saltbush.storage.v1.ClusterSpec
-	10, // 7: saltbush.storage.v1.ClusterMember.added_at:type_name -> google.protobuf.Timestamp
-	5,  // 8: saltbush.storage.v1.ClusterSpec.vpc_config:type_name -> saltbush.storage.v1.ClusterVpcConfig
-	6,  // 9: saltbush.storage.v1.ClusterSpec.network_config:type_name -> saltbush.storage.v1.ClusterNetworkConfig
-	7,  // 10: saltbush.storage.v1.ClusterSpec.logging:type_name -> saltbush.storage.v1.ClusterLogSetup
-	8,  // 11: saltbush.storage.v1.ClusterSpec.encryption_config:type_name -> saltbush.storage.v1.ClusterEncryptionConfig
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	12, // 7: saltbush.storage.v1.ClusterMember.added_at:type_name -> google.protobuf.Timestamp
+	7,  // 8: saltbush.storage.v1.ClusterSpec.vpc_config:type_name -> saltbush.storage.v1.ClusterVpcConfig
+	8,  // 9: saltbush.storage.v1.ClusterSpec.network_config:type_name -> saltbush.storage.v1.ClusterNetworkConfig
+	9,  // 10: saltbush.storage.v1.ClusterSpec.logging:type_name -> saltbush.storage.v1.ClusterLogSetup
+	10, // 11: saltbush.storage.v1.ClusterSpec.encryption_config:type_name -> saltbush.storage.v1.ClusterEncryptionConfig
+	5,  // 12: saltbush.storage.v1.ClusterSpec.compute_config:type_name -> saltbush.storage.v1.ClusterComputeConfig
+	6,  // 13: saltbush.storage.v1.ClusterSpec.remote_node_networks:type_name -> saltbush.storage.v1.ClusterRemoteNetwork
+	6,  // 14: saltbush.storage.v1.ClusterSpec.remote_pod_networks:type_name -> saltbush.storage.v1.ClusterRemoteNetwork
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_storage_v1_cluster_proto_init() }
@@ -863,14 +1030,15 @@ func file_saltbush_storage_v1_cluster_proto_init() {
 		return
 	}
 	file_saltbush_storage_v1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
-	file_saltbush_storage_v1_cluster_proto_msgTypes[5].OneofWrappers = []any{}
+	file_saltbush_storage_v1_cluster_proto_msgTypes[4].OneofWrappers = []any{}
+	file_saltbush_storage_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_cluster_proto_rawDesc), len(file_saltbush_storage_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
