@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -50,6 +52,12 @@ type Config struct {
 	EtcdEndpoints []string
 	// EtcdPrefix is the root of saltbush's keyspace.
 	EtcdPrefix string
+	// EtcdCAFile, EtcdCertFile and EtcdKeyFile secure the connection to an
+	// external etcd: the CA that signed etcd's server certificate, and the
+	// client certificate and key saltbush presents.
+	EtcdCAFile, EtcdCertFile, EtcdKeyFile string
+	// EtcdUsername and EtcdPassword authenticate to an etcd with auth on.
+	EtcdUsername, EtcdPassword string
 	// EtcdUnsafeNoFsync makes the embedded etcd skip fsync (tests only).
 	EtcdUnsafeNoFsync bool
 	// DefaultAccount is the account every caller acts as until request
@@ -147,8 +155,15 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		endpoints = s.etcd.Endpoints()
 		log.Info("embedded etcd started", "dir", filepath.Join(cfg.DataDir, "etcd"), "endpoints", strings.Join(endpoints, ","))
 	}
+	etcdTLS, err := cfg.etcdTLS()
+	if err != nil {
+		return nil, err
+	}
 	s.client, err = clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
+		TLS:         etcdTLS,
+		Username:    cfg.EtcdUsername,
+		Password:    cfg.EtcdPassword,
 		DialTimeout: 5 * time.Second,
 		Context:     context.WithoutCancel(ctx),
 		Logger:      zap.NewNop(),
@@ -231,6 +246,22 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
 	return s, nil
+}
+
+// etcdTLS is the client TLS configuration for an external etcd, or nil.
+func (c Config) etcdTLS() (*tls.Config, error) {
+	if c.EtcdCAFile == "" && c.EtcdCertFile == "" && c.EtcdKeyFile == "" {
+		return nil, nil
+	}
+	if (c.EtcdCertFile == "") != (c.EtcdKeyFile == "") {
+		return nil, errors.New("etcd TLS: a client certificate needs its key, and a key its certificate")
+	}
+	info := transport.TLSInfo{CertFile: c.EtcdCertFile, KeyFile: c.EtcdKeyFile, TrustedCAFile: c.EtcdCAFile}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w", err)
+	}
+	return cfg, nil
 }
 
 // HTTPAddr is the bound façade address.

@@ -100,3 +100,8 @@ func (s *Server) GRPC(tb testing.TB) *grpc.ClientConn {
 func WithReadinessInterval(d time.Duration) Option {
 	return func(c *server.Config) { c.ReadinessInterval = d }
 }
+
+// WithConfig adjusts any part of the configuration.
+func WithConfig(f func(*server.Config)) Option {
+	return Option(f)
+}

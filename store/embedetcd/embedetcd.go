@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -36,6 +37,9 @@ type Config struct {
 	InitialCluster string
 	// UnsafeNoFsync skips fsync: for tests only, never for real data.
 	UnsafeNoFsync bool
+	// ClientTLS, when set, serves clients over TLS (ClientURL must then be
+	// https); with ClientCertAuth, clients must present a certificate.
+	ClientTLS *transport.TLSInfo
 	// CompactionRetention keeps this much history (periodic auto-compaction);
 	// one hour when zero.
 	CompactionRetention time.Duration
@@ -137,6 +141,12 @@ func buildConfig(cfg Config) (*embed.Config, error) {
 	pu, err := url.Parse(peerURL)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd peer URL %q: %w", peerURL, err)
+	}
+	if cfg.ClientTLS != nil {
+		if cu.Scheme != "https" {
+			return nil, fmt.Errorf("embedded etcd: client TLS needs an https client URL, got %q", clientURL)
+		}
+		ec.ClientTLSInfo = *cfg.ClientTLS
 	}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
