@@ -80,8 +80,9 @@ func (t *Txn) Create(key string, rec proto.Message) *Txn {
 }
 
 // CreateWithTTL is Create with the key attached to a lease, so etcd removes
-// it once it has lived at least ttl (and at most ttl plus the lease-reuse
-// window): idempotency records. Keys written close together share a lease
+// it once it has lived at least ttl (normally by ttl plus the lease-reuse
+// window; etcd restarts a lease's countdown on leader change, so later is
+// possible): idempotency records. Keys written close together share a lease
 // (leases.go), so this costs no extra raft write per transaction.
 func (t *Txn) CreateWithTTL(key string, rec proto.Message, ttl time.Duration) *Txn {
 	t.Create(key, rec)
