@@ -393,7 +393,7 @@ func summarize(mode, sizes string, paths []path, results map[string]map[int]resu
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "ratio\tc\tthroughput\tp50\t")
 	for _, base := range []string{"raw-etcd", "raw-etcd-idem"} {
-		for _, x := range []string{"grpc", "facade"} {
+		for _, x := range []string{"grpc", "facade", "facade-http"} {
 			for _, c := range concurrencies {
 				a, okA := results[base][c]
 				r, okR := results[x][c]
