@@ -22,8 +22,8 @@ type UpdateFunc func(cur proto.Message, txn *Txn) error
 // lost race the transaction's Else branch returns the winning value, and the
 // loop retries from it without another read. If update leaves the record
 // unchanged and adds no writes, nothing is written (its guards, if it added
-// any, are still checked in a transaction without writes). The final record is left
-// in into; the returned revision is its mod revision.
+// any, are still checked in a transaction without writes). The final record
+// is left in into; the returned revision is its mod revision.
 //
 // If a guard added by update fails while the record itself is unchanged, the
 // guard is what stopped the write: ErrConflict is returned, not retried (and
@@ -113,6 +113,9 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 			return 0, err
 		}
 		value, modRev = kvs[0].Value, kvs[0].ModRevision
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, mapErr(err, key)
 	}
 	return 0, fmt.Errorf("%s: every attempt lost the race: %w", key, ErrConflict)
 }
