@@ -131,10 +131,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if r.ContentLength > h.cfg.MaxBodyBytes {
-		h.writeError(ctx, rec, r, &errdefs.Error{
-			Exception: "RequestEntityTooLargeException",
-			Message:   fmt.Sprintf("Request body of %d bytes exceeds the limit of %d bytes.", r.ContentLength, h.cfg.MaxBodyBytes),
-		}, http.StatusRequestEntityTooLarge)
+		h.writeTooLarge(ctx, rec, r)
 		return
 	}
 	r.Body = http.MaxBytesReader(rec, r.Body, h.cfg.MaxBodyBytes)
@@ -155,10 +152,7 @@ func (h *Handler) errorHandler(ctx context.Context, _ *runtime.ServeMux, _ runti
 	st := status.Convert(err)
 	if st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "http: request body too large") {
 		// A chunked body (no Content-Length) that crossed MaxBytesReader.
-		h.writeError(ctx, w, r, &errdefs.Error{
-			Exception: "RequestEntityTooLargeException",
-			Message:   fmt.Sprintf("Request body exceeds the limit of %d bytes.", h.cfg.MaxBodyBytes),
-		}, http.StatusRequestEntityTooLarge)
+		h.writeTooLarge(ctx, w, r)
 		return
 	}
 	e := errdefs.FromGRPC(st)
@@ -183,6 +177,14 @@ func (h *Handler) routingErrorHandler(ctx context.Context, _ *runtime.ServeMux, 
 		httpStatus = http.StatusNotFound
 	}
 	h.writeError(ctx, w, r, e, httpStatus)
+}
+
+// writeTooLarge refuses a body over MaxBodyBytes, declared or streamed.
+func (h *Handler) writeTooLarge(ctx context.Context, w http.ResponseWriter, r *http.Request) {
+	h.writeError(ctx, w, r, &errdefs.Error{
+		Exception: "RequestEntityTooLargeException",
+		Message:   fmt.Sprintf("Request body exceeds the limit of %d bytes.", h.cfg.MaxBodyBytes),
+	}, http.StatusRequestEntityTooLarge)
 }
 
 // writeError writes AWS's REST-JSON error: the shape name in

@@ -162,7 +162,11 @@ func (s *Service) replay(ctx context.Context, idemKey string, fingerprint []byte
 			WithField("clusterName", name)
 	}
 	rec := &storagev1.ClusterRecord{}
-	if _, err := s.store.Get(ctx, prior.GetResourceKey(), rec); err != nil || rec.GetUid() != prior.GetResourceUid() {
+	_, err := s.store.Get(ctx, prior.GetResourceKey(), rec)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("create cluster %q: read the cluster of an earlier request: %w", name, err)
+	}
+	if err != nil || rec.GetUid() != prior.GetResourceUid() {
 		// The cluster this token created is gone; the name may be reused.
 		return nil, errdefs.ResourceInUse(
 			"The clientRequestToken was already used for cluster %s, which no longer exists.", name).
