@@ -4,9 +4,7 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +18,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 )
@@ -113,30 +112,18 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (
 	rec := s.newRecord(who, req, now)
 	key := store.ClusterKey(who.AccountID, req.GetName())
 
-	txn := store.NewTxn().Create(key, rec)
-	var idemKey string
-	var fingerprint []byte
-	if tok := req.GetClientRequestToken(); tok != "" {
-		idemKey = store.IdempotencyKey(who.AccountID, opCreateCluster, tok)
-		if fingerprint, err = requestFingerprint(req); err != nil {
-			return nil, err
-		}
-		txn.CreateWithTTL(idemKey, &storagev1.IdempotencyRecord{
-			Operation:          opCreateCluster,
-			RequestFingerprint: fingerprint,
-			ResourceKey:        key,
-			ResourceUid:        rec.GetUid(),
-			CreatedAt:          timestamppb.New(now),
-		}, s.cfg.IdempotencyTTL)
+	tok, err := idempotency.New(who.AccountID, opCreateCluster, req)
+	if err != nil {
+		return nil, err
 	}
+	txn := store.NewTxn().Create(key, rec)
+	tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, now)
 	if _, err := s.store.Commit(ctx, txn); err != nil {
 		if !errors.Is(err, store.ErrExists) {
 			return nil, fmt.Errorf("create cluster %q: %w", req.GetName(), err)
 		}
-		if idemKey != "" {
-			if prior, err := s.replay(ctx, idemKey, fingerprint, req.GetName()); prior != nil || err != nil {
-				return prior, err
-			}
+		if prior, err := s.replay(ctx, tok, req.GetName()); prior != nil || err != nil {
+			return prior, err
 		}
 		return nil, errdefs.ResourceInUse("Cluster already exists with name: %s", req.GetName()).
 			WithField("clusterName", req.GetName()).WithCause(err)
@@ -148,21 +135,20 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (
 // replay answers a create whose token was used before: the original
 // cluster for the same parameters, an error for different ones. It returns
 // nil, nil when the token is unknown (the collision was on the name).
-func (s *Service) replay(ctx context.Context, idemKey string, fingerprint []byte, name string) (*storagev1.ClusterRecord, error) {
-	prior := &storagev1.IdempotencyRecord{}
-	if _, err := s.store.Get(ctx, idemKey, prior); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil
+func (s *Service) replay(ctx context.Context, tok idempotency.Token, name string) (*storagev1.ClusterRecord, error) {
+	prior, err := tok.Lookup(ctx, s.store)
+	if err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			return nil, e.WithField("clusterName", name)
 		}
-		return nil, fmt.Errorf("create cluster %q: read idempotency record: %w", name, err)
+		return nil, fmt.Errorf("create cluster %q: %w", name, err)
 	}
-	if !bytes.Equal(prior.GetRequestFingerprint(), fingerprint) {
-		return nil, errdefs.InvalidParameter(
-			"The clientRequestToken was already used for a CreateCluster request with different parameters.").
-			WithField("clusterName", name)
+	if prior == nil {
+		return nil, nil
 	}
 	rec := &storagev1.ClusterRecord{}
-	_, err := s.store.Get(ctx, prior.GetResourceKey(), rec)
+	_, err = s.store.Get(ctx, prior.GetResourceKey(), rec)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("create cluster %q: read the cluster of an earlier request: %w", name, err)
 	}
@@ -173,22 +159,6 @@ func (s *Service) replay(ctx context.Context, idemKey string, fingerprint []byte
 			WithField("clusterName", name)
 	}
 	return rec, nil
-}
-
-// requestFingerprint hashes the request without its token, so retries with
-// the same parameters match and any changed parameter does not.
-func requestFingerprint(req proto.Message) ([]byte, error) {
-	c := proto.Clone(req)
-	if r, ok := c.(interface{ GetClientRequestToken() string }); ok && r.GetClientRequestToken() != "" {
-		m := c.ProtoReflect()
-		m.Clear(m.Descriptor().Fields().ByName("client_request_token"))
-	}
-	b, err := store.Encode(c)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(b)
-	return sum[:], nil
 }
 
 // Describe returns the caller's cluster name.

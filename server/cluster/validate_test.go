@@ -139,25 +139,3 @@ func TestValidateCreate(t *testing.T) {
 		})
 	}
 }
-
-func TestRequestFingerprintIgnoresOnlyTheToken(t *testing.T) {
-	a := validRequest()
-	a.ClientRequestToken = "t1"
-	b := validRequest()
-	b.ClientRequestToken = "t2"
-	c := validRequest()
-	c.ClientRequestToken = "t1"
-	c.Version = "1.33"
-	fa, _ := requestFingerprint(a)
-	fb, _ := requestFingerprint(b)
-	fc, _ := requestFingerprint(c)
-	if string(fa) != string(fb) {
-		t.Error("fingerprints differ for requests that differ only in token")
-	}
-	if string(fa) == string(fc) {
-		t.Error("fingerprints equal for requests with different versions")
-	}
-	if a.GetClientRequestToken() != "t1" {
-		t.Error("fingerprinting modified the request")
-	}
-}
