@@ -107,6 +107,18 @@ func NotFound(format string, args ...any) *Error {
 	return newError(ResourceNotFoundException, format, args)
 }
 
+// BadRequest is AWS's BadRequestException (400), which the tag operations
+// model instead of InvalidParameterException.
+func BadRequest(format string, args ...any) *Error {
+	return newError(BadRequestException, format, args)
+}
+
+// MissingResource is AWS's NotFoundException (404), which the tag
+// operations model instead of ResourceNotFoundException.
+func MissingResource(format string, args ...any) *Error {
+	return newError(NotFoundException, format, args)
+}
+
 // ResourceInUse is AWS's ResourceInUseException (409): the resource exists
 // already, or its state forbids the change.
 func ResourceInUse(format string, args ...any) *Error {

@@ -25,3 +25,22 @@ func IdempotencyKey(account, operation, token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return "idempotency/" + account + "/" + operation + "/" + hex.EncodeToString(sum[:])
 }
+
+// AddonsPrefix is the prefix of a cluster incarnation's add-on records.
+func AddonsPrefix(clusterUID string) string { return ClusterChildrenPrefix(clusterUID) + "addons/" }
+
+// AddonKey is where an add-on record lives.
+func AddonKey(clusterUID, name string) string { return AddonsPrefix(clusterUID) + name }
+
+// AddonUpdatesPrefix is the prefix of one add-on's update records. Updates
+// are grouped by add-on because AWS scopes ListUpdates by addonName, so a
+// listing is one prefix scan, and removing an add-on drops its history in one
+// DeleteRange.
+func AddonUpdatesPrefix(clusterUID, addon string) string {
+	return ClusterChildrenPrefix(clusterUID) + "updates/addons/" + addon + "/"
+}
+
+// AddonUpdateKey is where one add-on update record lives.
+func AddonUpdateKey(clusterUID, addon, updateID string) string {
+	return AddonUpdatesPrefix(clusterUID, addon) + updateID
+}

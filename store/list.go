@@ -155,3 +155,17 @@ func (t *tokenSigner) open(token, scope, prefix string) (string, error) {
 	}
 	return p.A, nil
 }
+
+// SealPageToken makes a continuation token for a listing that is not read
+// from etcd (the add-on catalogue): resume after the name after, within
+// scope. It is signed with the same key as List's tokens, so every replica
+// accepts it and a tampered or foreign token is refused.
+func (s *Store) SealPageToken(scope, after string) string {
+	return s.tokens.seal(scope, "", after)
+}
+
+// OpenPageToken returns the name a token from SealPageToken resumes after.
+// It fails with ErrInvalidToken for a token of another scope or a forged one.
+func (s *Store) OpenPageToken(token, scope string) (string, error) {
+	return s.tokens.open(token, scope, "")
+}

@@ -54,6 +54,40 @@ func idempotencyRecordV1() proto.Message {
 	}
 }
 
+func addonRecordV1() proto.Message {
+	return &storagev1.AddonRecord{
+		ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", AccountId: "000000000000", ClusterName: "golden",
+		Name: "coredns", Uid: "0b9e7c1d-3f4a-4e2b-8c6d-5a1f2e3d4c5b",
+		Arn:        "arn:aws:eks:us-east-1:000000000000:addon/golden/coredns/0b9e7c1d-3f4a-4e2b-8c6d-5a1f2e3d4c5b",
+		Generation: 3, Status: storagev1.AddonStatus_ADDON_STATUS_UPDATING,
+		Spec: &storagev1.AddonSpec{
+			Version: "v1.11.4-eksbuild.2", ConfigurationValues: `{"replicaCount":3}`,
+			ServiceAccountRoleArn: "arn:aws:iam::000000000000:role/coredns", ResolveConflicts: "OVERWRITE",
+			PodIdentityAssociations: []*storagev1.PodIdentityAssociation{{ServiceAccount: "coredns", RoleArn: "arn:aws:iam::000000000000:role/p", AssociationId: "a-abcdefghij0123456"}},
+			Namespace:               "kube-system",
+		},
+		Observed: &storagev1.AddonObserved{
+			Generation: 2, Phase: storagev1.AddonPhase_ADDON_PHASE_READY, ExecutorEpoch: 4, ObservedAt: goldenT, InstanceId: "i-0abc",
+			Issues: []*storagev1.AddonIssue{{Code: "InsufficientNumberOfReplicas", Message: "1/2", ResourceIds: []string{"kube-system/coredns"}}},
+		},
+		Issues:    []*storagev1.AddonIssue{{Code: "ClusterUnreachable", Message: "late"}},
+		Tags:      map[string]string{"team": "platform"},
+		CreatedAt: goldenT, ModifiedAt: goldenT, UpdateId: "01930000-0000-7000-8000-000000000001", Deadline: goldenT,
+		References: []string{"nodegroup/gpu-a"}, CreatedForReferences: true, ClientRequestToken: "tok",
+	}
+}
+
+func updateRecordV1() proto.Message {
+	return &storagev1.UpdateRecord{
+		Id: "01930000-0000-7000-8000-000000000001", ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22",
+		AddonName: "coredns", AddonUid: "0b9e7c1d-3f4a-4e2b-8c6d-5a1f2e3d4c5b", Generation: 3, Type: "AddonUpdate",
+		Status:    storagev1.UpdateStatus_UPDATE_STATUS_FAILED,
+		Params:    []*storagev1.UpdateParam{{Type: "AddonVersion", Value: "v1.11.4-eksbuild.2"}},
+		Errors:    []*storagev1.UpdateError{{ErrorCode: "ClusterUnreachable", ErrorMessage: "late", ResourceIds: []string{"x"}}},
+		CreatedAt: goldenT, ModifiedAt: goldenT,
+	}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -62,6 +96,8 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"ClusterRecord.v1.binpb", clusterRecordV1},
 		{"StoreMeta.v1.binpb", storeMetaV1},
 		{"IdempotencyRecord.v1.binpb", idempotencyRecordV1},
+		{"AddonRecord.v1.binpb", addonRecordV1},
+		{"UpdateRecord.v1.binpb", updateRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

@@ -37,6 +37,10 @@ type Config struct {
 	InitialCluster string
 	// UnsafeNoFsync skips fsync: for tests only, never for real data.
 	UnsafeNoFsync bool
+	// ElectionTimeout is raft's election timeout (heartbeat a tenth of it);
+	// etcd's 1s when zero. A fresh single member waits about this long
+	// before it elects itself, so tests that start many members shorten it.
+	ElectionTimeout time.Duration
 	// ClientTLS, when set, serves clients over TLS (ClientURL must then be
 	// https); with ClientCertAuth, clients must present a certificate.
 	ClientTLS *transport.TLSInfo
@@ -122,6 +126,10 @@ func buildConfig(cfg Config) (*embed.Config, error) {
 		return nil, fmt.Errorf("embedded etcd data directory: %w", err)
 	}
 	ec.Dir = cfg.Dir
+	if cfg.ElectionTimeout > 0 {
+		ec.ElectionMs = uint(cfg.ElectionTimeout.Milliseconds())
+		ec.TickMs = max(ec.ElectionMs/10, 1)
+	}
 	clientURL, peerURL := cfg.ClientURL, cfg.PeerURL
 	var err error
 	if clientURL == "" {
