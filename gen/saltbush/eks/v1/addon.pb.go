@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -877,8 +878,8 @@ func (x *ListAddonsResponse) GetNextToken() string {
 
 // UpdateAddonRequest is AWS's UpdateAddonRequest. Members left out keep
 // their value; an empty serviceAccountRoleArn or configurationValues clears
-// it. An empty podIdentityAssociations list is indistinguishable from an
-// absent one here and keeps the current associations.
+// it, and an empty podIdentityAssociations list (`[]`) removes every
+// association, as AWS documents.
 type UpdateAddonRequest struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	ClusterName           string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
@@ -886,10 +887,14 @@ type UpdateAddonRequest struct {
 	AddonVersion          *string                `protobuf:"bytes,3,opt,name=addon_version,json=addonVersion,proto3,oneof" json:"addon_version,omitempty"`
 	ServiceAccountRoleArn *string                `protobuf:"bytes,4,opt,name=service_account_role_arn,json=serviceAccountRoleArn,proto3,oneof" json:"service_account_role_arn,omitempty"`
 	// OVERWRITE, NONE or PRESERVE.
-	ResolveConflicts        string                          `protobuf:"bytes,5,opt,name=resolve_conflicts,json=resolveConflicts,proto3" json:"resolve_conflicts,omitempty"`
-	ClientRequestToken      string                          `protobuf:"bytes,6,opt,name=client_request_token,json=clientRequestToken,proto3" json:"client_request_token,omitempty"`
-	ConfigurationValues     *string                         `protobuf:"bytes,7,opt,name=configuration_values,json=configurationValues,proto3,oneof" json:"configuration_values,omitempty"`
-	PodIdentityAssociations []*AddonPodIdentityAssociations `protobuf:"bytes,8,rep,name=pod_identity_associations,json=podIdentityAssociations,proto3" json:"pod_identity_associations,omitempty"`
+	ResolveConflicts    string  `protobuf:"bytes,5,opt,name=resolve_conflicts,json=resolveConflicts,proto3" json:"resolve_conflicts,omitempty"`
+	ClientRequestToken  string  `protobuf:"bytes,6,opt,name=client_request_token,json=clientRequestToken,proto3" json:"client_request_token,omitempty"`
+	ConfigurationValues *string `protobuf:"bytes,7,opt,name=configuration_values,json=configurationValues,proto3,oneof" json:"configuration_values,omitempty"`
+	// A list of AddonPodIdentityAssociations objects ({serviceAccount,
+	// roleArn}). It is a ListValue, not a repeated field, because AWS gives
+	// an absent list ("keep") and an empty one ("remove all") different
+	// meanings, and a repeated field cannot tell them apart.
+	PodIdentityAssociations *structpb.ListValue `protobuf:"bytes,8,opt,name=pod_identity_associations,json=podIdentityAssociations,proto3" json:"pod_identity_associations,omitempty"`
 	unknownFields           protoimpl.UnknownFields
 	sizeCache               protoimpl.SizeCache
 }
@@ -973,7 +978,7 @@ func (x *UpdateAddonRequest) GetConfigurationValues() string {
 	return ""
 }
 
-func (x *UpdateAddonRequest) GetPodIdentityAssociations() []*AddonPodIdentityAssociations {
+func (x *UpdateAddonRequest) GetPodIdentityAssociations() *structpb.ListValue {
 	if x != nil {
 		return x.PodIdentityAssociations
 	}
@@ -1702,22 +1707,22 @@ var File_saltbush_eks_v1_addon_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_addon_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsaltbush/eks/v1/addon.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1csaltbush/eks/v1/update.proto\"\xa0\x06\n" +
+	"\x1bsaltbush/eks/v1/addon.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1dsaltbush/eks/v1/options.proto\x1a\x1csaltbush/eks/v1/update.proto\"\xac\x06\n" +
 	"\x05Addon\x12\x1d\n" +
 	"\n" +
 	"addon_name\x18\x01 \x01(\tR\taddonName\x12!\n" +
 	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12#\n" +
-	"\raddon_version\x18\x04 \x01(\tR\faddonVersion\x124\n" +
-	"\x06health\x18\x05 \x01(\v2\x1c.saltbush.eks.v1.AddonHealthR\x06health\x12\x1b\n" +
+	"\raddon_version\x18\x04 \x01(\tR\faddonVersion\x12:\n" +
+	"\x06health\x18\x05 \x01(\v2\x1c.saltbush.eks.v1.AddonHealthB\x04\xa0\xbb\x18\x01R\x06health\x12\x1b\n" +
 	"\taddon_arn\x18\x06 \x01(\tR\baddonArn\x12\x1d\n" +
 	"\n" +
 	"created_at\x18\a \x01(\x01R\tcreatedAt\x12\x1f\n" +
 	"\vmodified_at\x18\b \x01(\x01R\n" +
 	"modifiedAt\x127\n" +
-	"\x18service_account_role_arn\x18\t \x01(\tR\x15serviceAccountRoleArn\x124\n" +
+	"\x18service_account_role_arn\x18\t \x01(\tR\x15serviceAccountRoleArn\x12:\n" +
 	"\x04tags\x18\n" +
-	" \x03(\v2 .saltbush.eks.v1.Addon.TagsEntryR\x04tags\x12\x1c\n" +
+	" \x03(\v2 .saltbush.eks.v1.Addon.TagsEntryB\x04\xa0\xbb\x18\x01R\x04tags\x12\x1c\n" +
 	"\tpublisher\x18\v \x01(\tR\tpublisher\x12\x14\n" +
 	"\x05owner\x18\f \x01(\tR\x05owner\x12`\n" +
 	"\x17marketplace_information\x18\r \x01(\v2'.saltbush.eks.v1.MarketplaceInformationR\x16marketplaceInformation\x121\n" +
@@ -1726,9 +1731,9 @@ const file_saltbush_eks_v1_addon_proto_rawDesc = "" +
 	"\x10namespace_config\x18\x10 \x01(\v2-.saltbush.eks.v1.AddonNamespaceConfigResponseR\x0fnamespaceConfig\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
-	"\vAddonHealth\x123\n" +
-	"\x06issues\x18\x01 \x03(\v2\x1b.saltbush.eks.v1.AddonIssueR\x06issues\"]\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
+	"\vAddonHealth\x129\n" +
+	"\x06issues\x18\x01 \x03(\v2\x1b.saltbush.eks.v1.AddonIssueB\x04\xa0\xbb\x18\x01R\x06issues\"]\n" +
 	"\n" +
 	"AddonIssue\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
@@ -1780,7 +1785,7 @@ const file_saltbush_eks_v1_addon_proto_rawDesc = "" +
 	"\x12ListAddonsResponse\x12\x16\n" +
 	"\x06addons\x18\x01 \x03(\tR\x06addons\x12\x1d\n" +
 	"\n" +
-	"next_token\x18\x02 \x01(\tR\tnextToken\"\x88\x04\n" +
+	"next_token\x18\x02 \x01(\tR\tnextToken\"\xf5\x03\n" +
 	"\x12UpdateAddonRequest\x12!\n" +
 	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\x12\x1d\n" +
 	"\n" +
@@ -1789,8 +1794,8 @@ const file_saltbush_eks_v1_addon_proto_rawDesc = "" +
 	"\x18service_account_role_arn\x18\x04 \x01(\tH\x01R\x15serviceAccountRoleArn\x88\x01\x01\x12+\n" +
 	"\x11resolve_conflicts\x18\x05 \x01(\tR\x10resolveConflicts\x120\n" +
 	"\x14client_request_token\x18\x06 \x01(\tR\x12clientRequestToken\x126\n" +
-	"\x14configuration_values\x18\a \x01(\tH\x02R\x13configurationValues\x88\x01\x01\x12i\n" +
-	"\x19pod_identity_associations\x18\b \x03(\v2-.saltbush.eks.v1.AddonPodIdentityAssociationsR\x17podIdentityAssociationsB\x10\n" +
+	"\x14configuration_values\x18\a \x01(\tH\x02R\x13configurationValues\x88\x01\x01\x12V\n" +
+	"\x19pod_identity_associations\x18\b \x01(\v2\x1a.google.protobuf.ListValueR\x17podIdentityAssociationsB\x10\n" +
 	"\x0e_addon_versionB\x1b\n" +
 	"\x19_service_account_role_arnB\x17\n" +
 	"\x15_configuration_values\"F\n" +
@@ -1908,7 +1913,8 @@ var file_saltbush_eks_v1_addon_proto_goTypes = []any{
 	(*AddonPodIdentityConfiguration)(nil),      // 24: saltbush.eks.v1.AddonPodIdentityConfiguration
 	nil,                                        // 25: saltbush.eks.v1.Addon.TagsEntry
 	nil,                                        // 26: saltbush.eks.v1.CreateAddonRequest.TagsEntry
-	(*Update)(nil),                             // 27: saltbush.eks.v1.Update
+	(*structpb.ListValue)(nil),                 // 27: google.protobuf.ListValue
+	(*Update)(nil),                             // 28: saltbush.eks.v1.Update
 }
 var file_saltbush_eks_v1_addon_proto_depIdxs = []int32{
 	1,  // 0: saltbush.eks.v1.Addon.health:type_name -> saltbush.eks.v1.AddonHealth
@@ -1921,8 +1927,8 @@ var file_saltbush_eks_v1_addon_proto_depIdxs = []int32{
 	5,  // 7: saltbush.eks.v1.CreateAddonRequest.namespace_config:type_name -> saltbush.eks.v1.AddonNamespaceConfigRequest
 	0,  // 8: saltbush.eks.v1.CreateAddonResponse.addon:type_name -> saltbush.eks.v1.Addon
 	0,  // 9: saltbush.eks.v1.DescribeAddonResponse.addon:type_name -> saltbush.eks.v1.Addon
-	4,  // 10: saltbush.eks.v1.UpdateAddonRequest.pod_identity_associations:type_name -> saltbush.eks.v1.AddonPodIdentityAssociations
-	27, // 11: saltbush.eks.v1.UpdateAddonResponse.update:type_name -> saltbush.eks.v1.Update
+	27, // 10: saltbush.eks.v1.UpdateAddonRequest.pod_identity_associations:type_name -> google.protobuf.ListValue
+	28, // 11: saltbush.eks.v1.UpdateAddonResponse.update:type_name -> saltbush.eks.v1.Update
 	0,  // 12: saltbush.eks.v1.DeleteAddonResponse.addon:type_name -> saltbush.eks.v1.Addon
 	19, // 13: saltbush.eks.v1.DescribeAddonVersionsResponse.addons:type_name -> saltbush.eks.v1.AddonInfo
 	20, // 14: saltbush.eks.v1.AddonInfo.addon_versions:type_name -> saltbush.eks.v1.AddonVersionInfo
@@ -1955,6 +1961,7 @@ func file_saltbush_eks_v1_addon_proto_init() {
 	if File_saltbush_eks_v1_addon_proto != nil {
 		return
 	}
+	file_saltbush_eks_v1_options_proto_init()
 	file_saltbush_eks_v1_update_proto_init()
 	file_saltbush_eks_v1_addon_proto_msgTypes[11].OneofWrappers = []any{}
 	file_saltbush_eks_v1_addon_proto_msgTypes[13].OneofWrappers = []any{}

@@ -296,7 +296,7 @@ var File_saltbush_eks_v1_tag_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_tag_proto_rawDesc = "" +
 	"\n" +
-	"\x19saltbush/eks/v1/tag.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\"\xb3\x01\n" +
+	"\x19saltbush/eks/v1/tag.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1dsaltbush/eks/v1/options.proto\"\xb3\x01\n" +
 	"\x12TagResourceRequest\x12!\n" +
 	"\fresource_arn\x18\x01 \x01(\tR\vresourceArn\x12A\n" +
 	"\x04tags\x18\x02 \x03(\v2-.saltbush.eks.v1.TagResourceRequest.TagsEntryR\x04tags\x1a7\n" +
@@ -309,9 +309,9 @@ const file_saltbush_eks_v1_tag_proto_rawDesc = "" +
 	"\btag_keys\x18\x02 \x03(\tR\atagKeys\"\x17\n" +
 	"\x15UntagResourceResponse\"?\n" +
 	"\x1aListTagsForResourceRequest\x12!\n" +
-	"\fresource_arn\x18\x01 \x01(\tR\vresourceArn\"\xa2\x01\n" +
-	"\x1bListTagsForResourceResponse\x12J\n" +
-	"\x04tags\x18\x01 \x03(\v26.saltbush.eks.v1.ListTagsForResourceResponse.TagsEntryR\x04tags\x1a7\n" +
+	"\fresource_arn\x18\x01 \x01(\tR\vresourceArn\"\xa8\x01\n" +
+	"\x1bListTagsForResourceResponse\x12P\n" +
+	"\x04tags\x18\x01 \x03(\v26.saltbush.eks.v1.ListTagsForResourceResponse.TagsEntryB\x04\xa0\xbb\x18\x01R\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x96\x03\n" +
@@ -365,6 +365,7 @@ func file_saltbush_eks_v1_tag_proto_init() {
 	if File_saltbush_eks_v1_tag_proto != nil {
 		return
 	}
+	file_saltbush_eks_v1_options_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

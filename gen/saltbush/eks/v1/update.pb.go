@@ -493,15 +493,15 @@ var File_saltbush_eks_v1_update_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_update_proto_rawDesc = "" +
 	"\n" +
-	"\x1csaltbush/eks/v1/update.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\"\xcf\x01\n" +
+	"\x1csaltbush/eks/v1/update.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1dsaltbush/eks/v1/options.proto\"\xdb\x01\n" +
 	"\x06Update\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\x124\n" +
-	"\x06params\x18\x04 \x03(\v2\x1c.saltbush.eks.v1.UpdateParamR\x06params\x12\x1d\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12:\n" +
+	"\x06params\x18\x04 \x03(\v2\x1c.saltbush.eks.v1.UpdateParamB\x04\xa0\xbb\x18\x01R\x06params\x12\x1d\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\x01R\tcreatedAt\x124\n" +
-	"\x06errors\x18\x06 \x03(\v2\x1c.saltbush.eks.v1.ErrorDetailR\x06errors\"7\n" +
+	"created_at\x18\x05 \x01(\x01R\tcreatedAt\x12:\n" +
+	"\x06errors\x18\x06 \x03(\v2\x1c.saltbush.eks.v1.ErrorDetailB\x04\xa0\xbb\x18\x01R\x06errors\"7\n" +
 	"\vUpdateParam\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"t\n" +
@@ -581,6 +581,7 @@ func file_saltbush_eks_v1_update_proto_init() {
 	if File_saltbush_eks_v1_update_proto != nil {
 		return
 	}
+	file_saltbush_eks_v1_options_proto_init()
 	file_saltbush_eks_v1_update_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
