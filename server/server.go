@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,8 +35,12 @@ import (
 	"github.com/saltbush/saltbush/gen/openapi"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/server/addon"
+	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/tagging"
+	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
 )
@@ -60,6 +65,9 @@ type Config struct {
 	EtcdUsername, EtcdPassword string
 	// EtcdUnsafeNoFsync makes the embedded etcd skip fsync (tests only).
 	EtcdUnsafeNoFsync bool
+	// EtcdElectionTimeout is the embedded etcd's raft election timeout
+	// (etcd's default when zero); tests shorten it to start faster.
+	EtcdElectionTimeout time.Duration
 	// DefaultAccount is the account every caller acts as until request
 	// authentication lands.
 	DefaultAccount string
@@ -71,6 +79,11 @@ type Config struct {
 	ReadinessInterval time.Duration
 	// Cluster configures the cluster service.
 	Cluster cluster.Config
+	// Addon configures the add-on service. Its Region and IdempotencyTTL
+	// must equal the cluster service's (serve sets both from one flag).
+	Addon addon.Config
+	// ReplicaName names this replica in the add-on sweeper election.
+	ReplicaName string
 	// Logger receives structured logs.
 	Logger *slog.Logger
 }
@@ -87,6 +100,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:   15 * time.Second,
 		ReadinessInterval: 5 * time.Second,
 		Cluster:           cluster.DefaultConfig(),
+		Addon:             addon.DefaultConfig(),
 	}
 }
 
@@ -102,7 +116,10 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("max body bytes must be positive"))
 	}
-	errs = append(errs, c.Cluster.Validate())
+	errs = append(errs, c.Cluster.Validate(), c.Addon.Validate())
+	if c.Addon.Region != c.Cluster.Region {
+		errs = append(errs, fmt.Errorf("add-on region %q differs from cluster region %q", c.Addon.Region, c.Cluster.Region))
+	}
 	return errors.Join(errs...)
 }
 
@@ -114,6 +131,7 @@ type Server struct {
 	client   *clientv3.Client
 	store    *store.Store
 	registry *prometheus.Registry
+	sweeper  *addon.Sweeper
 
 	grpcServer *grpc.Server
 	health     *health.Server
@@ -145,9 +163,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
 		s.etcd, err = embedetcd.Start(ctx, embedetcd.Config{
-			Name:          "saltbush",
-			Dir:           filepath.Join(cfg.DataDir, "etcd"),
-			UnsafeNoFsync: cfg.EtcdUnsafeNoFsync,
+			Name:            "saltbush",
+			Dir:             filepath.Join(cfg.DataDir, "etcd"),
+			UnsafeNoFsync:   cfg.EtcdUnsafeNoFsync,
+			ElectionTimeout: cfg.EtcdElectionTimeout,
 		})
 		if err != nil {
 			return nil, err
@@ -184,6 +203,26 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	eksClusters := cluster.NewEKSServer(clusters)
+	cat, err := catalog.Load()
+	if err != nil {
+		return nil, fmt.Errorf("add-on catalogue: %w", err)
+	}
+	addons, err := addon.NewService(s.store, clusters, cat, cfg.Addon, s.registry, log.With("service", "addon"))
+	if err != nil {
+		return nil, err
+	}
+	eksAddons := addon.NewEKSServer(addons)
+	eksUpdates := update.NewEKSServer(update.NewService(s.store, clusters, log.With("service", "update")))
+	eksTags := tagging.NewEKSServer(tagging.NewService(cfg.Cluster.Region, map[string]tagging.Resource{
+		"cluster": clusters.Tagging(),
+		"addon":   addons.Tagging(),
+	}, log.With("service", "tagging")))
+	replica := cfg.ReplicaName
+	if replica == "" {
+		host, _ := os.Hostname()
+		replica = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	s.sweeper = addons.NewSweeper(replica)
 
 	// gRPC: the public port. Identity comes from the connection (until
 	// mTLS lands, the configured default account), never from metadata.
@@ -202,6 +241,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	)
 	eksv1.RegisterClusterServiceServer(s.grpcServer, eksClusters)
 	controlv1.RegisterClusterControlServiceServer(s.grpcServer, cluster.NewControlServer(clusters))
+	eksv1.RegisterAddonServiceServer(s.grpcServer, eksAddons)
+	eksv1.RegisterUpdateServiceServer(s.grpcServer, eksUpdates)
+	eksv1.RegisterTagServiceServer(s.grpcServer, eksTags)
+	controlv1.RegisterAddonControlServiceServer(s.grpcServer, addon.NewControlServer(addons))
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcServer, s.health)
 	reflection.Register(s.grpcServer)
@@ -213,7 +256,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Logger:        log.With("component", "gateway"),
 		Registerer:    s.registry,
 	}, func(ctx context.Context, mux *runtime.ServeMux) error {
-		return eksv1.RegisterClusterServiceHandlerServer(ctx, mux, eksClusters)
+		return errors.Join(
+			eksv1.RegisterClusterServiceHandlerServer(ctx, mux, eksClusters),
+			eksv1.RegisterAddonServiceHandlerServer(ctx, mux, eksAddons),
+			eksv1.RegisterUpdateServiceHandlerServer(ctx, mux, eksUpdates),
+			eksv1.RegisterTagServiceHandlerServer(ctx, mux, eksTags),
+		)
 	})
 	if err != nil {
 		return nil, err
@@ -270,6 +318,9 @@ func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 // GRPCAddr is the bound gRPC address.
 func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 
+// AddonSweeper returns this replica's add-on deadline sweeper.
+func (s *Server) AddonSweeper() *addon.Sweeper { return s.sweeper }
+
 // Store returns the server's store (for tests and admin tooling in-process).
 func (s *Server) Store() *store.Store { return s.store }
 
@@ -305,6 +356,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("saltbush serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr())
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	go s.watchReadiness(watchCtx)
+	sweeperDone := make(chan struct{})
+	go func() { defer close(sweeperDone); s.sweeper.Run(watchCtx) }()
 
 	var err error
 	select {
@@ -312,6 +365,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	case err = <-errc:
 	}
 	stopWatch()
+	// The sweeper resigns its election before etcd goes away.
+	<-sweeperDone
 	s.shutdown()
 	return err
 }

@@ -36,7 +36,7 @@ func newAdminCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&af.addr, "grpc-addr", "127.0.0.1:9090", "saltbush gRPC address")
 	cmd.PersistentFlags().StringVar(&af.account, "account", "000000000000", "account that owns the cluster")
 	cmd.PersistentFlags().DurationVar(&af.timeout, "timeout", 10*time.Second, "request timeout")
-	cmd.AddCommand(newAdminClusterCommand(af))
+	cmd.AddCommand(newAdminClusterCommand(af), newAdminAddonCommand(af))
 	return cmd
 }
 

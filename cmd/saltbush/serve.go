@@ -32,6 +32,9 @@ func newServeCommand() *cobra.Command {
 			} else {
 				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, opts))
 			}
+			// One --region and one --idempotency-ttl for every service.
+			cfg.Addon.Region = cfg.Cluster.Region
+			cfg.Addon.IdempotencyTTL = cfg.Cluster.IdempotencyTTL
 			srv, err := server.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -55,6 +58,11 @@ func newServeCommand() *cobra.Command {
 	f.StringSliceVar(&cfg.Cluster.KubernetesVersions, "kubernetes-versions", cfg.Cluster.KubernetesVersions, "Kubernetes minors clusters may run")
 	f.StringVar(&cfg.Cluster.DefaultKubernetesVersion, "default-kubernetes-version", cfg.Cluster.DefaultKubernetesVersion, "Kubernetes minor used when CreateCluster names none")
 	f.DurationVar(&cfg.Cluster.IdempotencyTTL, "idempotency-ttl", cfg.Cluster.IdempotencyTTL, "how long a clientRequestToken is remembered")
+	f.DurationVar(&cfg.Addon.CreateTimeout, "addon-create-timeout", cfg.Addon.CreateTimeout, "how long an add-on may stay CREATING before it is CREATE_FAILED (ClusterUnreachable)")
+	f.DurationVar(&cfg.Addon.UpdateTimeout, "addon-update-timeout", cfg.Addon.UpdateTimeout, "how long an add-on may stay UPDATING before it is UPDATE_FAILED (ClusterUnreachable)")
+	f.DurationVar(&cfg.Addon.DeleteTimeout, "addon-delete-timeout", cfg.Addon.DeleteTimeout, "how long an add-on may stay DELETING before it is DELETE_FAILED (ClusterUnreachable)")
+	f.DurationVar(&cfg.Addon.SweepInterval, "addon-sweep-interval", cfg.Addon.SweepInterval, "how often the elected replica looks for passed add-on deadlines")
+	f.StringVar(&cfg.ReplicaName, "replica-name", "", "this replica's name in elections (default host/pid)")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest accepted request body")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

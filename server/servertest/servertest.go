@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,11 @@ type Server struct {
 	URL string
 	// Config is what the server was started with.
 	Config server.Config
+
+	stopOnce sync.Once
+	stop     func()
+	done     chan error
+	serveErr error
 }
 
 // Option adjusts the configuration before start.
@@ -48,6 +54,9 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.DataDir = tb.TempDir()
 	cfg.EtcdUnsafeNoFsync = true
+	// A single member elects itself after one election timeout: 1s by
+	// default, paid by every test that starts a server.
+	cfg.EtcdElectionTimeout = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
 	if os.Getenv("SALTBUSH_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -62,15 +71,24 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		tb.Fatalf("start saltbush: %v", err)
 	}
 	serveCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(serveCtx) }()
+	s := &Server{Server: srv, URL: "http://" + srv.HTTPAddr(), Config: cfg, stop: stop, done: make(chan error, 1)}
+	go func() { s.done <- srv.Serve(serveCtx) }()
 	tb.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
+		if err := s.Stop(); err != nil {
 			tb.Errorf("saltbush serve: %v", err)
 		}
 	})
-	return &Server{Server: srv, URL: "http://" + srv.HTTPAddr(), Config: cfg}
+	return s
+}
+
+// Stop shuts the server down gracefully (as SIGTERM does) and returns what
+// Serve returned. Later calls return the same.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		s.stop()
+		s.serveErr = <-s.done
+	})
+	return s.serveErr
 }
 
 // EKS returns an unmodified AWS SDK EKS client for the façade. Requests are

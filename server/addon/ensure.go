@@ -1,0 +1,185 @@
+package addon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/saltbush/saltbush/errdefs"
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Add-ons owned by reference (DESIGN §4.2, seed gap 14): a node-group
+// controller that needs nvidia-device-plugin on a cluster calls EnsureAddon
+// with its own reference and ReleaseAddon when it no longer needs it. Errors
+// are returned to the caller, never swallowed.
+
+// Ensure makes sure the add-on exists for reference: it creates it if
+// absent (marked as created for references), re-drives a CREATE_FAILED or
+// DELETE_FAILED record to a new CREATING generation, and records the
+// reference. It
+// reports whether it created or re-drove the add-on. An add-on being
+// deleted is refused; the caller retries once the deletion finished.
+func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest) (*storagev1.AddonRecord, bool, error) {
+	if err := validateReference(req.GetReference()); err != nil {
+		return nil, false, err
+	}
+	var (
+		rec     *storagev1.AddonRecord
+		created bool
+	)
+	err := retryConflicts(ctx, func() error {
+		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), true)
+		if err != nil {
+			return err
+		}
+		a, err := s.lookupAddon(c.GetName(), req.GetAddonName())
+		if err != nil {
+			return err
+		}
+		key := store.AddonKey(c.GetUid(), a.Name)
+		clusterKey := store.ClusterKey(c.GetAccountId(), c.GetName())
+		cur, rev, err := s.get(ctx, c, a.Name)
+		var nf *errdefs.Error
+		if errors.As(err, &nf) && nf.Exception == errdefs.ResourceNotFoundException {
+			v, err := lookupVersion(c, a, req.GetAddonVersion())
+			if err != nil {
+				return err
+			}
+			if err := parseConfiguration(c, v, req.GetConfigurationValues()); err != nil {
+				return err
+			}
+			now := s.cfg.Now()
+			uid := uuid.NewString()
+			rec = &storagev1.AddonRecord{
+				ClusterUid: c.GetUid(), AccountId: c.GetAccountId(), ClusterName: c.GetName(),
+				Name: a.Name, Uid: uid, Arn: s.ARN(c.GetAccountId(), c.GetName(), a.Name, uid),
+				Generation: 1, Status: storagev1.AddonStatus_ADDON_STATUS_CREATING,
+				Spec: &storagev1.AddonSpec{
+					Version: v.Version, ConfigurationValues: req.GetConfigurationValues(), Namespace: a.DefaultNamespace,
+				},
+				CreatedAt: timestamppb.New(now), ModifiedAt: timestamppb.New(now),
+				Deadline:             timestamppb.New(now.Add(s.cfg.CreateTimeout)),
+				References:           []string{req.GetReference()},
+				CreatedForReferences: true,
+			}
+			_, err = s.store.Commit(ctx, store.NewTxn().Create(key, rec).RequireModRevision(clusterKey, clusterRev))
+			if errors.Is(err, store.ErrExists) {
+				// Someone created it in between: ensure it as existing.
+				return store.ErrConflict
+			}
+			created = err == nil
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		next := proto.Clone(cur).(*storagev1.AddonRecord)
+		switch next.GetStatus() {
+		case storagev1.AddonStatus_ADDON_STATUS_DELETING:
+			return errdefs.ResourceInUse("Addon %s is being deleted; ensure it again once it is gone.", a.Name).
+				WithField("clusterName", c.GetName()).WithField("addonName", a.Name)
+		case storagev1.AddonStatus_ADDON_STATUS_CREATE_FAILED, storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED:
+			// Re-drive: the same desired add-on (no longer deleted), as a
+			// new generation. A DELETE_FAILED add-on that a reference needs
+			// is wanted again, not half-removed.
+			now := s.cfg.Now()
+			next.Spec.Deleted, next.Spec.Preserve = false, false
+			next.Generation++
+			next.Status = storagev1.AddonStatus_ADDON_STATUS_CREATING
+			next.Issues = nil
+			next.Deadline = timestamppb.New(now.Add(s.cfg.CreateTimeout))
+			next.ModifiedAt = timestamppb.New(now)
+			created = true
+		}
+		if !slices.Contains(next.References, req.GetReference()) {
+			next.References = append(next.References, req.GetReference())
+			slices.Sort(next.References)
+		}
+		rec = next
+		if proto.Equal(cur, next) {
+			created = false
+			return nil
+		}
+		_, err = s.store.Commit(ctx, store.NewTxn().Update(key, next, rev).RequireModRevision(clusterKey, clusterRev))
+		if err != nil {
+			created = false
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, wrapUnlessAPI(err, "ensure add-on %q for %q", req.GetAddonName(), req.GetReference())
+	}
+	return rec, created, nil
+}
+
+// Release drops reference from the add-on. When it was the last reference
+// and the add-on was created for references, the add-on moves to DELETING
+// in the same transaction. Releasing an absent reference or add-on changes
+// nothing.
+func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonRequest) (*storagev1.AddonRecord, bool, error) {
+	if err := validateReference(req.GetReference()); err != nil {
+		return nil, false, err
+	}
+	var (
+		rec      *storagev1.AddonRecord
+		deleting bool
+	)
+	err := retryConflicts(ctx, func() error {
+		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), false)
+		if err != nil {
+			return err
+		}
+		if !namePattern.MatchString(req.GetAddonName()) {
+			return invalid(c.GetName(), req.GetAddonName(), "addon name %q is not valid.", req.GetAddonName())
+		}
+		rec = &storagev1.AddonRecord{}
+		deleting = false
+		_, err = s.store.GuaranteedUpdate(ctx, store.AddonKey(c.GetUid(), req.GetAddonName()), rec,
+			func(cur proto.Message, txn *store.Txn) error {
+				r := cur.(*storagev1.AddonRecord)
+				// This function runs again after a lost race: decide afresh.
+				deleting = false
+				i := slices.Index(r.GetReferences(), req.GetReference())
+				if i < 0 {
+					return nil
+				}
+				r.References = slices.Delete(r.References, i, i+1)
+				r.ModifiedAt = timestamppb.New(s.cfg.Now())
+				if len(r.References) == 0 && r.GetCreatedForReferences() &&
+					r.GetStatus() != storagev1.AddonStatus_ADDON_STATUS_DELETING {
+					if err := s.markDeleting(ctx, r, false, txn); err != nil {
+						return err
+					}
+					deleting = true
+					txn.RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev)
+				}
+				return nil
+			})
+		if errors.Is(err, store.ErrNotFound) {
+			rec = nil
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, wrapUnlessAPI(err, "release add-on %q for %q", req.GetAddonName(), req.GetReference())
+	}
+	return rec, deleting, nil
+}
+
+// wrapUnlessAPI adds context to store errors; API errors pass unchanged.
+func wrapUnlessAPI(err error, format string, args ...any) error {
+	var apiErr *errdefs.Error
+	if err == nil || errors.As(err, &apiErr) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}

@@ -1,0 +1,175 @@
+package addon
+
+import (
+	"context"
+
+	"github.com/saltbush/saltbush/errdefs"
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/update"
+)
+
+// The gRPC shells: each method calls the domain and converts its error to
+// the wire once, here.
+
+// EKSServer serves saltbush.eks.v1.AddonService.
+type EKSServer struct {
+	eksv1.UnimplementedAddonServiceServer
+	svc *Service
+}
+
+var _ eksv1.AddonServiceServer = (*EKSServer)(nil)
+
+// NewEKSServer returns the EKS add-on API on svc.
+func NewEKSServer(svc *Service) *EKSServer { return &EKSServer{svc: svc} }
+
+// wire converts a domain error to a gRPC status, logging the cause of
+// server-side failures (their wire message says nothing about internals).
+func (s *Service) wire(ctx context.Context, op string, err error) error {
+	e := errdefs.Classify(err)
+	switch e.Exception {
+	case errdefs.ServerException, errdefs.ServiceUnavailableException:
+		s.log.ErrorContext(ctx, "add-on operation failed", "op", op, "err", err)
+	}
+	return errdefs.ToGRPC(e)
+}
+
+// CreateAddon implements eksv1.AddonServiceServer.
+func (s *EKSServer) CreateAddon(ctx context.Context, req *eksv1.CreateAddonRequest) (*eksv1.CreateAddonResponse, error) {
+	rec, err := s.svc.Create(ctx, req)
+	if err != nil {
+		return nil, s.svc.wire(ctx, "CreateAddon", err)
+	}
+	return &eksv1.CreateAddonResponse{Addon: s.svc.ToAPI(rec)}, nil
+}
+
+// DescribeAddon implements eksv1.AddonServiceServer.
+func (s *EKSServer) DescribeAddon(ctx context.Context, req *eksv1.DescribeAddonRequest) (*eksv1.DescribeAddonResponse, error) {
+	rec, err := s.svc.Describe(ctx, req.GetClusterName(), req.GetAddonName())
+	if err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddon", err)
+	}
+	return &eksv1.DescribeAddonResponse{Addon: s.svc.ToAPI(rec)}, nil
+}
+
+// ListAddons implements eksv1.AddonServiceServer.
+func (s *EKSServer) ListAddons(ctx context.Context, req *eksv1.ListAddonsRequest) (*eksv1.ListAddonsResponse, error) {
+	names, next, err := s.svc.List(ctx, req.GetClusterName(), req.MaxResults, req.GetNextToken())
+	if err != nil {
+		return nil, s.svc.wire(ctx, "ListAddons", err)
+	}
+	return &eksv1.ListAddonsResponse{Addons: names, NextToken: next}, nil
+}
+
+// UpdateAddon implements eksv1.AddonServiceServer.
+func (s *EKSServer) UpdateAddon(ctx context.Context, req *eksv1.UpdateAddonRequest) (*eksv1.UpdateAddonResponse, error) {
+	u, err := s.svc.Update(ctx, req)
+	if err != nil {
+		return nil, s.svc.wire(ctx, "UpdateAddon", err)
+	}
+	return &eksv1.UpdateAddonResponse{Update: update.ToAPI(u)}, nil
+}
+
+// DeleteAddon implements eksv1.AddonServiceServer.
+func (s *EKSServer) DeleteAddon(ctx context.Context, req *eksv1.DeleteAddonRequest) (*eksv1.DeleteAddonResponse, error) {
+	rec, err := s.svc.Delete(ctx, req.GetClusterName(), req.GetAddonName(), req.GetPreserve())
+	if err != nil {
+		return nil, s.svc.wire(ctx, "DeleteAddon", err)
+	}
+	return &eksv1.DeleteAddonResponse{Addon: s.svc.ToAPI(rec)}, nil
+}
+
+// DescribeAddonVersions implements eksv1.AddonServiceServer.
+func (s *EKSServer) DescribeAddonVersions(ctx context.Context, req *eksv1.DescribeAddonVersionsRequest) (*eksv1.DescribeAddonVersionsResponse, error) {
+	addons, next, err := s.svc.DescribeVersions(ctx, req)
+	if err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddonVersions", err)
+	}
+	return &eksv1.DescribeAddonVersionsResponse{Addons: addons, NextToken: next}, nil
+}
+
+// DescribeAddonConfiguration implements eksv1.AddonServiceServer.
+func (s *EKSServer) DescribeAddonConfiguration(ctx context.Context, req *eksv1.DescribeAddonConfigurationRequest) (*eksv1.DescribeAddonConfigurationResponse, error) {
+	out, err := s.svc.DescribeConfiguration(ctx, req.GetAddonName(), req.GetAddonVersion())
+	if err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddonConfiguration", err)
+	}
+	return out, nil
+}
+
+// ControlServer serves saltbush.control.v1.AddonControlService.
+type ControlServer struct {
+	controlv1.UnimplementedAddonControlServiceServer
+	svc *Service
+}
+
+var _ controlv1.AddonControlServiceServer = (*ControlServer)(nil)
+
+// NewControlServer returns the internal add-on API on svc.
+func NewControlServer(svc *Service) *ControlServer { return &ControlServer{svc: svc} }
+
+// GetAddon implements controlv1.AddonControlServiceServer.
+func (s *ControlServer) GetAddon(ctx context.Context, req *controlv1.GetAddonRequest) (*controlv1.GetAddonResponse, error) {
+	c, _, err := s.svc.cluster(ctx, req.GetCluster(), false)
+	if err != nil {
+		return nil, s.svc.wire(ctx, "GetAddon", err)
+	}
+	if !namePattern.MatchString(req.GetAddonName()) {
+		return nil, s.svc.wire(ctx, "GetAddon", addonNotFound(c.GetName(), req.GetAddonName()))
+	}
+	rec, _, err := s.svc.get(ctx, c, req.GetAddonName())
+	if err != nil {
+		return nil, s.svc.wire(ctx, "GetAddon", err)
+	}
+	return &controlv1.GetAddonResponse{Addon: ToControl(rec)}, nil
+}
+
+// ApplyAddonReport implements controlv1.AddonControlServiceServer. Until
+// the delivery path exists, reports carry no executor fence.
+func (s *ControlServer) ApplyAddonReport(ctx context.Context, req *controlv1.ApplyAddonReportRequest) (*controlv1.ApplyAddonReportResponse, error) {
+	issues := make([]*storagev1.AddonIssue, 0, len(req.GetIssues()))
+	for _, i := range req.GetIssues() {
+		issues = append(issues, &storagev1.AddonIssue{Code: i.GetCode(), Message: i.GetMessage(), ResourceIds: i.GetResourceIds()})
+	}
+	res, err := s.svc.ApplyReport(ctx, Report{
+		ClusterUID:    req.GetClusterUid(),
+		AddonName:     req.GetAddonName(),
+		AddonUID:      req.GetAddonUid(),
+		Generation:    req.GetGeneration(),
+		Phase:         storagev1.AddonPhase(req.GetPhase()),
+		Issues:        issues,
+		ExecutorEpoch: req.GetExecutorEpoch(),
+		InstanceID:    req.GetInstanceId(),
+	}, nil)
+	if err != nil {
+		return nil, s.svc.wire(ctx, "ApplyAddonReport", err)
+	}
+	out := &controlv1.ApplyAddonReportResponse{Accepted: res.Accepted, Reason: res.Reason}
+	if res.Addon != nil {
+		out.Addon = ToControl(res.Addon)
+	}
+	return out, nil
+}
+
+// EnsureAddon implements controlv1.AddonControlServiceServer.
+func (s *ControlServer) EnsureAddon(ctx context.Context, req *controlv1.EnsureAddonRequest) (*controlv1.EnsureAddonResponse, error) {
+	rec, created, err := s.svc.Ensure(ctx, req)
+	if err != nil {
+		return nil, s.svc.wire(ctx, "EnsureAddon", err)
+	}
+	return &controlv1.EnsureAddonResponse{Addon: ToControl(rec), Created: created}, nil
+}
+
+// ReleaseAddon implements controlv1.AddonControlServiceServer.
+func (s *ControlServer) ReleaseAddon(ctx context.Context, req *controlv1.ReleaseAddonRequest) (*controlv1.ReleaseAddonResponse, error) {
+	rec, deleting, err := s.svc.Release(ctx, req)
+	if err != nil {
+		return nil, s.svc.wire(ctx, "ReleaseAddon", err)
+	}
+	out := &controlv1.ReleaseAddonResponse{Deleting: deleting}
+	if rec != nil {
+		out.Addon = ToControl(rec)
+	}
+	return out, nil
+}

@@ -1,0 +1,312 @@
+package addon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/saltbush/saltbush/errdefs"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/idempotency"
+	"github.com/saltbush/saltbush/server/update"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Update applies UpdateAddon: a new desired spec at generation+1, status
+// UPDATING, and a new InProgress update record with a UUID of its own, in
+// one transaction (with the idempotency key, when a token is given). An
+// add-on that is CREATING, UPDATING or DELETING is refused with AWS's
+// ResourceInUseException.
+func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*storagev1.UpdateRecord, error) {
+	who, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := idempotency.New(who.AccountID, opUpdateAddon, req)
+	if err != nil {
+		return nil, err
+	}
+	var upd *storagev1.UpdateRecord
+	err = retryConflicts(ctx, func() error {
+		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true)
+		if err != nil {
+			return err
+		}
+		// A retry of an update that already happened gets that update,
+		// even though the add-on is UPDATING now.
+		if prior, err := s.replayUpdate(ctx, tok, c, req.GetAddonName()); prior != nil || err != nil {
+			upd = prior
+			return err
+		}
+		if !namePattern.MatchString(req.GetAddonName()) {
+			return addonNotFound(c.GetName(), req.GetAddonName())
+		}
+		a, err := s.lookupAddon(c.GetName(), req.GetAddonName())
+		if err != nil {
+			return addonNotFound(c.GetName(), req.GetAddonName())
+		}
+		key := store.AddonKey(c.GetUid(), req.GetAddonName())
+		rec := &storagev1.AddonRecord{}
+		_, err = s.store.GuaranteedUpdate(ctx, key, rec, func(cur proto.Message, txn *store.Txn) error {
+			r := cur.(*storagev1.AddonRecord)
+			u, err := s.applyUpdate(who.AccountID, c, a, r, req)
+			if err != nil {
+				return err
+			}
+			txn.Create(store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u).
+				RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
+			tok.Remember(txn, store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u.GetId(), s.cfg.IdempotencyTTL, s.cfg.Now())
+			upd = u
+			return nil
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return addonNotFound(c.GetName(), req.GetAddonName()).WithCause(err)
+		}
+		if err != nil && tok.Present() {
+			// A concurrent request with the same token may have won.
+			if prior, rerr := s.replayUpdate(ctx, tok, c, req.GetAddonName()); prior != nil {
+				upd = prior
+				return nil
+			} else if rerr != nil {
+				return rerr
+			}
+		}
+		return err
+	})
+	if err != nil {
+		var apiErr *errdefs.Error
+		if errors.As(err, &apiErr) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("update add-on %q on cluster %q: %w", req.GetAddonName(), req.GetClusterName(), err)
+	}
+	s.log.InfoContext(ctx, "add-on updating", "account", who.AccountID, "cluster", req.GetClusterName(),
+		"addon", req.GetAddonName(), "update", upd.GetId(), "generation", upd.GetGeneration())
+	return upd, nil
+}
+
+// replayUpdate returns the update an earlier request with the same token
+// made, nil when the token is new.
+func (s *Service) replayUpdate(ctx context.Context, tok idempotency.Token, c *storagev1.ClusterRecord, name string) (*storagev1.UpdateRecord, error) {
+	prior, err := tok.Lookup(ctx, s.store)
+	if err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			return nil, e.WithField("clusterName", c.GetName()).WithField("addonName", name)
+		}
+		return nil, err
+	}
+	if prior == nil {
+		return nil, nil
+	}
+	u := &storagev1.UpdateRecord{}
+	if _, err := s.store.Get(ctx, prior.GetResourceKey(), u); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, errdefs.ResourceInUse(
+				"The clientRequestToken was already used for an update of addon %s, which no longer exists.", name).
+				WithField("clusterName", c.GetName()).WithField("addonName", name)
+		}
+		return nil, fmt.Errorf("read the update of an earlier request: %w", err)
+	}
+	return u, nil
+}
+
+// applyUpdate validates req against the current record r and mutates r to
+// the next generation; it returns the update record to create.
+func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *catalog.Addon, r *storagev1.AddonRecord, req *eksv1.UpdateAddonRequest) (*storagev1.UpdateRecord, error) {
+	cn, name := c.GetName(), r.GetName()
+	switch st := r.GetStatus(); st {
+	case storagev1.AddonStatus_ADDON_STATUS_CREATING, storagev1.AddonStatus_ADDON_STATUS_UPDATING,
+		storagev1.AddonStatus_ADDON_STATUS_DELETING:
+		return nil, errdefs.ResourceInUse("Addon %s cannot be updated as it is currently in %s state", name, StatusName(st)).
+			WithField("clusterName", cn).WithField("addonName", name)
+	case storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED:
+		return nil, errdefs.InvalidRequest(
+			"Addon %s cannot be updated as it is currently in DELETE_FAILED state; delete it again.", name).
+			WithField("clusterName", cn).WithField("addonName", name)
+	}
+	spec := proto.Clone(r.GetSpec()).(*storagev1.AddonSpec)
+	var params []*storagev1.UpdateParam
+	param := func(typ, value string) {
+		params = append(params, &storagev1.UpdateParam{Type: typ, Value: value})
+	}
+
+	target, err := lookupVersion(c, a, spec.GetVersion())
+	if err != nil && req.AddonVersion == nil {
+		// The current version is no longer compatible (the cluster was
+		// upgraded); an update that does not name a version cannot proceed.
+		return nil, err
+	}
+	if req.AddonVersion != nil && req.GetAddonVersion() != spec.GetVersion() {
+		if req.GetAddonVersion() == "" {
+			return nil, invalid(cn, name, "addonVersion must not be empty.")
+		}
+		if target, err = lookupVersion(c, a, req.GetAddonVersion()); err != nil {
+			return nil, err
+		}
+		if versionIndex(a, target.Version) > versionIndex(a, spec.GetVersion()) {
+			return nil, invalid(cn, name, "Updating addon %s from version %s to the older version %s is not supported.",
+				name, spec.GetVersion(), target.Version)
+		}
+		spec.Version = target.Version
+		param("AddonVersion", target.Version)
+	}
+	if req.ConfigurationValues != nil {
+		spec.ConfigurationValues = req.GetConfigurationValues()
+		param("ConfigurationValues", req.GetConfigurationValues())
+	}
+	// The (new or kept) configuration must fit the (new or kept) version.
+	if err := parseConfiguration(c, target, spec.GetConfigurationValues()); err != nil {
+		return nil, err
+	}
+	if req.ServiceAccountRoleArn != nil {
+		if arn := req.GetServiceAccountRoleArn(); arn != "" {
+			if err := validateRoleARN(cn, name, "serviceAccountRoleArn", arn, account); err != nil {
+				return nil, err
+			}
+		}
+		spec.ServiceAccountRoleArn = req.GetServiceAccountRoleArn()
+		param("ServiceAccountRoleArn", req.GetServiceAccountRoleArn())
+	}
+	if err := validateResolveConflicts(cn, name, req.GetResolveConflicts(), false); err != nil {
+		return nil, err
+	}
+	if rc := req.GetResolveConflicts(); rc != "" {
+		spec.ResolveConflicts = rc
+		param("ResolveConflicts", rc)
+	}
+	requested, err := podIdentityList(cn, name, req.GetPodIdentityAssociations())
+	if err != nil {
+		return nil, err
+	}
+	if requested != nil {
+		// Present, possibly empty: replace (an empty list removes all).
+		pia, err := podIdentity(c, target, account, requested, spec.GetPodIdentityAssociations(), newAssociationID)
+		if err != nil {
+			return nil, err
+		}
+		spec.PodIdentityAssociations = pia
+		arns := make([]string, 0, len(pia))
+		for _, p := range pia {
+			arns = append(arns, s.podIdentityARN(account, cn, p.GetAssociationId()))
+		}
+		b, _ := json.Marshal(arns)
+		param("PodIdentityAssociations", string(b))
+	} else if len(spec.GetPodIdentityAssociations()) > 0 {
+		// Kept associations must still be valid for the target version.
+		kept := make([]*eksv1.AddonPodIdentityAssociations, 0, len(spec.GetPodIdentityAssociations()))
+		for _, p := range spec.GetPodIdentityAssociations() {
+			kept = append(kept, &eksv1.AddonPodIdentityAssociations{ServiceAccount: p.GetServiceAccount(), RoleArn: p.GetRoleArn()})
+		}
+		if _, err := podIdentity(c, target, account, kept, spec.GetPodIdentityAssociations(), newAssociationID); err != nil {
+			return nil, err
+		}
+	}
+
+	now := s.cfg.Now()
+	r.Spec = spec
+	r.Generation++
+	r.Status = storagev1.AddonStatus_ADDON_STATUS_UPDATING
+	r.Issues = nil
+	r.Deadline = timestamppb.New(now.Add(s.cfg.UpdateTimeout))
+	r.ModifiedAt = timestamppb.New(now)
+	id := uuid.Must(uuid.NewV7()).String()
+	r.UpdateId = id
+	return &storagev1.UpdateRecord{
+		Id:         id,
+		ClusterUid: c.GetUid(),
+		AddonName:  name,
+		AddonUid:   r.GetUid(),
+		Generation: r.GetGeneration(),
+		Type:       update.TypeAddonUpdate,
+		Status:     storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS,
+		Params:     params,
+		CreatedAt:  timestamppb.New(now),
+		ModifiedAt: timestamppb.New(now),
+	}, nil
+}
+
+// Delete moves an add-on to DELETING at generation+1; the record stays,
+// describable, until the guest reports REMOVED for that generation. With
+// preserve the guest stops managing the workloads and leaves them. An
+// in-progress update is Cancelled in the same transaction. Deleting an
+// add-on that is DELETING already returns it unchanged.
+func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve bool) (*storagev1.AddonRecord, error) {
+	who, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rec *storagev1.AddonRecord
+	err = retryConflicts(ctx, func() error {
+		_, c, clusterRev, err := s.callerCluster(ctx, clusterName, true)
+		if err != nil {
+			return err
+		}
+		if !namePattern.MatchString(name) {
+			return addonNotFound(clusterName, name)
+		}
+		rec = &storagev1.AddonRecord{}
+		_, err = s.store.GuaranteedUpdate(ctx, store.AddonKey(c.GetUid(), name), rec, func(cur proto.Message, txn *store.Txn) error {
+			r := cur.(*storagev1.AddonRecord)
+			if r.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETING {
+				return nil
+			}
+			if err := s.markDeleting(ctx, r, preserve, txn); err != nil {
+				return err
+			}
+			txn.RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
+			return nil
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return addonNotFound(clusterName, name).WithCause(err)
+		}
+		return err
+	})
+	if err != nil {
+		var apiErr *errdefs.Error
+		if errors.As(err, &apiErr) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("delete add-on %q on cluster %q: %w", name, clusterName, err)
+	}
+	s.log.InfoContext(ctx, "add-on deleting", "account", who.AccountID, "cluster", clusterName,
+		"addon", name, "generation", rec.GetGeneration(), "preserve", preserve)
+	return rec, nil
+}
+
+// markDeleting mutates r to its DELETING generation and cancels its
+// in-progress update in txn.
+func (s *Service) markDeleting(ctx context.Context, r *storagev1.AddonRecord, preserve bool, txn *store.Txn) error {
+	now := s.cfg.Now()
+	if r.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_UPDATING && r.GetUpdateId() != "" {
+		key := store.AddonUpdateKey(r.GetClusterUid(), r.GetName(), r.GetUpdateId())
+		u := &storagev1.UpdateRecord{}
+		if _, err := s.store.Get(ctx, key, u); err == nil {
+			if u.GetStatus() == storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS {
+				u.Status = storagev1.UpdateStatus_UPDATE_STATUS_CANCELLED
+				u.ModifiedAt = timestamppb.New(now)
+				// A plain put is safe: update records change only together
+				// with their add-on record, whose revision guards this txn.
+				txn.Put(key, u)
+			}
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("read update %s of add-on %q: %w", r.GetUpdateId(), r.GetName(), err)
+		}
+	}
+	r.Spec.Deleted = true
+	r.Spec.Preserve = preserve
+	r.Generation++
+	r.Status = storagev1.AddonStatus_ADDON_STATUS_DELETING
+	r.Issues = nil
+	r.UpdateId = ""
+	r.Deadline = timestamppb.New(now.Add(s.cfg.DeleteTimeout))
+	r.ModifiedAt = timestamppb.New(now)
+	return nil
+}

@@ -1,0 +1,199 @@
+// Package addon owns EKS managed add-ons: their records, the
+// generation-based lifecycle of DESIGN §4.2, report application, the
+// deadline sweeper, and add-ons owned by reference (EnsureAddon).
+//
+// Every desired change (create, update, delete, re-drive) bumps the
+// record's generation; status moves on a guest report only when the report
+// names the current incarnation and generation, in one transaction with the
+// check. The gRPC shells in grpc.go convert errors to the wire once.
+package addon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/saltbush/saltbush/errdefs"
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Config is the add-on service's configuration.
+type Config struct {
+	// Region appears in ARNs.
+	Region string
+	// IdempotencyTTL is how long a clientRequestToken is remembered.
+	IdempotencyTTL time.Duration
+	// CreateTimeout, UpdateTimeout and DeleteTimeout are how long a
+	// generation may stay CREATING, UPDATING or DELETING before the sweeper
+	// gives it up as *_FAILED with ClusterUnreachable.
+	CreateTimeout, UpdateTimeout, DeleteTimeout time.Duration
+	// SweepInterval is how often the elected sweeper looks for passed
+	// deadlines.
+	SweepInterval time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the configuration `saltbush serve` starts with.
+// The deadlines are generous: a control plane that is being provisioned may
+// take a while to connect its agent.
+func DefaultConfig() Config {
+	return Config{
+		Region:         "us-east-1",
+		IdempotencyTTL: 8 * time.Hour,
+		CreateTimeout:  30 * time.Minute,
+		UpdateTimeout:  30 * time.Minute,
+		DeleteTimeout:  30 * time.Minute,
+		SweepInterval:  15 * time.Second,
+	}
+}
+
+// Validate checks the configuration at start.
+func (c Config) Validate() error {
+	switch {
+	case c.Region == "":
+		return errors.New("addon config: region required")
+	case c.IdempotencyTTL < time.Minute:
+		return fmt.Errorf("addon config: idempotency TTL %s is shorter than a minute", c.IdempotencyTTL)
+	case c.CreateTimeout <= 0 || c.UpdateTimeout <= 0 || c.DeleteTimeout <= 0:
+		return errors.New("addon config: create, update and delete timeouts must be positive")
+	case c.SweepInterval <= 0:
+		return errors.New("addon config: sweep interval must be positive")
+	}
+	return nil
+}
+
+// Clusters is what the add-on service needs of the cluster service: the
+// record of a cluster (and its mod revision, which add-on writes guard on so
+// that a cluster that turned DELETING, or was recreated, in between is
+// noticed).
+type Clusters interface {
+	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+}
+
+// Service is the add-on domain logic. It is safe for concurrent use.
+type Service struct {
+	store    *store.Store
+	clusters Clusters
+	catalog  *catalog.Catalog
+	cfg      Config
+	log      *slog.Logger
+	reports  *prometheus.CounterVec
+	expired  prometheus.Counter
+}
+
+// NewService returns the add-on service. Its metrics are registered on reg.
+func NewService(st *store.Store, clusters Clusters, cat *catalog.Catalog, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Service{
+		store: st, clusters: clusters, catalog: cat, cfg: cfg, log: log,
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "saltbush_addon_reports_total",
+			Help: "Add-on reports by result: accepted, or why it changed nothing (stale_generation, stale_incarnation, unknown_addon, stale_epoch).",
+		}, []string{"result"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "saltbush_addon_deadlines_expired_total",
+			Help: "Add-on generations the sweeper moved to *_FAILED because their deadline passed.",
+		}),
+	}
+	if reg != nil {
+		if err := reg.Register(s.reports); err != nil {
+			return nil, fmt.Errorf("addon metrics: %w", err)
+		}
+		if err := reg.Register(s.expired); err != nil {
+			return nil, fmt.Errorf("addon metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Catalog returns the add-on catalogue the service validates against.
+func (s *Service) Catalog() *catalog.Catalog { return s.catalog }
+
+func caller(ctx context.Context) (identity.Caller, error) {
+	c, ok := identity.FromContext(ctx)
+	if !ok {
+		// Every edge sets a caller; reaching here without one is a wiring bug.
+		return identity.Caller{}, errors.New("request has no authenticated caller")
+	}
+	return c, nil
+}
+
+// ARN is the add-on ARN of one incarnation.
+func (s *Service) ARN(account, cluster, addon, uid string) string {
+	return fmt.Sprintf("arn:aws:eks:%s:%s:addon/%s/%s/%s", s.cfg.Region, account, cluster, addon, uid)
+}
+
+func addonNotFound(cluster, addon string) *errdefs.Error {
+	return errdefs.NotFound("No addon: %s found in cluster: %s", addon, cluster).
+		WithField("clusterName", cluster).WithField("addonName", addon)
+}
+
+// cluster returns the caller's cluster name and its mod revision, refusing
+// clusters that can no longer change (DELETING, FAILED) when forWrite.
+func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWrite bool) (*storagev1.ClusterRecord, int64, error) {
+	c, rev, err := s.clusters.Get(ctx, ref)
+	if err != nil {
+		return nil, 0, err
+	}
+	if forWrite {
+		switch c.GetStatus() {
+		case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
+			return nil, 0, errdefs.InvalidRequest(
+				"Cluster %s is in %s state; its add-ons cannot be changed.", c.GetName(), clusterStatusName(c.GetStatus())).
+				WithField("clusterName", c.GetName())
+		}
+	}
+	return c, rev, nil
+}
+
+func (s *Service) callerCluster(ctx context.Context, name string, forWrite bool) (identity.Caller, *storagev1.ClusterRecord, int64, error) {
+	who, err := caller(ctx)
+	if err != nil {
+		return identity.Caller{}, nil, 0, err
+	}
+	c, rev, err := s.cluster(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name}, forWrite)
+	return who, c, rev, err
+}
+
+// get reads one add-on record and its mod revision.
+func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, int64, error) {
+	rec := &storagev1.AddonRecord{}
+	rev, err := s.store.Get(ctx, store.AddonKey(c.GetUid(), name), rec)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, 0, addonNotFound(c.GetName(), name).WithCause(err)
+		}
+		return nil, 0, fmt.Errorf("cluster %q add-on %q: %w", c.GetName(), name, err)
+	}
+	return rec, rev, nil
+}
+
+// retryConflicts runs attempt until it does not fail with store.ErrConflict
+// (a guard on the cluster record failed because the cluster changed in
+// between: re-read and try again) or the context ends.
+func retryConflicts(ctx context.Context, attempt func() error) error {
+	for i := 0; ; i++ {
+		err := attempt()
+		if !errors.Is(err, store.ErrConflict) || i >= 20 {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Duration(i+1) * time.Millisecond)
+	}
+}

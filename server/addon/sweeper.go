@@ -1,0 +1,173 @@
+package addon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/protobuf/proto"
+
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/store"
+)
+
+// The deadline sweeper moves CREATING, UPDATING and DELETING generations
+// whose deadline passed to *_FAILED with ClusterUnreachable. It runs on
+// exactly one replica at a time: replicas campaign in an etcd election, and
+// every write of the leader carries a compare on its election key, so a
+// leader that lost its session (paused, partitioned) cannot write after a
+// successor took over (the fencing token is the key's revision).
+
+// electionPrefix is the election's key prefix, relative to the store root.
+const electionPrefix = "elections/addon-deadlines"
+
+// sessionTTL is the election session's lease TTL in seconds: how long a
+// dead leader blocks a successor.
+const sessionTTL = 10
+
+// Sweeper is the elected deadline sweeper of one replica.
+type Sweeper struct {
+	svc    *Service
+	name   string
+	leader atomic.Bool
+}
+
+// NewSweeper returns the sweeper of the replica called name (it is the
+// election value, for operators).
+func (s *Service) NewSweeper(name string) *Sweeper {
+	return &Sweeper{svc: s, name: name}
+}
+
+// Leader reports whether this replica currently holds the election.
+func (w *Sweeper) Leader() bool { return w.leader.Load() }
+
+// Run campaigns and, while leader, sweeps every SweepInterval. It returns
+// when ctx ends; a lost session is followed by a new campaign.
+func (w *Sweeper) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := w.lead(ctx); err != nil && ctx.Err() == nil {
+			w.svc.log.WarnContext(ctx, "add-on deadline sweeper lost or could not take the lead", "err", err)
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+		}
+	}
+}
+
+func (w *Sweeper) lead(ctx context.Context) error {
+	session, err := concurrency.NewSession(w.svc.store.Client(), concurrency.WithTTL(sessionTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("election session: %w", err)
+	}
+	defer session.Close()
+	election := concurrency.NewElection(session, w.svc.store.Key(electionPrefix))
+	if err := election.Campaign(ctx, w.name); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	w.leader.Store(true)
+	defer w.leader.Store(false)
+	// The leader key is never re-proclaimed, so its mod revision is its
+	// create revision: a successor's key is a different key, and this one is
+	// deleted when the session ends. Comparing it is the fence.
+	leaderKey := strings.TrimPrefix(election.Key(), w.svc.store.Prefix())
+	leaderRev := election.Rev()
+	fence := func(txn *store.Txn) { txn.RequireModRevision(leaderKey, leaderRev) }
+	w.svc.log.InfoContext(ctx, "add-on deadline sweeper leading", "replica", w.name, "fence_revision", leaderRev)
+
+	tick := time.NewTicker(w.svc.cfg.SweepInterval)
+	defer tick.Stop()
+	for {
+		if _, err := w.svc.sweep(ctx, fence); err != nil && ctx.Err() == nil {
+			w.svc.log.WarnContext(ctx, "add-on deadline sweep failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			resignCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = election.Resign(resignCtx)
+			cancel()
+			return nil
+		case <-session.Done():
+			return errors.New("election session expired")
+		case <-tick.C:
+		}
+	}
+}
+
+// sweep expires every in-flight add-on generation whose deadline passed,
+// each in its own transaction guarded by the record's revision and fence.
+// It returns how many it expired. A record that changed meanwhile (a report
+// arrived) is left for the next sweep.
+func (s *Service) sweep(ctx context.Context, fence Fence) (int, error) {
+	now := s.cfg.Now()
+	expired := 0
+	token := ""
+	for {
+		page, err := s.store.List(ctx, store.ListOptions{Prefix: "clusters/", Scope: "addon-sweeper", Token: token})
+		if err != nil {
+			return expired, fmt.Errorf("list add-ons: %w", err)
+		}
+		for _, kv := range page.Items {
+			// clusters/{uid}/addons/{name}; everything else under clusters/
+			// (updates, access entries, sessions) is not an add-on.
+			parts := strings.Split(kv.Key, "/")
+			if len(parts) != 4 || parts[2] != "addons" {
+				continue
+			}
+			rec := &storagev1.AddonRecord{}
+			if err := store.Decode(kv.Value, rec); err != nil {
+				return expired, fmt.Errorf("%s: %w", kv.Key, err)
+			}
+			if !inFlight(rec.GetStatus()) || rec.GetDeadline() == nil || now.Before(rec.GetDeadline().AsTime()) {
+				continue
+			}
+			ok, err := s.expireOne(ctx, kv.Key, kv.ModRev, rec, fence)
+			if err != nil {
+				return expired, err
+			}
+			if ok {
+				expired++
+			}
+		}
+		if page.NextToken == "" {
+			return expired, nil
+		}
+		token = page.NextToken
+	}
+}
+
+func (s *Service) expireOne(ctx context.Context, key string, rev int64, rec *storagev1.AddonRecord, fence Fence) (bool, error) {
+	next := proto.Clone(rec).(*storagev1.AddonRecord)
+	tr := expire(next, s.cfg.Now())
+	txn := store.NewTxn().Update(key, next, rev)
+	if err := s.settleUpdate(ctx, txn, next, tr.update); err != nil {
+		return false, err
+	}
+	if fence != nil {
+		fence(txn)
+	}
+	if _, err := s.store.Commit(ctx, txn); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return false, nil
+		}
+		return false, fmt.Errorf("expire %s: %w", key, err)
+	}
+	s.expired.Inc()
+	s.log.InfoContext(ctx, "add-on deadline passed", "cluster", rec.GetClusterName(), "addon", rec.GetName(),
+		"generation", rec.GetGeneration(), "status", StatusName(next.GetStatus()))
+	return true, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,90 @@
+package addon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/saltbush/saltbush/errdefs"
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/tagging"
+	"github.com/saltbush/saltbush/store"
+)
+
+// TagResource is the add-on as a taggable resource (ARN type "addon",
+// path cluster/addon/uuid). The uuid must be the current incarnation's: an
+// ARN of a deleted add-on does not tag its successor.
+type TagResource struct{ svc *Service }
+
+var _ tagging.Resource = TagResource{}
+
+// Tagging returns the add-on's tagging.Resource.
+func (s *Service) Tagging() TagResource { return TagResource{svc: s} }
+
+func (t TagResource) locate(ctx context.Context, arn tagging.ARN) (string, error) {
+	missing := errdefs.MissingResource("No addon found for arn: %s.", arn.Raw)
+	if len(arn.Path) != 3 || !namePattern.MatchString(arn.Path[1]) {
+		return "", missing
+	}
+	c, _, err := t.svc.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: arn.Account, Name: arn.Path[0]})
+	if err != nil {
+		var apiErr *errdefs.Error
+		if errors.As(err, &apiErr) {
+			return "", missing.WithCause(err)
+		}
+		return "", err
+	}
+	return store.AddonKey(c.GetUid(), arn.Path[1]), nil
+}
+
+// Tags implements tagging.Resource.
+func (t TagResource) Tags(ctx context.Context, arn tagging.ARN) (map[string]string, error) {
+	key, err := t.locate(ctx, arn)
+	if err != nil {
+		return nil, err
+	}
+	rec := &storagev1.AddonRecord{}
+	if _, err := t.svc.store.Get(ctx, key, rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, errdefs.MissingResource("No addon found for arn: %s.", arn.Raw).WithCause(err)
+		}
+		return nil, fmt.Errorf("tags of %s: %w", arn.Raw, err)
+	}
+	if rec.GetUid() != arn.Path[2] {
+		return nil, errdefs.MissingResource("No addon found for arn: %s.", arn.Raw)
+	}
+	return rec.GetTags(), nil
+}
+
+// UpdateTags implements tagging.Resource. Tags are AWS metadata, not part
+// of what the guest renders, so they do not bump the generation.
+func (t TagResource) UpdateTags(ctx context.Context, arn tagging.ARN, set map[string]string, remove []string) error {
+	key, err := t.locate(ctx, arn)
+	if err != nil {
+		return err
+	}
+	_, err = t.svc.store.GuaranteedUpdate(ctx, key, &storagev1.AddonRecord{}, func(cur proto.Message, _ *store.Txn) error {
+		r := cur.(*storagev1.AddonRecord)
+		if r.GetUid() != arn.Path[2] {
+			return errdefs.MissingResource("No addon found for arn: %s.", arn.Raw)
+		}
+		tags, err := tagging.Apply(r.GetTags(), set, remove)
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(tags, r.GetTags()) {
+			r.Tags = tags
+			r.ModifiedAt = timestamppb.New(t.svc.cfg.Now())
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return errdefs.MissingResource("No addon found for arn: %s.", arn.Raw).WithCause(err)
+	}
+	return wrapUnlessAPI(err, "tag %s", arn.Raw)
+}

@@ -1,0 +1,54 @@
+package tagging
+
+import (
+	"context"
+
+	"github.com/saltbush/saltbush/errdefs"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+)
+
+// EKSServer serves saltbush.eks.v1.TagService; it converts domain errors to
+// the wire once, here.
+type EKSServer struct {
+	eksv1.UnimplementedTagServiceServer
+	svc *Service
+}
+
+var _ eksv1.TagServiceServer = (*EKSServer)(nil)
+
+// NewEKSServer returns the EKS tag API on svc.
+func NewEKSServer(svc *Service) *EKSServer { return &EKSServer{svc: svc} }
+
+func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
+	e := errdefs.Classify(err)
+	switch e.Exception {
+	case errdefs.ServerException, errdefs.ServiceUnavailableException:
+		s.svc.log.ErrorContext(ctx, "tag operation failed", "op", op, "err", err)
+	}
+	return errdefs.ToGRPC(e)
+}
+
+// TagResource implements eksv1.TagServiceServer.
+func (s *EKSServer) TagResource(ctx context.Context, req *eksv1.TagResourceRequest) (*eksv1.TagResourceResponse, error) {
+	if err := s.svc.Tag(ctx, req.GetResourceArn(), req.GetTags()); err != nil {
+		return nil, s.wire(ctx, "TagResource", err)
+	}
+	return &eksv1.TagResourceResponse{}, nil
+}
+
+// UntagResource implements eksv1.TagServiceServer.
+func (s *EKSServer) UntagResource(ctx context.Context, req *eksv1.UntagResourceRequest) (*eksv1.UntagResourceResponse, error) {
+	if err := s.svc.Untag(ctx, req.GetResourceArn(), req.GetTagKeys()); err != nil {
+		return nil, s.wire(ctx, "UntagResource", err)
+	}
+	return &eksv1.UntagResourceResponse{}, nil
+}
+
+// ListTagsForResource implements eksv1.TagServiceServer.
+func (s *EKSServer) ListTagsForResource(ctx context.Context, req *eksv1.ListTagsForResourceRequest) (*eksv1.ListTagsForResourceResponse, error) {
+	tags, err := s.svc.List(ctx, req.GetResourceArn())
+	if err != nil {
+		return nil, s.wire(ctx, "ListTagsForResource", err)
+	}
+	return &eksv1.ListTagsForResourceResponse{Tags: tags}, nil
+}
