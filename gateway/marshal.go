@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/proto"
@@ -36,24 +39,11 @@ func (m awsJSON) Marshal(v any) ([]byte, error) {
 	if !ok || len(b) < 2 || b[0] != '{' {
 		return b, nil
 	}
-	// Most responses need nothing added: check before re-encoding.
-	if !fillPresent(msg.ProtoReflect(), nil, true) {
+	// Most responses need nothing added: check before touching the bytes.
+	if !missingPresent(msg.ProtoReflect(), true) {
 		return b, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber() // keep 1527807879.988 exactly as protojson wrote it
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("re-read response JSON: %w", err)
-	}
-	fillPresent(msg.ProtoReflect(), obj, true)
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false) // protojson does not escape <, >, &
-	if err := enc.Encode(obj); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(out.Bytes(), "\n"), nil
+	return fillPresent(msg.ProtoReflect(), b, true)
 }
 
 // alwaysPresent reports whether f carries the always_present option.
@@ -62,78 +52,285 @@ func alwaysPresent(f protoreflect.FieldDescriptor) bool {
 	return opts != nil && proto.GetExtension(opts, eksv1.E_AlwaysPresent).(bool)
 }
 
-// fillPresent walks m beside its JSON object obj and adds the members that
-// must be present but are missing. With obj nil it only reports whether
-// anything is missing. top marks the response message itself.
-func fillPresent(m protoreflect.Message, obj map[string]any, top bool) bool {
-	missing := false
+// mustBePresent reports whether f is rendered even when empty; top marks
+// the response message itself, whose lists are always rendered.
+func mustBePresent(f protoreflect.FieldDescriptor, top bool) bool {
+	return alwaysPresent(f) || (top && f.IsList())
+}
+
+// missingPresent reports whether m, or a message inside it, lacks a member
+// that must be present.
+func missingPresent(m protoreflect.Message, top bool) bool {
 	fields := m.Descriptor().Fields()
 	for i := 0; i < fields.Len(); i++ {
 		f := fields.Get(i)
-		name := f.JSONName()
 		switch {
 		case f.IsMap():
-			if m.Get(f).Map().Len() == 0 && alwaysPresent(f) {
-				missing = true
-				if obj != nil {
-					obj[name] = map[string]any{}
-				}
+			if m.Get(f).Map().Len() == 0 && mustBePresent(f, top) {
+				return true
 			}
 		case f.IsList():
 			list := m.Get(f).List()
 			if list.Len() == 0 {
-				if top || alwaysPresent(f) {
-					missing = true
-					if obj != nil {
-						obj[name] = []any{}
-					}
+				if mustBePresent(f, top) {
+					return true
 				}
 				continue
 			}
-			if f.Message() == nil {
+			if f.Message() == nil || isWellKnown(f.Message()) {
 				continue
-			}
-			var items []any
-			if obj != nil {
-				items, _ = obj[name].([]any)
 			}
 			for j := 0; j < list.Len(); j++ {
-				var child map[string]any
-				if j < len(items) {
-					child, _ = items[j].(map[string]any)
-				}
-				if obj != nil && child == nil {
-					continue
-				}
-				if fillPresent(list.Get(j).Message(), child, false) {
-					missing = true
+				if missingPresent(list.Get(j).Message(), false) {
+					return true
 				}
 			}
 		case f.Message() != nil && !isWellKnown(f.Message()):
 			if !m.Has(f) {
-				if !alwaysPresent(f) {
-					continue
-				}
-				missing = true
-				if obj != nil {
-					child := map[string]any{}
-					obj[name] = child
-					fillPresent(m.Get(f).Message(), child, false)
+				if mustBePresent(f, top) {
+					return true
 				}
 				continue
 			}
-			var child map[string]any
-			if obj != nil {
-				if child, _ = obj[name].(map[string]any); child == nil {
-					continue
-				}
-			}
-			if fillPresent(m.Get(f).Message(), child, false) {
-				missing = true
+			if missingPresent(m.Get(f).Message(), false) {
+				return true
 			}
 		}
 	}
-	return missing
+	return false
+}
+
+// fillPresent returns m's JSON object b with the missing members added.
+// It splices bytes: members are inserted after the object's "{", and only
+// objects on the way to a missing member are scanned, so everything else
+// stays exactly as protojson wrote it (and no generic JSON decode and
+// re-encode is paid on every response).
+func fillPresent(m protoreflect.Message, b []byte, top bool) ([]byte, error) {
+	if len(b) == 0 {
+		b = []byte("{}")
+	}
+	spans, err := objectMembers(b)
+	if err != nil {
+		return nil, err
+	}
+	type replacement struct {
+		span  [2]int
+		value []byte
+	}
+	var inserts [][]byte
+	var replacements []replacement
+	add := func(name string, value []byte) {
+		inserts = append(inserts, append(append(strconv.AppendQuote(nil, name), ':'), value...))
+	}
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		f := fields.Get(i)
+		name := f.JSONName()
+		span, present := spans[name]
+		switch {
+		case f.IsMap():
+			if m.Get(f).Map().Len() == 0 && mustBePresent(f, top) && !present {
+				add(name, []byte("{}"))
+			}
+		case f.IsList():
+			list := m.Get(f).List()
+			if list.Len() == 0 {
+				if mustBePresent(f, top) && !present {
+					add(name, []byte("[]"))
+				}
+				continue
+			}
+			if !present || f.Message() == nil || isWellKnown(f.Message()) || !listMissing(list) {
+				continue
+			}
+			items, err := arrayItems(b[span[0]:span[1]])
+			if err != nil || len(items) != list.Len() {
+				return nil, fmt.Errorf("re-read response list %s: %v", name, err)
+			}
+			var out []byte
+			out = append(out, '[')
+			for j, it := range items {
+				filled, err := fillPresent(list.Get(j).Message(), b[span[0]+it[0]:span[0]+it[1]], false)
+				if err != nil {
+					return nil, err
+				}
+				if j > 0 {
+					out = append(out, ',')
+				}
+				out = append(out, filled...)
+			}
+			replacements = append(replacements, replacement{span, append(out, ']')})
+		case f.Message() != nil && !isWellKnown(f.Message()):
+			child := m.Get(f).Message()
+			switch {
+			case !present && mustBePresent(f, top):
+				filled, err := fillPresent(child, nil, false)
+				if err != nil {
+					return nil, err
+				}
+				add(name, filled)
+			case present && missingPresent(child, false):
+				filled, err := fillPresent(child, b[span[0]:span[1]], false)
+				if err != nil {
+					return nil, err
+				}
+				replacements = append(replacements, replacement{span, filled})
+			}
+		}
+	}
+	slices.SortFunc(replacements, func(x, y replacement) int { return x.span[0] - y.span[0] })
+	open := bytes.IndexByte(b, '{')
+	out := make([]byte, 0, len(b)+64)
+	out = append(out, b[:open+1]...)
+	for i, in := range inserts {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, in...)
+	}
+	if len(inserts) > 0 && len(spans) > 0 {
+		out = append(out, ',')
+	}
+	pos := open + 1
+	for _, r := range replacements {
+		out = append(out, b[pos:r.span[0]]...)
+		out = append(out, r.value...)
+		pos = r.span[1]
+	}
+	return append(out, b[pos:]...), nil
+}
+
+// objectMembers scans one JSON object and returns each member's value span
+// [start, end) in b. Member names are compared raw: protojson writes JSON
+// names (ASCII letters and digits) unescaped.
+func objectMembers(b []byte) (map[string][2]int, error) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	spans := map[string][2]int{}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return spans, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return nil, errors.New("malformed JSON object: member name expected")
+		}
+		end, err := skipValue(b, i)
+		if err != nil {
+			return nil, err
+		}
+		name := string(b[i+1 : end-1])
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return nil, errors.New("malformed JSON object: ':' expected")
+		}
+		start := skipSpace(b, i+1)
+		if end, err = skipValue(b, start); err != nil {
+			return nil, err
+		}
+		spans[name] = [2]int{start, end}
+		i = skipSpace(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == '}' {
+			return spans, nil
+		}
+		return nil, errors.New("malformed JSON object: ',' or '}' expected")
+	}
+}
+
+// arrayItems scans one JSON array and returns each item's span.
+func arrayItems(b []byte) ([][2]int, error) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, errors.New("not a JSON array")
+	}
+	var items [][2]int
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return items, nil
+	}
+	for {
+		end, err := skipValue(b, i)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, [2]int{i, end})
+		i = skipSpace(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == ']' {
+			return items, nil
+		}
+		return nil, errors.New("malformed JSON array")
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the JSON value starting at b[i].
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, errors.New("unexpected end of JSON")
+	}
+	switch b[i] {
+	case '"':
+		for j := i + 1; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1, nil
+			}
+		}
+		return 0, errors.New("unterminated JSON string")
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, err := skipValue(b, j)
+				if err != nil {
+					return 0, err
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return 0, errors.New("unterminated JSON object or array")
+	default:
+		j := i
+		for j < len(b) && !strings.ContainsRune(",}] \n\t\r", rune(b[j])) {
+			j++
+		}
+		return j, nil
+	}
+}
+
+func listMissing(list protoreflect.List) bool {
+	for j := 0; j < list.Len(); j++ {
+		if missingPresent(list.Get(j).Message(), false) {
+			return true
+		}
+	}
+	return false
 }
 
 // isWellKnown reports google.protobuf types, whose JSON form is not an

@@ -40,3 +40,60 @@ func TestAWSJSONTopLevelLists(t *testing.T) {
 		})
 	}
 }
+
+func TestAWSJSONAlwaysPresentMembers(t *testing.T) {
+	m := awsJSON{&runtime.JSONPb{}}
+	tests := []struct {
+		name string
+		msg  any
+		want map[string]any
+	}{
+		{"add-on without tags or issues", &eksv1.DescribeAddonResponse{Addon: &eksv1.Addon{AddonName: "coredns"}},
+			map[string]any{"addon": map[string]any{"addonName": "coredns", "tags": map[string]any{}, "health": map[string]any{"issues": []any{}}}}},
+		{"add-on with an issue keeps it", &eksv1.DescribeAddonResponse{Addon: &eksv1.Addon{
+			AddonName: "a\"b}", Tags: map[string]string{"k": "v,}"},
+			Health: &eksv1.AddonHealth{Issues: []*eksv1.AddonIssue{{Code: "InternalFailure", Message: "x]"}}},
+		}}, map[string]any{"addon": map[string]any{"addonName": "a\"b}", "tags": map[string]any{"k": "v,}"},
+			"health": map[string]any{"issues": []any{map[string]any{"code": "InternalFailure", "message": "x]"}}}}}},
+		{"update lists", &eksv1.UpdateAddonResponse{Update: &eksv1.Update{Id: "u"}},
+			map[string]any{"update": map[string]any{"id": "u", "params": []any{}, "errors": []any{}}}},
+		{"untagged resource", &eksv1.ListTagsForResourceResponse{}, map[string]any{"tags": map[string]any{}}},
+		{"unmarked nested members stay absent", &eksv1.DescribeAddonVersionsResponse{Addons: []*eksv1.AddonInfo{{AddonName: "x"}}},
+			map[string]any{"addons": []any{map[string]any{"addonName": "x"}}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := m.Marshal(tc.msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("invalid JSON %s: %v", b, err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Marshal = %s, want %v", b, tc.want)
+			}
+		})
+	}
+}
+
+func TestObjectMembersScansAwkwardJSON(t *testing.T) {
+	b := []byte(` { "a" : "x\"}" , "b":[1,{"c":"]"}], "d" :{"e":{}} ,"f":-1.5e3,"g":null} `)
+	spans, err := objectMembers(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": `"x\"}"`, "b": `[1,{"c":"]"}]`, "d": `{"e":{}}`, "f": `-1.5e3`, "g": `null`}
+	for name, v := range want {
+		sp, ok := spans[name]
+		if !ok || string(b[sp[0]:sp[1]]) != v {
+			t.Errorf("member %s = %q, want %q", name, b[sp[0]:sp[1]], v)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{"a"}`, `{"a":"x`, `{"a":1 "b":2}`} {
+		if _, err := objectMembers([]byte(bad)); err == nil {
+			t.Errorf("objectMembers(%q) accepted malformed JSON", bad)
+		}
+	}
+}
