@@ -3,6 +3,10 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Key layout (DESIGN §3.1), relative to the root prefix. Children of a
@@ -43,4 +47,25 @@ func AddonUpdatesPrefix(clusterUID, addon string) string {
 // AddonUpdateKey is where one add-on update record lives.
 func AddonUpdateKey(clusterUID, addon, updateID string) string {
 	return AddonUpdatesPrefix(clusterUID, addon) + updateID
+}
+
+// AddonDeadlinesPrefix is the prefix of the add-on deadline index.
+const AddonDeadlinesPrefix = "addon-deadlines/"
+
+// AddonDeadlineKey is the deadline index entry of one add-on generation. The
+// zero-padded nanoseconds make key order deadline order, so the due entries
+// are a prefix of the listing.
+func AddonDeadlineKey(deadline time.Time, clusterUID, addon string) string {
+	return fmt.Sprintf("%s%020d/%s/%s", AddonDeadlinesPrefix, deadline.UnixNano(), clusterUID, addon)
+}
+
+// AddonDeadlineOf returns the deadline an AddonDeadlineKey (relative to
+// AddonDeadlinesPrefix) encodes.
+func AddonDeadlineOf(name string) (time.Time, error) {
+	ts, _, _ := strings.Cut(name, "/")
+	n, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("deadline key %q: %w", name, ErrCorrupt)
+	}
+	return time.Unix(0, n), nil
 }

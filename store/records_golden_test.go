@@ -88,6 +88,10 @@ func updateRecordV1() proto.Message {
 	}
 }
 
+func addonDeadlineHintV1() proto.Message {
+	return &storagev1.AddonDeadlineHint{ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", AddonName: "coredns", Generation: 3}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -98,6 +102,7 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"IdempotencyRecord.v1.binpb", idempotencyRecordV1},
 		{"AddonRecord.v1.binpb", addonRecordV1},
 		{"UpdateRecord.v1.binpb", updateRecordV1},
+		{"AddonDeadlineHint.v1.binpb", addonDeadlineHintV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

@@ -51,6 +51,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 		txn := store.NewTxn().
 			Create(key, rec).
 			RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
+		hintDeadline(txn, rec)
 		tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
 		_, err = s.store.Commit(ctx, txn)
 		if errors.Is(err, store.ErrExists) {

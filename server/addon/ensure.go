@@ -70,7 +70,9 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 				References:           []string{req.GetReference()},
 				CreatedForReferences: true,
 			}
-			_, err = s.store.Commit(ctx, store.NewTxn().Create(key, rec).RequireModRevision(clusterKey, clusterRev))
+			txn := store.NewTxn().Create(key, rec).RequireModRevision(clusterKey, clusterRev)
+			hintDeadline(txn, rec)
+			_, err = s.store.Commit(ctx, txn)
 			if errors.Is(err, store.ErrExists) {
 				// Someone created it in between: ensure it as existing.
 				return store.ErrConflict
@@ -108,7 +110,11 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 			created = false
 			return nil
 		}
-		_, err = s.store.Commit(ctx, store.NewTxn().Update(key, next, rev).RequireModRevision(clusterKey, clusterRev))
+		txn := store.NewTxn().Update(key, next, rev).RequireModRevision(clusterKey, clusterRev)
+		if created {
+			hintDeadline(txn, next)
+		}
+		_, err = s.store.Commit(ctx, txn)
 		if err != nil {
 			created = false
 		}

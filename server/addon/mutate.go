@@ -62,6 +62,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 			}
 			txn.Create(store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u).
 				RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
+			hintDeadline(txn, r)
 			tok.Remember(txn, store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u.GetId(), s.cfg.IdempotencyTTL, s.cfg.Now())
 			upd = u
 			return nil
@@ -308,5 +309,6 @@ func (s *Service) markDeleting(ctx context.Context, r *storagev1.AddonRecord, pr
 	r.UpdateId = ""
 	r.Deadline = timestamppb.New(now.Add(s.cfg.DeleteTimeout))
 	r.ModifiedAt = timestamppb.New(now)
+	hintDeadline(txn, r)
 	return nil
 }

@@ -97,34 +97,46 @@ func (w *Sweeper) lead(ctx context.Context) error {
 	}
 }
 
-// sweep expires every in-flight add-on generation whose deadline passed,
-// each in its own transaction guarded by the record's revision and fence.
-// It returns how many it expired. A record that changed meanwhile (a report
-// arrived) is left for the next sweep.
+// hintDeadline adds to txn the deadline index entry of rec's generation,
+// so the sweeper finds it without reading every add-on.
+func hintDeadline(txn *store.Txn, rec *storagev1.AddonRecord) {
+	if rec.GetDeadline() == nil {
+		return
+	}
+	txn.Put(store.AddonDeadlineKey(rec.GetDeadline().AsTime(), rec.GetClusterUid(), rec.GetName()),
+		&storagev1.AddonDeadlineHint{ClusterUid: rec.GetClusterUid(), AddonName: rec.GetName(), Generation: rec.GetGeneration()})
+}
+
+// sweep reads the deadline index up to now and expires every in-flight
+// add-on generation whose deadline passed, each in its own transaction
+// guarded by the record's revision and by fence; due hints that no longer
+// describe an in-flight generation are deleted (under the same fence). It
+// returns how many generations it expired. A record that changed meanwhile
+// (a report arrived) is judged again on the next sweep.
 func (s *Service) sweep(ctx context.Context, fence Fence) (int, error) {
 	now := s.cfg.Now()
 	expired := 0
 	token := ""
 	for {
-		page, err := s.store.List(ctx, store.ListOptions{Prefix: "clusters/", Scope: "addon-sweeper", Token: token})
+		page, err := s.store.List(ctx, store.ListOptions{
+			Prefix: store.AddonDeadlinesPrefix, Scope: "addon-sweeper", Token: token,
+		})
 		if err != nil {
-			return expired, fmt.Errorf("list add-ons: %w", err)
+			return expired, fmt.Errorf("list add-on deadlines: %w", err)
 		}
 		for _, kv := range page.Items {
-			// clusters/{uid}/addons/{name}; everything else under clusters/
-			// (updates, access entries, sessions) is not an add-on.
-			parts := strings.Split(kv.Key, "/")
-			if len(parts) != 4 || parts[2] != "addons" {
-				continue
+			due, err := store.AddonDeadlineOf(kv.Name)
+			if err != nil {
+				return expired, err
 			}
-			rec := &storagev1.AddonRecord{}
-			if err := store.Decode(kv.Value, rec); err != nil {
+			if due.After(now) {
+				return expired, nil // key order is deadline order: the rest are later
+			}
+			hint := &storagev1.AddonDeadlineHint{}
+			if err := store.Decode(kv.Value, hint); err != nil {
 				return expired, fmt.Errorf("%s: %w", kv.Key, err)
 			}
-			if !inFlight(rec.GetStatus()) || rec.GetDeadline() == nil || now.Before(rec.GetDeadline().AsTime()) {
-				continue
-			}
-			ok, err := s.expireOne(ctx, kv.Key, kv.ModRev, rec, fence)
+			ok, err := s.expireOne(ctx, kv, hint, now, fence)
 			if err != nil {
 				return expired, err
 			}
@@ -139,12 +151,26 @@ func (s *Service) sweep(ctx context.Context, fence Fence) (int, error) {
 	}
 }
 
-func (s *Service) expireOne(ctx context.Context, key string, rev int64, rec *storagev1.AddonRecord, fence Fence) (bool, error) {
-	next := proto.Clone(rec).(*storagev1.AddonRecord)
-	tr := expire(next, s.cfg.Now())
-	txn := store.NewTxn().Update(key, next, rev)
-	if err := s.settleUpdate(ctx, txn, next, tr.update); err != nil {
-		return false, err
+// expireOne judges one due hint: it expires the add-on generation it
+// names if that is still in flight past its deadline, and drops the hint in
+// the same transaction either way.
+func (s *Service) expireOne(ctx context.Context, hint store.KV, h *storagev1.AddonDeadlineHint, now time.Time, fence Fence) (bool, error) {
+	key := store.AddonKey(h.GetClusterUid(), h.GetAddonName())
+	rec := &storagev1.AddonRecord{}
+	rev, err := s.store.Get(ctx, key, rec)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return false, fmt.Errorf("expire %s: %w", key, err)
+	}
+	txn := store.NewTxn().Delete(hint.Key, hint.ModRev)
+	live := err == nil && inFlight(rec.GetStatus()) && rec.GetDeadline() != nil && !now.Before(rec.GetDeadline().AsTime())
+	var next *storagev1.AddonRecord
+	if live {
+		next = proto.Clone(rec).(*storagev1.AddonRecord)
+		tr := expire(next, now)
+		txn.Update(key, next, rev)
+		if err := s.settleUpdate(ctx, txn, next, tr.update); err != nil {
+			return false, err
+		}
 	}
 	if fence != nil {
 		fence(txn)
@@ -154,6 +180,9 @@ func (s *Service) expireOne(ctx context.Context, key string, rev int64, rec *sto
 			return false, nil
 		}
 		return false, fmt.Errorf("expire %s: %w", key, err)
+	}
+	if !live {
+		return false, nil
 	}
 	s.expired.Inc()
 	s.log.InfoContext(ctx, "add-on deadline passed", "cluster", rec.GetClusterName(), "addon", rec.GetName(),

@@ -52,7 +52,8 @@ func newTestService(t *testing.T) (*Service, *store.Store) {
 
 // TestSweepCarriesTheElectionFence: a sweep whose fence key is gone (a
 // leader that lost its election) writes nothing; with a held fence key the
-// same sweep expires the overdue add-on.
+// same sweep expires the overdue add-on, drops the due hint of an add-on
+// that is gone, and leaves the hint that is not due yet.
 func TestSweepCarriesTheElectionFence(t *testing.T) {
 	svc, st := newTestService(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -66,8 +67,26 @@ func TestSweepCarriesTheElectionFence(t *testing.T) {
 		Spec:     &storagev1.AddonSpec{Version: "v1"},
 		Deadline: timestamppb.New(time.Now().Add(-time.Minute)),
 	}
-	if _, err := st.Create(ctx, key, rec); err != nil {
+	txn := store.NewTxn().Create(key, rec)
+	hintDeadline(txn, rec)
+	if _, err := st.Commit(ctx, txn); err != nil {
 		t.Fatal(err)
+	}
+	// A due hint of an add-on that is gone, and one not yet due.
+	gone := &storagev1.AddonRecord{ClusterUid: clusterUID, Name: "kube-proxy", Generation: 1, Deadline: rec.GetDeadline()}
+	later := &storagev1.AddonRecord{ClusterUid: clusterUID, Name: "vpc-cni", Generation: 1, Deadline: timestamppb.New(time.Now().Add(time.Hour))}
+	hints := store.NewTxn()
+	hintDeadline(hints, gone)
+	hintDeadline(hints, later)
+	if _, err := st.Commit(ctx, hints); err != nil {
+		t.Fatal(err)
+	}
+	countHints := func() int {
+		page, err := st.List(ctx, store.ListOptions{Prefix: store.AddonDeadlinesPrefix, Scope: "test", KeysOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Items)
 	}
 	fenceKey := electionPrefix + "/test-leader"
 	if _, err := st.Create(ctx, fenceKey, &storagev1.StoreMeta{}); err != nil {
@@ -91,6 +110,9 @@ func TestSweepCarriesTheElectionFence(t *testing.T) {
 	if n != 0 || cur.GetStatus() != storagev1.AddonStatus_ADDON_STATUS_CREATING {
 		t.Fatalf("a fenced-off sweeper expired %d add-ons (status now %s)", n, StatusName(cur.GetStatus()))
 	}
+	if n := countHints(); n != 3 {
+		t.Fatalf("a fenced-off sweeper changed the deadline index: %d hints, want 3", n)
+	}
 
 	held := func(txn *store.Txn) { txn.RequireModRevision(fenceKey, fenceRev) }
 	if n, err = svc.sweep(ctx, held); err != nil || n != 1 {
@@ -101,5 +123,8 @@ func TestSweepCarriesTheElectionFence(t *testing.T) {
 	}
 	if cur.GetStatus() != storagev1.AddonStatus_ADDON_STATUS_CREATE_FAILED || cur.GetIssues()[0].GetCode() != issueClusterUnreachable {
 		t.Fatalf("after sweep: %s %v", StatusName(cur.GetStatus()), cur.GetIssues())
+	}
+	if n := countHints(); n != 1 {
+		t.Fatalf("%d deadline hints left, want only the one not yet due", n)
 	}
 }

@@ -666,6 +666,73 @@ func (x *AddonIssue) GetResourceIds() []string {
 	return nil
 }
 
+// AddonDeadlineHint is stored at
+// addon-deadlines/{deadline, unix nanoseconds, 20 digits}/{cluster-uid}/{addon},
+// in the same transaction that gives an add-on generation its deadline, so
+// the deadline sweeper reads only the keys that are due instead of every
+// record. It is a hint: the sweeper judges the add-on record itself, and
+// deletes hints that are due but stale (the add-on settled, moved on to a
+// later deadline, or is gone).
+type AddonDeadlineHint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterUid    string                 `protobuf:"bytes,1,opt,name=cluster_uid,json=clusterUid,proto3" json:"cluster_uid,omitempty"`
+	AddonName     string                 `protobuf:"bytes,2,opt,name=addon_name,json=addonName,proto3" json:"addon_name,omitempty"`
+	Generation    int64                  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddonDeadlineHint) Reset() {
+	*x = AddonDeadlineHint{}
+	mi := &file_saltbush_storage_v1_addon_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddonDeadlineHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddonDeadlineHint) ProtoMessage() {}
+
+func (x *AddonDeadlineHint) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_addon_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddonDeadlineHint.ProtoReflect.Descriptor instead.
+func (*AddonDeadlineHint) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_addon_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AddonDeadlineHint) GetClusterUid() string {
+	if x != nil {
+		return x.ClusterUid
+	}
+	return ""
+}
+
+func (x *AddonDeadlineHint) GetAddonName() string {
+	if x != nil {
+		return x.AddonName
+	}
+	return ""
+}
+
+func (x *AddonDeadlineHint) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 var File_saltbush_storage_v1_addon_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_addon_proto_rawDesc = "" +
@@ -731,7 +798,15 @@ const file_saltbush_storage_v1_addon_proto_rawDesc = "" +
 	"AddonIssue\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12!\n" +
-	"\fresource_ids\x18\x03 \x03(\tR\vresourceIds*\x90\x02\n" +
+	"\fresource_ids\x18\x03 \x03(\tR\vresourceIds\"s\n" +
+	"\x11AddonDeadlineHint\x12\x1f\n" +
+	"\vcluster_uid\x18\x01 \x01(\tR\n" +
+	"clusterUid\x12\x1d\n" +
+	"\n" +
+	"addon_name\x18\x02 \x01(\tR\taddonName\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation*\x90\x02\n" +
 	"\vAddonStatus\x12\x1c\n" +
 	"\x18ADDON_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ADDON_STATUS_CREATING\x10\x01\x12\x17\n" +
@@ -763,7 +838,7 @@ func file_saltbush_storage_v1_addon_proto_rawDescGZIP() []byte {
 }
 
 var file_saltbush_storage_v1_addon_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_saltbush_storage_v1_addon_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_saltbush_storage_v1_addon_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_saltbush_storage_v1_addon_proto_goTypes = []any{
 	(AddonStatus)(0),               // 0: saltbush.storage.v1.AddonStatus
 	(AddonPhase)(0),                // 1: saltbush.storage.v1.AddonPhase
@@ -772,22 +847,23 @@ var file_saltbush_storage_v1_addon_proto_goTypes = []any{
 	(*PodIdentityAssociation)(nil), // 4: saltbush.storage.v1.PodIdentityAssociation
 	(*AddonObserved)(nil),          // 5: saltbush.storage.v1.AddonObserved
 	(*AddonIssue)(nil),             // 6: saltbush.storage.v1.AddonIssue
-	nil,                            // 7: saltbush.storage.v1.AddonRecord.TagsEntry
-	(*timestamppb.Timestamp)(nil),  // 8: google.protobuf.Timestamp
+	(*AddonDeadlineHint)(nil),      // 7: saltbush.storage.v1.AddonDeadlineHint
+	nil,                            // 8: saltbush.storage.v1.AddonRecord.TagsEntry
+	(*timestamppb.Timestamp)(nil),  // 9: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_addon_proto_depIdxs = []int32{
 	0,  // 0: saltbush.storage.v1.AddonRecord.status:type_name -> saltbush.storage.v1.AddonStatus
 	3,  // 1: saltbush.storage.v1.AddonRecord.spec:type_name -> saltbush.storage.v1.AddonSpec
 	5,  // 2: saltbush.storage.v1.AddonRecord.observed:type_name -> saltbush.storage.v1.AddonObserved
 	6,  // 3: saltbush.storage.v1.AddonRecord.issues:type_name -> saltbush.storage.v1.AddonIssue
-	7,  // 4: saltbush.storage.v1.AddonRecord.tags:type_name -> saltbush.storage.v1.AddonRecord.TagsEntry
-	8,  // 5: saltbush.storage.v1.AddonRecord.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 6: saltbush.storage.v1.AddonRecord.modified_at:type_name -> google.protobuf.Timestamp
-	8,  // 7: saltbush.storage.v1.AddonRecord.deadline:type_name -> google.protobuf.Timestamp
+	8,  // 4: saltbush.storage.v1.AddonRecord.tags:type_name -> saltbush.storage.v1.AddonRecord.TagsEntry
+	9,  // 5: saltbush.storage.v1.AddonRecord.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 6: saltbush.storage.v1.AddonRecord.modified_at:type_name -> google.protobuf.Timestamp
+	9,  // 7: saltbush.storage.v1.AddonRecord.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 8: saltbush.storage.v1.AddonSpec.pod_identity_associations:type_name -> saltbush.storage.v1.PodIdentityAssociation
 	1,  // 9: saltbush.storage.v1.AddonObserved.phase:type_name -> saltbush.storage.v1.AddonPhase
 	6,  // 10: saltbush.storage.v1.AddonObserved.issues:type_name -> saltbush.storage.v1.AddonIssue
-	8,  // 11: saltbush.storage.v1.AddonObserved.observed_at:type_name -> google.protobuf.Timestamp
+	9,  // 11: saltbush.storage.v1.AddonObserved.observed_at:type_name -> google.protobuf.Timestamp
 	12, // [12:12] is the sub-list for method output_type
 	12, // [12:12] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
@@ -806,7 +882,7 @@ func file_saltbush_storage_v1_addon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_addon_proto_rawDesc), len(file_saltbush_storage_v1_addon_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
