@@ -179,6 +179,27 @@ func (s *Store) Get(ctx context.Context, key string, into proto.Message) (int64,
 	return resp.Kvs[0].ModRevision, nil
 }
 
+// GetSerializable is Get from the etcd member the client talks to, without
+// a round of consensus: cheaper, but it may lag behind the latest write.
+// Use it only where the result is confirmed, e.g. a read whose mod revision
+// a later transaction compares (a stale read then fails the compare and is
+// retried with Get), or a miss that is re-read with Get.
+func (s *Store) GetSerializable(ctx context.Context, key string, into proto.Message) (int64, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	resp, err := s.client.Get(ctx, s.Key(key), clientv3.WithSerializable())
+	if err != nil {
+		return 0, mapErr(err, key)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	if err := Decode(resp.Kvs[0].Value, into); err != nil {
+		return 0, fmt.Errorf("%s: %w", key, err)
+	}
+	return resp.Kvs[0].ModRevision, nil
+}
+
 // Create stores rec at key only if key does not exist (CreateRevision == 0).
 // It returns the revision of the write, or ErrExists.
 func (s *Store) Create(ctx context.Context, key string, rec proto.Message) (int64, error) {

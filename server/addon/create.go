@@ -39,8 +39,8 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 		return nil, err
 	}
 	var rec *storagev1.AddonRecord
-	err = retryConflicts(ctx, func() error {
-		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true)
+	err = retryConflicts(ctx, func(quick bool) error {
+		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true, quick)
 		if err != nil {
 			return err
 		}
@@ -170,8 +170,14 @@ func (s *Service) newRecord(who identity.Caller, c *storagev1.ClusterRecord, req
 
 // Describe returns one add-on of the caller's cluster, including one that
 // is DELETING.
+//
+// The cluster is read fast and the add-on linearizably. A found add-on is
+// current whatever the cluster read was: a cluster's add-ons are purged in
+// the same transaction as the cluster, so the uid read cannot name a gone
+// incarnation whose add-on still exists. A miss is confirmed with a
+// linearizable cluster read (the cluster may have been recreated).
 func (s *Service) Describe(ctx context.Context, clusterName, name string) (*storagev1.AddonRecord, error) {
-	_, c, _, err := s.callerCluster(ctx, clusterName, false)
+	_, c, _, err := s.callerCluster(ctx, clusterName, false, fast)
 	if err != nil {
 		return nil, err
 	}
@@ -179,12 +185,24 @@ func (s *Service) Describe(ctx context.Context, clusterName, name string) (*stor
 		return nil, addonNotFound(clusterName, name)
 	}
 	rec, _, err := s.get(ctx, c, name)
+	var apiErr *errdefs.Error
+	if err == nil || !errors.As(err, &apiErr) || apiErr.Exception != errdefs.ResourceNotFoundException {
+		return rec, err
+	}
+	_, fresh, _, cerr := s.callerCluster(ctx, clusterName, false, linearizable)
+	if cerr != nil {
+		return nil, cerr
+	}
+	if fresh.GetUid() == c.GetUid() {
+		return nil, err
+	}
+	rec, _, err = s.get(ctx, fresh, name)
 	return rec, err
 }
 
 // List returns one page of the add-on names of the caller's cluster.
 func (s *Service) List(ctx context.Context, clusterName string, maxResults *int32, nextToken string) ([]string, string, error) {
-	_, c, _, err := s.callerCluster(ctx, clusterName, false)
+	_, c, _, err := s.callerCluster(ctx, clusterName, false, linearizable)
 	if err != nil {
 		return nil, "", err
 	}

@@ -35,8 +35,8 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 		rec     *storagev1.AddonRecord
 		created bool
 	)
-	err := retryConflicts(ctx, func() error {
-		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), true)
+	err := retryConflicts(ctx, func(quick bool) error {
+		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), true, quick)
 		if err != nil {
 			return err
 		}
@@ -138,8 +138,8 @@ func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonReques
 		rec      *storagev1.AddonRecord
 		deleting bool
 	)
-	err := retryConflicts(ctx, func() error {
-		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), false)
+	err := retryConflicts(ctx, func(bool) error {
+		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), false, linearizable)
 		if err != nil {
 			return err
 		}

@@ -111,7 +111,7 @@ func NewControlServer(svc *Service) *ControlServer { return &ControlServer{svc: 
 
 // GetAddon implements controlv1.AddonControlServiceServer.
 func (s *ControlServer) GetAddon(ctx context.Context, req *controlv1.GetAddonRequest) (*controlv1.GetAddonResponse, error) {
-	c, _, err := s.svc.cluster(ctx, req.GetCluster(), false)
+	c, _, err := s.svc.cluster(ctx, req.GetCluster(), false, linearizable)
 	if err != nil {
 		return nil, s.svc.wire(ctx, "GetAddon", err)
 	}

@@ -34,8 +34,8 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 		return nil, err
 	}
 	var upd *storagev1.UpdateRecord
-	err = retryConflicts(ctx, func() error {
-		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true)
+	err = retryConflicts(ctx, func(quick bool) error {
+		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true, quick)
 		if err != nil {
 			return err
 		}
@@ -245,8 +245,8 @@ func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve
 		return nil, err
 	}
 	var rec *storagev1.AddonRecord
-	err = retryConflicts(ctx, func() error {
-		_, c, clusterRev, err := s.callerCluster(ctx, clusterName, true)
+	err = retryConflicts(ctx, func(quick bool) error {
+		_, c, clusterRev, err := s.callerCluster(ctx, clusterName, true, quick)
 		if err != nil {
 			return err
 		}

@@ -77,6 +77,8 @@ func (c Config) Validate() error {
 // noticed).
 type Clusters interface {
 	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	// GetSerializable may return a stale record; see readCluster.
+	GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 }
 
 // Service is the add-on domain logic. It is safe for concurrent use.
@@ -142,10 +144,36 @@ func addonNotFound(cluster, addon string) *errdefs.Error {
 		WithField("clusterName", cluster).WithField("addonName", addon)
 }
 
-// cluster returns the caller's cluster name and its mod revision, refusing
+// Cluster reads: linearizable, or fast.
+const (
+	linearizable = false
+	fast         = true
+)
+
+// readCluster reads a cluster record. A fast read is serializable (no round
+// of consensus) and may be stale; it is used where the result is confirmed:
+// a write guarded by the returned mod revision (a stale read fails the
+// compare and the retry reads linearizably), or a read whose miss is
+// re-checked. A fast miss is always re-read linearizably, so a cluster
+// created a moment ago is found.
+func (s *Service) readCluster(ctx context.Context, ref *controlv1.ClusterRef, quick bool) (*storagev1.ClusterRecord, int64, error) {
+	if quick {
+		c, rev, err := s.clusters.GetSerializable(ctx, ref)
+		if err == nil {
+			return c, rev, nil
+		}
+		var apiErr *errdefs.Error
+		if !errors.As(err, &apiErr) || apiErr.Exception != errdefs.ResourceNotFoundException {
+			return nil, 0, err
+		}
+	}
+	return s.clusters.Get(ctx, ref)
+}
+
+// cluster returns the cluster ref names and its mod revision, refusing
 // clusters that can no longer change (DELETING, FAILED) when forWrite.
-func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWrite bool) (*storagev1.ClusterRecord, int64, error) {
-	c, rev, err := s.clusters.Get(ctx, ref)
+func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWrite, quick bool) (*storagev1.ClusterRecord, int64, error) {
+	c, rev, err := s.readCluster(ctx, ref, quick)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -160,12 +188,12 @@ func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWri
 	return c, rev, nil
 }
 
-func (s *Service) callerCluster(ctx context.Context, name string, forWrite bool) (identity.Caller, *storagev1.ClusterRecord, int64, error) {
+func (s *Service) callerCluster(ctx context.Context, name string, forWrite, quick bool) (identity.Caller, *storagev1.ClusterRecord, int64, error) {
 	who, err := caller(ctx)
 	if err != nil {
 		return identity.Caller{}, nil, 0, err
 	}
-	c, rev, err := s.cluster(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name}, forWrite)
+	c, rev, err := s.cluster(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name}, forWrite, quick)
 	return who, c, rev, err
 }
 
@@ -184,10 +212,11 @@ func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, name stri
 
 // retryConflicts runs attempt until it does not fail with store.ErrConflict
 // (a guard on the cluster record failed because the cluster changed in
-// between: re-read and try again) or the context ends.
-func retryConflicts(ctx context.Context, attempt func() error) error {
+// between, or a fast read was stale: re-read and try again) or the context
+// ends. attempt is told whether it may read fast: only the first time.
+func retryConflicts(ctx context.Context, attempt func(quick bool) error) error {
 	for i := 0; ; i++ {
-		err := attempt()
+		err := attempt(i == 0)
 		if !errors.Is(err, store.ErrConflict) || i >= 20 {
 			return err
 		}

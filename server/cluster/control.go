@@ -39,11 +39,25 @@ func (s *Service) checkRef(ref *controlv1.ClusterRef) error {
 // Get returns the cluster ref names (and, if ref has a uid, only that
 // incarnation).
 func (s *Service) Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
+	return s.get(ctx, ref, s.store.Get)
+}
+
+// GetSerializable is Get with a serializable read: cheaper, possibly stale.
+// A caller must confirm what it read: guard its write with the returned mod
+// revision (a stale read then fails the compare and the caller retries with
+// Get), and re-read a miss with Get.
+func (s *Service) GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
+	return s.get(ctx, ref, s.store.GetSerializable)
+}
+
+func (s *Service) get(ctx context.Context, ref *controlv1.ClusterRef,
+	read func(context.Context, string, proto.Message) (int64, error),
+) (*storagev1.ClusterRecord, int64, error) {
 	if err := s.checkRef(ref); err != nil {
 		return nil, 0, err
 	}
 	rec := &storagev1.ClusterRecord{}
-	rev, err := s.store.Get(ctx, store.ClusterKey(ref.GetAccountId(), ref.GetName()), rec)
+	rev, err := read(ctx, store.ClusterKey(ref.GetAccountId(), ref.GetName()), rec)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, 0, notFound(ref.GetName()).WithCause(err)
