@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -253,4 +254,23 @@ func FromGRPC(st *status.Status) *Error {
 		e.Exception = ServerException
 	}
 	return e
+}
+
+// Wire is what every gRPC service shell returns for a failed operation: err
+// classified and converted with ToGRPC. Server-side failures (whose wire
+// message deliberately says nothing about internals) are logged here with
+// their cause, under op, so the conversion and the log happen in one place.
+func Wire(ctx context.Context, log *slog.Logger, op string, err error) error {
+	e := Classify(err)
+	switch e.Exception {
+	case ServerException, ServiceUnavailableException:
+		log.ErrorContext(ctx, "operation failed", "op", op, "err", err)
+	}
+	return ToGRPC(e)
+}
+
+// IsException reports whether err is (or wraps) an API error of exception.
+func IsException(err error, exception string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Exception == exception
 }

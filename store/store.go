@@ -163,20 +163,9 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Get decodes the record at key into into and returns its mod revision.
+// The read is linearizable.
 func (s *Store) Get(ctx context.Context, key string, into proto.Message) (int64, error) {
-	ctx, cancel := s.withTimeout(ctx)
-	defer cancel()
-	resp, err := s.client.Get(ctx, s.Key(key))
-	if err != nil {
-		return 0, mapErr(err, key)
-	}
-	if len(resp.Kvs) == 0 {
-		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
-	}
-	if err := Decode(resp.Kvs[0].Value, into); err != nil {
-		return 0, fmt.Errorf("%s: %w", key, err)
-	}
-	return resp.Kvs[0].ModRevision, nil
+	return s.get(ctx, key, into)
 }
 
 // GetSerializable is Get from the etcd member the client talks to, without
@@ -185,9 +174,13 @@ func (s *Store) Get(ctx context.Context, key string, into proto.Message) (int64,
 // a later transaction compares (a stale read then fails the compare and is
 // retried with Get), or a miss that is re-read with Get.
 func (s *Store) GetSerializable(ctx context.Context, key string, into proto.Message) (int64, error) {
+	return s.get(ctx, key, into, clientv3.WithSerializable())
+}
+
+func (s *Store) get(ctx context.Context, key string, into proto.Message, opts ...clientv3.OpOption) (int64, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	resp, err := s.client.Get(ctx, s.Key(key), clientv3.WithSerializable())
+	resp, err := s.client.Get(ctx, s.Key(key), opts...)
 	if err != nil {
 		return 0, mapErr(err, key)
 	}

@@ -13,6 +13,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/store"
 )
@@ -65,11 +66,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 		return err
 	})
 	if err != nil {
-		var apiErr *errdefs.Error
-		if errors.As(err, &apiErr) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("create add-on %q on cluster %q: %w", req.GetAddonName(), req.GetClusterName(), err)
+		return nil, wrapUnlessAPI(err, "create add-on %q on cluster %q", req.GetAddonName(), req.GetClusterName())
 	}
 	s.log.InfoContext(ctx, "add-on created", "account", who.AccountID, "cluster", rec.GetClusterName(),
 		"addon", rec.GetName(), "uid", rec.GetUid(), "version", rec.GetSpec().GetVersion())
@@ -185,8 +182,7 @@ func (s *Service) Describe(ctx context.Context, clusterName, name string) (*stor
 		return nil, addonNotFound(clusterName, name)
 	}
 	rec, _, err := s.get(ctx, c, name)
-	var apiErr *errdefs.Error
-	if err == nil || !errors.As(err, &apiErr) || apiErr.Exception != errdefs.ResourceNotFoundException {
+	if !errdefs.IsException(err, errdefs.ResourceNotFoundException) {
 		return rec, err
 	}
 	_, fresh, _, cerr := s.callerCluster(ctx, clusterName, false, linearizable)
@@ -206,7 +202,7 @@ func (s *Service) List(ctx context.Context, clusterName string, maxResults *int3
 	if err != nil {
 		return nil, "", err
 	}
-	limit, err := pageSize(maxResults)
+	limit, err := paging.Limit(maxResults)
 	if err != nil {
 		return nil, "", err
 	}
@@ -219,8 +215,7 @@ func (s *Service) List(ctx context.Context, clusterName string, maxResults *int3
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrInvalidToken) {
-			return nil, "", errdefs.InvalidParameter("The nextToken provided is not valid.").
-				WithField("clusterName", clusterName).WithCause(err)
+			return nil, "", paging.InvalidToken(err).WithField("clusterName", clusterName)
 		}
 		return nil, "", fmt.Errorf("list add-ons of cluster %q: %w", clusterName, err)
 	}
@@ -229,15 +224,4 @@ func (s *Service) List(ctx context.Context, clusterName string, maxResults *int3
 		names = append(names, kv.Name)
 	}
 	return names, page.NextToken, nil
-}
-
-// pageSize validates AWS's maxResults (1–100, 100 when absent).
-func pageSize(maxResults *int32) (int, error) {
-	if maxResults == nil {
-		return store.MaxPageSize, nil
-	}
-	if n := *maxResults; n < 1 || n > store.MaxPageSize {
-		return 0, errdefs.InvalidParameter("maxResults must be between 1 and %d, got %d.", store.MaxPageSize, n)
-	}
-	return int(*maxResults), nil
 }

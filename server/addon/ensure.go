@@ -47,8 +47,7 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 		key := store.AddonKey(c.GetUid(), a.Name)
 		clusterKey := store.ClusterKey(c.GetAccountId(), c.GetName())
 		cur, rev, err := s.get(ctx, c, a.Name)
-		var nf *errdefs.Error
-		if errors.As(err, &nf) && nf.Exception == errdefs.ResourceNotFoundException {
+		if errdefs.IsException(err, errdefs.ResourceNotFoundException) {
 			v, err := lookupVersion(c, a, req.GetAddonVersion())
 			if err != nil {
 				return err

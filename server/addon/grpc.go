@@ -24,15 +24,9 @@ var _ eksv1.AddonServiceServer = (*EKSServer)(nil)
 // NewEKSServer returns the EKS add-on API on svc.
 func NewEKSServer(svc *Service) *EKSServer { return &EKSServer{svc: svc} }
 
-// wire converts a domain error to a gRPC status, logging the cause of
-// server-side failures (their wire message says nothing about internals).
+// wire converts a domain error to the wire (errdefs.Wire) once, here.
 func (s *Service) wire(ctx context.Context, op string, err error) error {
-	e := errdefs.Classify(err)
-	switch e.Exception {
-	case errdefs.ServerException, errdefs.ServiceUnavailableException:
-		s.log.ErrorContext(ctx, "add-on operation failed", "op", op, "err", err)
-	}
-	return errdefs.ToGRPC(e)
+	return errdefs.Wire(ctx, s.log, op, err)
 }
 
 // CreateAddon implements eksv1.AddonServiceServer.

@@ -82,11 +82,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 		return err
 	})
 	if err != nil {
-		var apiErr *errdefs.Error
-		if errors.As(err, &apiErr) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("update add-on %q on cluster %q: %w", req.GetAddonName(), req.GetClusterName(), err)
+		return nil, wrapUnlessAPI(err, "update add-on %q on cluster %q", req.GetAddonName(), req.GetClusterName())
 	}
 	s.log.InfoContext(ctx, "add-on updating", "account", who.AccountID, "cluster", req.GetClusterName(),
 		"addon", req.GetAddonName(), "update", upd.GetId(), "generation", upd.GetGeneration())
@@ -271,11 +267,7 @@ func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve
 		return err
 	})
 	if err != nil {
-		var apiErr *errdefs.Error
-		if errors.As(err, &apiErr) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("delete add-on %q on cluster %q: %w", name, clusterName, err)
+		return nil, wrapUnlessAPI(err, "delete add-on %q on cluster %q", name, clusterName)
 	}
 	s.log.InfoContext(ctx, "add-on deleting", "account", who.AccountID, "cluster", clusterName,
 		"addon", name, "generation", rec.GetGeneration(), "preserve", preserve)

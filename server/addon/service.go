@@ -162,8 +162,7 @@ func (s *Service) readCluster(ctx context.Context, ref *controlv1.ClusterRef, qu
 		if err == nil {
 			return c, rev, nil
 		}
-		var apiErr *errdefs.Error
-		if !errors.As(err, &apiErr) || apiErr.Exception != errdefs.ResourceNotFoundException {
+		if !errdefs.IsException(err, errdefs.ResourceNotFoundException) {
 			return nil, 0, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/paging"
 )
 
 // DescribeVersions pages through the catalogue. Hidden add-ons are listed
@@ -17,7 +18,7 @@ func (s *Service) DescribeVersions(ctx context.Context, req *eksv1.DescribeAddon
 	if _, err := caller(ctx); err != nil {
 		return nil, "", err
 	}
-	limit, err := pageSize(req.MaxResults)
+	limit, err := paging.Limit(req.MaxResults)
 	if err != nil {
 		return nil, "", err
 	}
@@ -25,7 +26,7 @@ func (s *Service) DescribeVersions(ctx context.Context, req *eksv1.DescribeAddon
 	after := ""
 	if req.GetNextToken() != "" {
 		if after, err = s.store.OpenPageToken(req.GetNextToken(), scope); err != nil {
-			return nil, "", errdefs.InvalidParameter("The nextToken provided is not valid.").WithCause(err)
+			return nil, "", paging.InvalidToken(err)
 		}
 	}
 	out := []*eksv1.AddonInfo{}

@@ -118,13 +118,7 @@ func (s *ControlServer) FinalizeDeletion(ctx context.Context, req *controlv1.Fin
 	return &controlv1.FinalizeDeletionResponse{DeletedKeys: n}, nil
 }
 
-// wire converts a domain error to a gRPC status, logging the cause of
-// server-side failures (their wire message says nothing about internals).
+// wire converts a domain error to the wire (errdefs.Wire) once, here.
 func (s *Service) wire(ctx context.Context, op string, err error) error {
-	e := errdefs.Classify(err)
-	switch e.Exception {
-	case errdefs.ServerException, errdefs.ServiceUnavailableException:
-		s.log.ErrorContext(ctx, "cluster operation failed", "op", op, "err", err)
-	}
-	return errdefs.ToGRPC(e)
+	return errdefs.Wire(ctx, s.log, op, err)
 }

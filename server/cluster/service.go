@@ -20,6 +20,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -186,7 +187,7 @@ func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string)
 	if err != nil {
 		return nil, "", err
 	}
-	limit, err := pageSize(maxResults)
+	limit, err := paging.Limit(maxResults)
 	if err != nil {
 		return nil, "", err
 	}
@@ -199,7 +200,7 @@ func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string)
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrInvalidToken) {
-			return nil, "", errdefs.InvalidParameter("The nextToken provided is not valid.").WithCause(err)
+			return nil, "", paging.InvalidToken(err)
 		}
 		return nil, "", fmt.Errorf("list clusters: %w", err)
 	}
@@ -208,17 +209,6 @@ func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string)
 		names = append(names, kv.Name)
 	}
 	return names, page.NextToken, nil
-}
-
-// pageSize validates AWS's maxResults (1–100, 100 when absent).
-func pageSize(maxResults *int32) (int, error) {
-	if maxResults == nil {
-		return store.MaxPageSize, nil
-	}
-	if n := *maxResults; n < 1 || n > store.MaxPageSize {
-		return 0, errdefs.InvalidParameter("maxResults must be between 1 and %d, got %d.", store.MaxPageSize, n)
-	}
-	return int(*maxResults), nil
 }
 
 // Delete moves the caller's cluster to DELETING. The record stays until the

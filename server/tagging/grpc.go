@@ -20,12 +20,7 @@ var _ eksv1.TagServiceServer = (*EKSServer)(nil)
 func NewEKSServer(svc *Service) *EKSServer { return &EKSServer{svc: svc} }
 
 func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
-	e := errdefs.Classify(err)
-	switch e.Exception {
-	case errdefs.ServerException, errdefs.ServiceUnavailableException:
-		s.svc.log.ErrorContext(ctx, "tag operation failed", "op", op, "err", err)
-	}
-	return errdefs.ToGRPC(e)
+	return errdefs.Wire(ctx, s.svc.log, op, err)
 }
 
 // TagResource implements eksv1.TagServiceServer.

@@ -19,6 +19,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -121,12 +122,9 @@ func (s *Service) List(ctx context.Context, clusterName string, f Filter, maxRes
 	if err != nil {
 		return nil, "", err
 	}
-	limit := store.MaxPageSize
-	if maxResults != nil {
-		if n := *maxResults; n < 1 || n > store.MaxPageSize {
-			return nil, "", errdefs.InvalidParameter("maxResults must be between 1 and %d, got %d.", store.MaxPageSize, n)
-		}
-		limit = int(*maxResults)
+	limit, err := paging.Limit(maxResults)
+	if err != nil {
+		return nil, "", err
 	}
 	prefix, err := s.scope(ctx, c, f)
 	if err != nil {
@@ -134,7 +132,7 @@ func (s *Service) List(ctx context.Context, clusterName string, f Filter, maxRes
 	}
 	if prefix == "" {
 		if nextToken != "" {
-			return nil, "", errdefs.InvalidParameter("The nextToken provided is not valid.")
+			return nil, "", paging.InvalidToken(nil)
 		}
 		return []string{}, "", nil
 	}
@@ -147,7 +145,7 @@ func (s *Service) List(ctx context.Context, clusterName string, f Filter, maxRes
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrInvalidToken) {
-			return nil, "", errdefs.InvalidParameter("The nextToken provided is not valid.").WithCause(err)
+			return nil, "", paging.InvalidToken(err)
 		}
 		return nil, "", fmt.Errorf("list updates of cluster %q: %w", clusterName, err)
 	}
