@@ -84,6 +84,10 @@ type Config struct {
 	Addon addon.Config
 	// ReplicaName names this replica in the add-on sweeper election.
 	ReplicaName string
+	// Catalog is the add-on catalogue; the embedded one (catalog.Load) when
+	// nil. Loading checks every bundle by rendering it, so tests that start
+	// many servers share one.
+	Catalog *catalog.Catalog
 	// Logger receives structured logs.
 	Logger *slog.Logger
 }
@@ -203,9 +207,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	eksClusters := cluster.NewEKSServer(clusters)
-	cat, err := catalog.Load()
-	if err != nil {
-		return nil, fmt.Errorf("add-on catalogue: %w", err)
+	cat := cfg.Catalog
+	if cat == nil {
+		if cat, err = catalog.Load(); err != nil {
+			return nil, fmt.Errorf("add-on catalogue: %w", err)
+		}
 	}
 	addons, err := addon.NewService(s.store, clusters, cat, cfg.Addon, s.registry, log.With("service", "addon"))
 	if err != nil {

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -9,9 +10,13 @@ import (
 // run; every add-on must be installable on each of them.
 var supportedKubernetesVersions = []string{"1.32", "1.33", "1.34", "1.35", "1.36", "1.37"}
 
+// embedded is loaded once for the package's tests: a loaded catalogue is
+// immutable, and loading renders every bundle (seconds under -race).
+var embedded = sync.OnceValues(Load)
+
 func loadEmbedded(t testing.TB) *Catalog {
 	t.Helper()
-	c, err := Load()
+	c, err := embedded()
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -86,7 +91,11 @@ func TestLoad_EmbeddedCatalogue(t *testing.T) {
 // TestLoad_Independent checks that catalogues share nothing: there is no
 // global state to leak between them.
 func TestLoad_Independent(t *testing.T) {
-	a, b := loadEmbedded(t), loadEmbedded(t)
+	a := loadEmbedded(t)
+	b, err := Load() // a second, separate load
+	if err != nil {
+		t.Fatal(err)
+	}
 	a.Addons()[0] = nil // Addons returns a copy
 	if a.Addons()[0] == nil {
 		t.Fatal("Addons exposes the catalogue's own slice")

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/catalog"
 )
 
 // Server is a running in-process saltbush.
@@ -46,6 +47,10 @@ func WithEtcdEndpoints(eps []string) Option {
 	return func(c *server.Config) { c.EtcdEndpoints = eps }
 }
 
+// embeddedCatalog is the add-on catalogue, loaded once per test binary: a
+// catalogue is immutable once loaded, and loading renders every bundle.
+var embeddedCatalog = sync.OnceValues(catalog.Load)
+
 // Start starts saltbush and stops it when the test ends.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
@@ -61,6 +66,11 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	if os.Getenv("SALTBUSH_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	cat, err := embeddedCatalog()
+	if err != nil {
+		tb.Fatalf("load the add-on catalogue: %v", err)
+	}
+	cfg.Catalog = cat
 	for _, o := range opts {
 		o(&cfg)
 	}
