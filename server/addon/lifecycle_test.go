@@ -115,3 +115,31 @@ func TestSameObservationIgnoresOnlyTime(t *testing.T) {
 		t.Error("an observation from another epoch was taken as the same")
 	}
 }
+
+func TestValidateReport(t *testing.T) {
+	ok := Report{ClusterUID: "c", AddonName: "coredns", AddonUID: "u", Generation: 1, Phase: storagev1.AddonPhase_ADDON_PHASE_READY}
+	tests := []struct {
+		name    string
+		mutate  func(r *Report)
+		wantErr bool
+	}{
+		{"valid", func(*Report) {}, false},
+		{"aws issue code", func(r *Report) {
+			r.Issues = []*storagev1.AddonIssue{{Code: "InsufficientNumberOfReplicas", Message: "1/2"}}
+		}, false},
+		{"unknown issue code", func(r *Report) { r.Issues = []*storagev1.AddonIssue{{Code: "Oops"}} }, true},
+		{"no phase", func(r *Report) { r.Phase = storagev1.AddonPhase_ADDON_PHASE_UNSPECIFIED }, true},
+		{"generation zero", func(r *Report) { r.Generation = 0 }, true},
+		{"no incarnation", func(r *Report) { r.AddonUID = "" }, true},
+		{"bad name", func(r *Report) { r.AddonName = "a/b" }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ok
+			tt.mutate(&r)
+			if err := validateReport(r); (err != nil) != tt.wantErr {
+				t.Fatalf("validateReport = %v, want error %v", err, tt.wantErr)
+			}
+		})
+	}
+}

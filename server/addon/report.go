@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -64,10 +66,38 @@ func validateReport(r Report) error {
 	switch r.Phase {
 	case storagev1.AddonPhase_ADDON_PHASE_APPLIED, storagev1.AddonPhase_ADDON_PHASE_READY,
 		storagev1.AddonPhase_ADDON_PHASE_FAILED, storagev1.AddonPhase_ADDON_PHASE_REMOVED:
-		return nil
+	default:
+		return errdefs.InvalidParameter("phase %s is not a report phase.", r.Phase)
 	}
-	return errdefs.InvalidParameter("phase %s is not a report phase.", r.Phase)
+	if len(r.Issues) > maxReportIssues {
+		return errdefs.InvalidParameter("a report carries at most %d issues, got %d.", maxReportIssues, len(r.Issues))
+	}
+	for i, is := range r.Issues {
+		if !slices.Contains(issueCodes, is.GetCode()) {
+			return errdefs.InvalidParameter("issues[%d]: code %q is not an EKS add-on issue code (%s).",
+				i, is.GetCode(), strings.Join(issueCodes, ", "))
+		}
+		if len(is.GetMessage()) > maxIssueMessage || len(is.GetResourceIds()) > maxReportIssues {
+			return errdefs.InvalidParameter("issues[%d]: message over %d bytes or more than %d resource ids.",
+				i, maxIssueMessage, maxReportIssues)
+		}
+	}
+	return nil
 }
+
+// issueCodes are AWS's AddonIssueCode values: what DescribeAddon may show
+// in health.issues, so SDK users can switch on them.
+var issueCodes = []string{
+	"AccessDenied", "InternalFailure", "ClusterUnreachable", "InsufficientNumberOfReplicas",
+	"ConfigurationConflict", "AdmissionRequestDenied", "UnsupportedAddonModification",
+	"K8sResourceNotFound", "AddonSubscriptionNeeded", "AddonPermissionFailure",
+}
+
+// Bounds on what one report may store in the record.
+const (
+	maxReportIssues = 50
+	maxIssueMessage = 4096
+)
 
 // ApplyReport applies r in one transaction that checks, at commit time,
 // that the add-on record is the one read (same incarnation, same
