@@ -121,16 +121,19 @@ func createRequest(cluster string) *eksv1.CreateAddonRequest {
 }
 
 // shape is a cluster with one real add-on, created through gRPC, and the
-// records CreateAddon stored for it: the raw paths write copies of these, so
-// they write what the service writes, byte for byte in size.
+// records CreateAddon stored for it (the add-on, its idempotency record and
+// its deadline index hint): the raw paths write copies of these, so they
+// write what the service writes, byte for byte in size.
 type shape struct {
 	cluster    string
 	clusterUID string
 	clusterRev int64
 	addon      *storagev1.AddonRecord
 	idem       *storagev1.IdempotencyRecord
+	hint       *storagev1.AddonDeadlineHint
 	addonBytes int
 	idemBytes  int
+	hintBytes  int
 }
 
 func (ab *addonBench) shape(ctx context.Context, cluster string) (*shape, error) {
@@ -142,26 +145,31 @@ func (ab *addonBench) shape(ctx context.Context, cluster string) (*shape, error)
 	if _, err := ab.grpc.CreateAddon(ctx, req); err != nil {
 		return nil, fmt.Errorf("create the shape add-on: %w", err)
 	}
-	sh := &shape{cluster: cluster, clusterUID: uid, addon: &storagev1.AddonRecord{}, idem: &storagev1.IdempotencyRecord{}}
+	sh := &shape{cluster: cluster, clusterUID: uid, addon: &storagev1.AddonRecord{}, idem: &storagev1.IdempotencyRecord{},
+		hint: &storagev1.AddonDeadlineHint{}}
 	if sh.clusterRev, err = ab.st.Get(ctx, store.ClusterKey(ab.account, cluster), &storagev1.ClusterRecord{}); err != nil {
 		return nil, err
 	}
-	for _, r := range []struct {
-		key  string
-		into proto.Message
-		size *int
-	}{
-		{store.AddonKey(uid, benchAddon), sh.addon, &sh.addonBytes},
-		{store.IdempotencyKey(ab.account, "CreateAddon", req.ClientRequestToken), sh.idem, &sh.idemBytes},
-	} {
-		resp, err := ab.etcd.Get(ctx, ab.st.Key(r.key))
+	read := func(key string, into proto.Message, size *int) error {
+		resp, err := ab.etcd.Get(ctx, ab.st.Key(key))
 		if err != nil || len(resp.Kvs) != 1 {
-			return nil, fmt.Errorf("read %s: %v (%d keys)", r.key, err, len(resp.Kvs))
+			return fmt.Errorf("read %s: %v (%d keys)", key, err, len(resp.Kvs))
 		}
-		if err := store.Decode(resp.Kvs[0].Value, r.into); err != nil {
-			return nil, err
-		}
-		*r.size = len(resp.Kvs[0].Value)
+		*size = len(resp.Kvs[0].Value)
+		return store.Decode(resp.Kvs[0].Value, into)
+	}
+	if err := read(store.AddonKey(uid, benchAddon), sh.addon, &sh.addonBytes); err != nil {
+		return nil, err
+	}
+	if err := read(store.IdempotencyKey(ab.account, "CreateAddon", req.ClientRequestToken), sh.idem, &sh.idemBytes); err != nil {
+		return nil, err
+	}
+	// The deadline index hint is keyed by the deadline the record carries.
+	if sh.addon.GetDeadline() == nil {
+		return nil, fmt.Errorf("the shape add-on has no deadline, so CreateAddon wrote no deadline hint")
+	}
+	if err := read(store.AddonDeadlineKey(sh.addon.GetDeadline().AsTime(), uid, benchAddon), sh.hint, &sh.hintBytes); err != nil {
+		return nil, err
 	}
 	return sh, nil
 }
@@ -353,9 +361,11 @@ func (ab *addonBench) doHTTP(ctx context.Context, method, path, body string, out
 //
 //	raw-etcd-txn      the transaction CreateAddon reduces to: create the add-on
 //	                  record (CreateRevision==0), guard the cluster record's mod
-//	                  revision, create the idempotency record on a shared lease
-//	raw-etcd-get-txn  all the etcd work CreateAddon does: a linearizable Get of
-//	                  the cluster record, then that transaction
+//	                  revision, put the deadline index hint, create the
+//	                  idempotency record on a shared lease
+//	raw-etcd-get-txn  all the etcd work CreateAddon does: a serializable Get of
+//	                  the cluster record (service.readCluster, fast), then that
+//	                  transaction guarded on the mod revision it read
 //	grpc              CreateAddon over gRPC, with a clientRequestToken
 //	facade            CreateAddon with the AWS SDK for Go v2 (auto-filled token)
 //	facade-http       the same request from a bare net/http client
@@ -389,13 +399,22 @@ func BenchmarkAddonCreate(b *testing.B) {
 		if err != nil {
 			return err
 		}
+		hint := proto.Clone(sh.hint).(*storagev1.AddonDeadlineHint)
+		hint.AddonName, hint.Generation = name, rec.GetGeneration()
+		hval, err := store.Encode(hint)
+		if err != nil {
+			return err
+		}
 		k, ik := ab.st.Key(rel), ab.st.Key(store.IdempotencyKey(ab.account, "CreateAddon", rec.ClientRequestToken))
-		// What store.Commit builds for Create + RequireModRevision + CreateWithTTL.
+		hk := ab.st.Key(store.AddonDeadlineKey(rec.GetDeadline().AsTime(), sh.clusterUID, name))
+		// What store.Commit builds for Create + RequireModRevision +
+		// hintDeadline's Put + CreateWithTTL, in Create's order.
 		resp, err := ab.etcd.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
 				clientv3.Compare(clientv3.ModRevision(clusterKey), "=", clusterRev),
 				clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)).
-			Then(clientv3.OpPut(k, string(val)), clientv3.OpPut(ik, string(ival), clientv3.WithLease(lease.ID))).
+			Then(clientv3.OpPut(k, string(val)), clientv3.OpPut(hk, string(hval)),
+				clientv3.OpPut(ik, string(ival), clientv3.WithLease(lease.ID))).
 			Else(clientv3.OpGet(k, clientv3.WithCountOnly()), clientv3.OpGet(ik, clientv3.WithCountOnly())).
 			Commit()
 		if err == nil && !resp.Succeeded {
@@ -409,7 +428,7 @@ func BenchmarkAddonCreate(b *testing.B) {
 			return rawTxn(ctx, seq, sh.clusterRev)
 		}},
 		{"raw-etcd-get-txn", func(ctx context.Context, seq int64) error {
-			resp, err := ab.etcd.Get(ctx, clusterKey)
+			resp, err := ab.etcd.Get(ctx, clusterKey, clientv3.WithSerializable())
 			if err != nil {
 				return err
 			}
@@ -459,18 +478,19 @@ func BenchmarkAddonCreate(b *testing.B) {
 			pool.fill(b, b.N+c)
 		}
 	})
-	sizes := fmt.Sprintf("CreateAddon stores a %d-byte add-on record and a %d-byte idempotency record; the raw paths write copies of them",
-		sh.addonBytes, sh.idemBytes)
+	sizes := fmt.Sprintf("CreateAddon stores a %d-byte add-on record, a %d-byte deadline hint and a %d-byte idempotency record; the raw paths write copies of them",
+		sh.addonBytes, sh.hintBytes, sh.idemBytes)
 	fmt.Print("\n" + summarizeAddon("create", "CreateAddon", ab.mode, sizes, paths, results,
 		[]string{"raw-etcd-txn", "raw-etcd-get-txn"}, []string{"grpc", "facade", "facade-http"}))
 }
 
 // BenchmarkAddonDescribe describes one ACTIVE add-on through:
 //
-//	raw-etcd               what Describe reads: a linearizable Get of the cluster
-//	                       record, then one of the add-on record (store.Get
-//	                       reads linearizably)
-//	raw-etcd-serializable  the same two Gets, serializable
+//	raw-etcd               what Describe reads: a serializable Get of the cluster
+//	                       record (service.readCluster, fast), then a
+//	                       linearizable one of the add-on record (store.Get)
+//	raw-etcd-serializable  the same two Gets, both serializable (the baseline
+//	                       the Describe goal is stated against)
 //	grpc, facade, facade-http
 func BenchmarkAddonDescribe(b *testing.B) {
 	ab := newAddonBench(b)
@@ -488,17 +508,26 @@ func BenchmarkAddonDescribe(b *testing.B) {
 	}
 	clusterKey := ab.st.Key(store.ClusterKey(ab.account, sh.cluster))
 	addonKey := ab.st.Key(store.AddonKey(sh.clusterUID, benchAddon))
-	rawGets := func(ctx context.Context, opts ...clientv3.OpOption) error {
-		for _, k := range []string{clusterKey, addonKey} {
-			resp, err := ab.etcd.Get(ctx, k, opts...)
-			if err != nil {
-				return err
-			}
-			if len(resp.Kvs) != 1 {
-				return fmt.Errorf("%s: not found", k)
-			}
+	get := func(ctx context.Context, k string, opts ...clientv3.OpOption) error {
+		resp, err := ab.etcd.Get(ctx, k, opts...)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) != 1 {
+			return fmt.Errorf("%s: not found", k)
 		}
 		return nil
+	}
+	// rawGets reads the cluster record, then the add-on record, the first
+	// serializable, the second linearizable unless addonSerializable.
+	rawGets := func(ctx context.Context, addonSerializable bool) error {
+		if err := get(ctx, clusterKey, clientv3.WithSerializable()); err != nil {
+			return err
+		}
+		if addonSerializable {
+			return get(ctx, addonKey, clientv3.WithSerializable())
+		}
+		return get(ctx, addonKey)
 	}
 	checkActive := func(status string) error {
 		if status != "ACTIVE" {
@@ -507,10 +536,8 @@ func BenchmarkAddonDescribe(b *testing.B) {
 		return nil
 	}
 	paths := []path{
-		{"raw-etcd", func(ctx context.Context, _ int64) error { return rawGets(ctx) }},
-		{"raw-etcd-serializable", func(ctx context.Context, _ int64) error {
-			return rawGets(ctx, clientv3.WithSerializable())
-		}},
+		{"raw-etcd", func(ctx context.Context, _ int64) error { return rawGets(ctx, false) }},
+		{"raw-etcd-serializable", func(ctx context.Context, _ int64) error { return rawGets(ctx, true) }},
 		{"grpc", func(ctx context.Context, _ int64) error {
 			out, err := ab.grpc.DescribeAddon(ctx, &eksv1.DescribeAddonRequest{ClusterName: sh.cluster, AddonName: benchAddon})
 			if err != nil {
