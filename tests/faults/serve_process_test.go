@@ -43,14 +43,15 @@ func freeAddr(t *testing.T) string {
 type process struct {
 	cmd      *exec.Cmd
 	httpAddr string
+	grpcAddr string
 	done     chan error
 }
 
 // startServe runs `saltbush serve` on dataDir and waits for /readyz.
 func startServe(t *testing.T, bin, dataDir string) *process {
 	t.Helper()
-	p := &process{httpAddr: freeAddr(t), done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--http-addr", p.httpAddr, "--grpc-addr", freeAddr(t),
+	p := &process{httpAddr: freeAddr(t), grpcAddr: freeAddr(t), done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--http-addr", p.httpAddr, "--grpc-addr", p.grpcAddr,
 		"--log-level", "warn")
 	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
 	if err := p.cmd.Start(); err != nil {
