@@ -82,12 +82,12 @@ func New(ctx context.Context, cfg Config, registers ...Register) (*Handler, erro
 	}
 	h := &Handler{cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 	h.mux = runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, awsJSON{&runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, newAWSJSON(&runtime.JSONPb{
 			// Absent members stay absent: a zero createdAt would decode as 1970.
 			MarshalOptions: protojson.MarshalOptions{EmitUnpopulated: false},
 			// Unknown members are an error, not silently dropped.
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}}),
+		})),
 		// SDKs escape '/' and ':' in ARN labels; keep them inside one segment.
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptReserved),
 		runtime.WithErrorHandler(h.errorHandler),

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 )
@@ -27,7 +31,69 @@ import (
 // Every other empty member stays absent.
 type awsJSON struct {
 	*runtime.JSONPb
+	// pathBound lists, per request message, the fields bound to a path
+	// label of its HTTP rule; see NewDecoder.
+	pathBound map[protoreflect.FullName][]protoreflect.FieldDescriptor
 }
+
+func newAWSJSON(pb *runtime.JSONPb) awsJSON {
+	return awsJSON{JSONPb: pb, pathBound: pathBoundFields()}
+}
+
+// NewDecoder implements runtime.Marshaler: protojson (unknown members are
+// errors), and then a member bound to a path label is refused too
+// (`{"clusterName": …}` in a CreateAddon body). It is not a body member in
+// AWS's model, and the path value would silently win over it.
+func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
+	inner := m.JSONPb.NewDecoder(r)
+	return runtime.DecoderFunc(func(v any) error {
+		if err := inner.Decode(v); err != nil {
+			return err
+		}
+		msg, ok := v.(proto.Message)
+		if !ok {
+			return nil
+		}
+		pm := msg.ProtoReflect()
+		for _, f := range m.pathBound[pm.Descriptor().FullName()] {
+			if pm.Has(f) {
+				// Worded like protojson's own unknown-member error, which the
+				// error handler turns into AWS's 400.
+				return fmt.Errorf("proto: unknown field %q (it is a path parameter)", f.JSONName())
+			}
+		}
+		return nil
+	})
+}
+
+// pathBoundFields reads the google.api.http rules of the saltbush.eks.v1
+// services: for each request message, the fields its path template binds.
+func pathBoundFields() map[protoreflect.FullName][]protoreflect.FieldDescriptor {
+	out := map[protoreflect.FullName][]protoreflect.FieldDescriptor{}
+	protoregistry.GlobalFiles.RangeFilesByPackage("saltbush.eks.v1", func(fd protoreflect.FileDescriptor) bool {
+		for i := 0; i < fd.Services().Len(); i++ {
+			methods := fd.Services().Get(i).Methods()
+			for j := 0; j < methods.Len(); j++ {
+				md := methods.Get(j)
+				rule, ok := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
+				if !ok || rule == nil {
+					continue
+				}
+				path := rule.GetPost() + rule.GetGet() + rule.GetDelete() + rule.GetPut() + rule.GetPatch()
+				for _, v := range pathVariable.FindAllStringSubmatch(path, -1) {
+					if f := md.Input().Fields().ByName(protoreflect.Name(v[1])); f != nil {
+						out[md.Input().FullName()] = append(out[md.Input().FullName()], f)
+					}
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// pathVariable matches a path template variable: {name} or {name=...}.
+var pathVariable = regexp.MustCompile(`\{([a-z0-9_]+)(?:=[^}]*)?\}`)
 
 // Marshal implements runtime.Marshaler.
 func (m awsJSON) Marshal(v any) ([]byte, error) {

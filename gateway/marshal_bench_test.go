@@ -17,7 +17,7 @@ func BenchmarkMarshalAddon(b *testing.B) {
 		NamespaceConfig: &eksv1.AddonNamespaceConfigResponse{Namespace: "kube-system"},
 	}}
 	plain := &runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{}}
-	aws := awsJSON{JSONPb: plain}
+	aws := newAWSJSON(plain)
 	b.Run("protojson", func(b *testing.B) {
 		for b.Loop() {
 			_, _ = plain.Marshal(resp)

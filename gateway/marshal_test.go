@@ -3,15 +3,17 @@ package gateway
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/proto"
 
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 )
 
 func TestAWSJSONTopLevelLists(t *testing.T) {
-	m := awsJSON{&runtime.JSONPb{}}
+	m := newAWSJSON(&runtime.JSONPb{})
 	tests := []struct {
 		name string
 		msg  any
@@ -42,7 +44,7 @@ func TestAWSJSONTopLevelLists(t *testing.T) {
 }
 
 func TestAWSJSONAlwaysPresentMembers(t *testing.T) {
-	m := awsJSON{&runtime.JSONPb{}}
+	m := newAWSJSON(&runtime.JSONPb{})
 	tests := []struct {
 		name string
 		msg  any
@@ -95,5 +97,32 @@ func TestObjectMembersScansAwkwardJSON(t *testing.T) {
 		if _, err := objectMembers([]byte(bad)); err == nil {
 			t.Errorf("objectMembers(%q) accepted malformed JSON", bad)
 		}
+	}
+}
+
+func TestAWSJSONRefusesPathMembersInTheBody(t *testing.T) {
+	m := newAWSJSON(&runtime.JSONPb{})
+	tests := []struct {
+		name    string
+		body    string
+		into    proto.Message
+		wantErr bool
+	}{
+		{"body members only", `{"addonName":"coredns"}`, &eksv1.CreateAddonRequest{}, false},
+		{"cluster name in a CreateAddon body", `{"addonName":"coredns","clusterName":"other"}`, &eksv1.CreateAddonRequest{}, true},
+		{"add-on name in an UpdateAddon body", `{"addonName":"other"}`, &eksv1.UpdateAddonRequest{}, true},
+		{"ARN in a TagResource body", `{"resourceArn":"arn:aws:eks:us-east-1:000000000000:cluster/x","tags":{"a":"b"}}`, &eksv1.TagResourceRequest{}, true},
+		{"empty path member is no member", `{"clusterName":""}`, &eksv1.CreateAddonRequest{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := m.NewDecoder(strings.NewReader(tc.body)).Decode(tc.into)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Decode(%s) = %v, want error %v", tc.body, err, tc.wantErr)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "proto:") {
+				t.Errorf("error %q is not worded as a body decode error", err)
+			}
+		})
 	}
 }

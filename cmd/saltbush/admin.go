@@ -49,7 +49,8 @@ func (af *adminFlags) dial() (*grpc.ClientConn, error) {
 }
 
 func printJSON(m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	// Zero values are printed too: an operator must see "accepted": false.
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
 		return err
 	}

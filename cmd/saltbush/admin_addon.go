@@ -32,7 +32,15 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(resp)
+			if err := printJSON(resp); err != nil {
+				return err
+			}
+			// A report the server refused (stale generation, ...) is a
+			// failure of the command, not a quiet success.
+			if r, ok := resp.(*controlv1.ApplyAddonReportResponse); ok && !r.GetAccepted() {
+				return fmt.Errorf("report not accepted: %s", r.GetReason())
+			}
+			return nil
 		}
 	}
 
@@ -69,8 +77,11 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 				ClusterUid: a.GetClusterUid(), AddonName: a.GetName(), AddonUid: a.GetUid(),
 				Generation: gen, Phase: controlv1.AddonPhase(phase), InstanceId: "admin",
 			}
-			if issueCode != "" {
+			switch {
+			case issueCode != "":
 				req.Issues = []*controlv1.AddonIssue{{Code: issueCode, Message: issueMessage}}
+			case issueMessage != "":
+				return nil, fmt.Errorf("--issue-message needs --issue-code")
 			}
 			return c.ApplyAddonReport(ctx, req)
 		}),
@@ -83,7 +94,7 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 	var version, config string
 	ensure := &cobra.Command{
 		Use:   "ensure CLUSTER ADDON REFERENCE",
-		Short: "Hold an add-on by reference (created if absent, re-driven if CREATE_FAILED)",
+		Short: "Hold an add-on by reference (created if absent, re-driven if CREATE_FAILED or DELETE_FAILED)",
 		Args:  cobra.ExactArgs(3),
 		RunE: run(func(ctx context.Context, c controlv1.AddonControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error) {
 			return c.EnsureAddon(ctx, &controlv1.EnsureAddonRequest{

@@ -37,6 +37,10 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 	}
 	tok, err := idempotency.New(who.AccountID, opCreateAddon, req)
 	if err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			return nil, e.WithField("clusterName", req.GetClusterName()).WithField("addonName", req.GetAddonName())
+		}
 		return nil, err
 	}
 	var rec *storagev1.AddonRecord

@@ -13,6 +13,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -83,6 +84,23 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 			return err
 		}
 		next := proto.Clone(cur).(*storagev1.AddonRecord)
+		redrivable := next.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_CREATE_FAILED ||
+			next.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED
+		// What the reference asks for is checked for an existing add-on
+		// too (errors are returned, never dropped): a re-drive takes it;
+		// a working add-on that differs is not changed behind its owner's
+		// back, so the caller is told.
+		if want, err := s.ensureSpec(c, a, cur, req); err != nil {
+			return err
+		} else if !proto.Equal(want, cur.GetSpec()) {
+			if !redrivable {
+				return errdefs.InvalidRequest(
+					"Addon %s exists at version %s with other configuration values than %s asks for; update it, or ensure it without a version and values.",
+					a.Name, cur.GetSpec().GetVersion(), req.GetReference()).
+					WithField("clusterName", c.GetName()).WithField("addonName", a.Name)
+			}
+			next.Spec = want
+		}
 		switch next.GetStatus() {
 		case storagev1.AddonStatus_ADDON_STATUS_DELETING:
 			return errdefs.ResourceInUse("Addon %s is being deleted; ensure it again once it is gone.", a.Name).
@@ -178,6 +196,30 @@ func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonReques
 		return nil, false, wrapUnlessAPI(err, "release add-on %q for %q", req.GetAddonName(), req.GetReference())
 	}
 	return rec, deleting, nil
+}
+
+// ensureSpec is the spec an EnsureAddon request asks of the existing
+// add-on cur: its version and configuration values where the request names
+// them, validated against the catalogue and the cluster.
+func (s *Service) ensureSpec(c *storagev1.ClusterRecord, a *catalog.Addon, cur *storagev1.AddonRecord, req *controlv1.EnsureAddonRequest) (*storagev1.AddonSpec, error) {
+	want := proto.Clone(cur.GetSpec()).(*storagev1.AddonSpec)
+	if req.GetAddonVersion() == "" && req.GetConfigurationValues() == "" {
+		return want, nil
+	}
+	if req.GetAddonVersion() != "" {
+		want.Version = req.GetAddonVersion()
+	}
+	if req.GetConfigurationValues() != "" {
+		want.ConfigurationValues = req.GetConfigurationValues()
+	}
+	v, err := lookupVersion(c, a, want.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	if err := parseConfiguration(c, v, want.GetConfigurationValues()); err != nil {
+		return nil, err
+	}
+	return want, nil
 }
 
 // wrapUnlessAPI adds context to store errors; API errors pass unchanged.

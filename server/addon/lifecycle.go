@@ -15,8 +15,9 @@ import (
 
 // Issue codes used by saltbush itself.
 const (
-	issueClusterUnreachable = "ClusterUnreachable"
-	issueInternalFailure    = "InternalFailure"
+	issueClusterUnreachable  = "ClusterUnreachable"
+	issueInternalFailure     = "InternalFailure"
+	issueK8sResourceNotFound = "K8sResourceNotFound"
 )
 
 // inFlight reports whether st waits for a report (and has a deadline).
@@ -105,8 +106,17 @@ func applyReport(rec *storagev1.AddonRecord, obs *storagev1.AddonObserved) trans
 			rec.Issues = cloneIssues(issues)
 		}
 	case storagev1.AddonPhase_ADDON_PHASE_REMOVED:
-		if st == storagev1.AddonStatus_ADDON_STATUS_DELETING {
+		switch st {
+		case storagev1.AddonStatus_ADDON_STATUS_DELETING:
 			tr.erase = true
+		case storagev1.AddonStatus_ADDON_STATUS_ACTIVE, storagev1.AddonStatus_ADDON_STATUS_DEGRADED:
+			// The objects of a generation that was ready are gone, and
+			// nothing asked for that: a health issue, not a removal.
+			if len(issues) == 0 {
+				issues = []*storagev1.AddonIssue{{Code: issueK8sResourceNotFound, Message: "The add-on's Kubernetes objects are gone from the cluster."}}
+			}
+			rec.Status = storagev1.AddonStatus_ADDON_STATUS_DEGRADED
+			rec.Issues = cloneIssues(issues)
 		}
 	}
 	return tr

@@ -51,7 +51,8 @@ func TestApplyReportTable(t *testing.T) {
 		{name: "failed keeps delete failed", from: deleteFailed, phase: failed, want: deleteFailed},
 		{name: "applied changes no status", from: creating, phase: applied, want: creating},
 		{name: "removed erases deleting", from: deleting, phase: removed, want: deleting, wantErase: true},
-		{name: "removed while active erases nothing", from: active, phase: removed, want: active},
+		{name: "removed while active is a health issue", from: active, phase: removed, want: degraded, wantIssues: 1},
+		{name: "removed while creating changes no status", from: creating, phase: removed, want: creating},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,6 +31,10 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 	}
 	tok, err := idempotency.New(who.AccountID, opUpdateAddon, req)
 	if err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			return nil, e.WithField("clusterName", req.GetClusterName()).WithField("addonName", req.GetAddonName())
+		}
 		return nil, err
 	}
 	var upd *storagev1.UpdateRecord
@@ -68,6 +72,10 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 			return nil
 		})
 		if errors.Is(err, store.ErrNotFound) {
+			if quick {
+				// The cluster uid came from a fast read: confirm the miss.
+				return fmt.Errorf("add-on %q: %w", req.GetAddonName(), store.ErrConflict)
+			}
 			return addonNotFound(c.GetName(), req.GetAddonName()).WithCause(err)
 		}
 		if err != nil && tok.Present() {
@@ -135,20 +143,24 @@ func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *cat
 		params = append(params, &storagev1.UpdateParam{Type: typ, Value: value})
 	}
 
+	changesVersion := req.AddonVersion != nil && req.GetAddonVersion() != spec.GetVersion()
 	target, err := lookupVersion(c, a, spec.GetVersion())
-	if err != nil && req.AddonVersion == nil {
+	if err != nil && !changesVersion {
 		// The current version is no longer compatible (the cluster was
-		// upgraded); an update that does not name a version cannot proceed.
+		// upgraded) or no longer offered; an update that keeps it cannot
+		// proceed.
 		return nil, err
 	}
-	if req.AddonVersion != nil && req.GetAddonVersion() != spec.GetVersion() {
+	if changesVersion {
 		if req.GetAddonVersion() == "" {
 			return nil, invalid(cn, name, "addonVersion must not be empty.")
 		}
 		if target, err = lookupVersion(c, a, req.GetAddonVersion()); err != nil {
 			return nil, err
 		}
-		if versionIndex(a, target.Version) > versionIndex(a, spec.GetVersion()) {
+		// No downgrades, as in AWS. A current version the catalogue no
+		// longer lists may move to any offered version.
+		if cur := versionIndex(a, spec.GetVersion()); cur >= 0 && versionIndex(a, target.Version) > cur {
 			return nil, invalid(cn, name, "Updating addon %s from version %s to the older version %s is not supported.",
 				name, spec.GetVersion(), target.Version)
 		}
@@ -262,6 +274,10 @@ func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve
 			return nil
 		})
 		if errors.Is(err, store.ErrNotFound) {
+			if quick {
+				// The cluster uid came from a fast read: confirm the miss.
+				return fmt.Errorf("add-on %q: %w", name, store.ErrConflict)
+			}
 			return addonNotFound(clusterName, name).WithCause(err)
 		}
 		return err

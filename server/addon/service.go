@@ -83,13 +83,14 @@ type Clusters interface {
 
 // Service is the add-on domain logic. It is safe for concurrent use.
 type Service struct {
-	store    *store.Store
-	clusters Clusters
-	catalog  *catalog.Catalog
-	cfg      Config
-	log      *slog.Logger
-	reports  *prometheus.CounterVec
-	expired  prometheus.Counter
+	store       *store.Store
+	clusters    Clusters
+	catalog     *catalog.Catalog
+	cfg         Config
+	log         *slog.Logger
+	reports     *prometheus.CounterVec
+	expired     prometheus.Counter
+	sweepErrors prometheus.Counter
 }
 
 // NewService returns the add-on service. Its metrics are registered on reg.
@@ -110,13 +111,16 @@ func NewService(st *store.Store, clusters Clusters, cat *catalog.Catalog, cfg Co
 			Name: "saltbush_addon_deadlines_expired_total",
 			Help: "Add-on generations the sweeper moved to *_FAILED because their deadline passed.",
 		}),
+		sweepErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "saltbush_addon_sweep_errors_total",
+			Help: "Deadline hints the sweeper could not judge (unreadable hint or add-on record) and skipped.",
+		}),
 	}
 	if reg != nil {
-		if err := reg.Register(s.reports); err != nil {
-			return nil, fmt.Errorf("addon metrics: %w", err)
-		}
-		if err := reg.Register(s.expired); err != nil {
-			return nil, fmt.Errorf("addon metrics: %w", err)
+		for _, c := range []prometheus.Collector{s.reports, s.expired, s.sweepErrors} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("addon metrics: %w", err)
+			}
 		}
 	}
 	return s, nil
@@ -179,6 +183,11 @@ func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWri
 	if forWrite {
 		switch c.GetStatus() {
 		case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
+			if quick {
+				// A fast read may be stale: refuse only what a
+				// linearizable read confirms (retryConflicts re-reads).
+				return nil, 0, fmt.Errorf("cluster %q read %s: %w", c.GetName(), clusterStatusName(c.GetStatus()), store.ErrConflict)
+			}
 			return nil, 0, errdefs.InvalidRequest(
 				"Cluster %s is in %s state; its add-ons cannot be changed.", c.GetName(), clusterStatusName(c.GetStatus())).
 				WithField("clusterName", c.GetName())

@@ -126,19 +126,25 @@ func (s *Service) sweep(ctx context.Context, fence Fence) (int, error) {
 		}
 		for _, kv := range page.Items {
 			due, err := store.AddonDeadlineOf(kv.Name)
-			if err != nil {
-				return expired, err
-			}
-			if due.After(now) {
+			if err == nil && due.After(now) {
 				return expired, nil // key order is deadline order: the rest are later
 			}
-			hint := &storagev1.AddonDeadlineHint{}
-			if err := store.Decode(kv.Value, hint); err != nil {
-				return expired, fmt.Errorf("%s: %w", kv.Key, err)
+			ok := false
+			if err == nil {
+				hint := &storagev1.AddonDeadlineHint{}
+				if err = store.Decode(kv.Value, hint); err == nil {
+					ok, err = s.expireOne(ctx, kv, hint, now, fence)
+				}
 			}
-			ok, err := s.expireOne(ctx, kv, hint, now, fence)
 			if err != nil {
-				return expired, err
+				if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+					return expired, err
+				}
+				// One bad hint or record must not stop every later
+				// deadline: log it and go on.
+				s.sweepErrors.Inc()
+				s.log.WarnContext(ctx, "add-on deadline hint skipped", "key", kv.Key, "err", err)
+				continue
 			}
 			if ok {
 				expired++

@@ -115,6 +115,10 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (
 
 	tok, err := idempotency.New(who.AccountID, opCreateCluster, req)
 	if err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			return nil, e.WithField("clusterName", req.GetName())
+		}
 		return nil, err
 	}
 	txn := store.NewTxn().Create(key, rec)

@@ -18,7 +18,6 @@ var (
 	namePattern    = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9\-_]*$`)
 	roleARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}$`)
 	keyARNPattern  = regexp.MustCompile(`^arn:aws[a-z-]*:kms:[a-z0-9-]*:[0-9]{12}:(key|alias)/.+$`)
-	tokenPattern   = regexp.MustCompile(`^[\x21-\x7e]{1,64}$`)
 
 	logTypes            = []string{"api", "audit", "authenticator", "controllerManager", "scheduler"}
 	ipFamilies          = []string{"ipv4", "ipv6"}
@@ -61,9 +60,6 @@ func (s *Service) validateCreate(req *eksv1.CreateClusterRequest) error {
 	}
 	if req.GetResourcesVpcConfig() == nil {
 		return invalid(name, "resourcesVpcConfig is required.")
-	}
-	if tok := req.GetClientRequestToken(); tok != "" && !tokenPattern.MatchString(tok) {
-		return invalid(name, "clientRequestToken must be 1 to 64 printable ASCII characters.")
 	}
 	if err := tagging.Validate(req.GetTags()); err != nil {
 		return invalid(name, "Invalid tags: %v.", err)

@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -31,12 +32,20 @@ type Token struct {
 	fingerprint []byte
 }
 
+// tokenPattern is AWS's clientRequestToken: 1 to 64 printable ASCII
+// characters.
+var tokenPattern = regexp.MustCompile(`^[\x21-\x7e]{1,64}$`)
+
 // New prepares the token of req (which must have a client_request_token
-// field) for operation in account. An empty token yields the zero Token.
+// field) for operation in account. An empty token yields the zero Token; a
+// malformed one is an InvalidParameterException.
 func New(account, operation string, req proto.Message) (Token, error) {
 	r, ok := req.(interface{ GetClientRequestToken() string })
 	if !ok || r.GetClientRequestToken() == "" {
 		return Token{}, nil
+	}
+	if !tokenPattern.MatchString(r.GetClientRequestToken()) {
+		return Token{}, errdefs.InvalidParameter("clientRequestToken must be 1 to 64 printable ASCII characters.")
 	}
 	fp, err := Fingerprint(req)
 	if err != nil {

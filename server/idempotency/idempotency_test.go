@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"strings"
 	"testing"
 
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
@@ -39,5 +40,27 @@ func TestNewWithoutTokenIsZero(t *testing.T) {
 	withTok, _ := New("111122223333", "CreateAddon", &eksv1.CreateAddonRequest{AddonName: "x", ClientRequestToken: "t"})
 	if !withTok.Present() {
 		t.Fatal("a request with clientRequestToken produced no token")
+	}
+}
+
+func TestNewRefusesMalformedTokens(t *testing.T) {
+	tests := []struct {
+		name, token string
+		ok          bool
+	}{
+		{"uuid", "3f1e2d3c-4b5a-4978-8a9b-0c1d2e3f4a5b", true},
+		{"64 characters", strings.Repeat("a", 64), true},
+		{"65 characters", strings.Repeat("a", 65), false},
+		{"space", "a b", false},
+		{"newline", "a\nb", false},
+		{"non-ASCII", "tökén", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New("111122223333", "CreateAddon", &eksv1.CreateAddonRequest{AddonName: "x", ClientRequestToken: tt.token})
+			if (err == nil) != tt.ok {
+				t.Fatalf("New(%q) = %v, want ok %v", tt.token, err, tt.ok)
+			}
+		})
 	}
 }
