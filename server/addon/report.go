@@ -142,6 +142,11 @@ func (s *Service) ApplyReport(ctx context.Context, r Report, fence Fence) (Repor
 		next := proto.Clone(rec).(*storagev1.AddonRecord)
 		erased := false
 		if sameObservation(rec, obs) {
+			if fence == nil {
+				// Nothing to write and nothing to check.
+				s.reports.WithLabelValues(ReportAccepted).Inc()
+				return ReportResult{Accepted: true, Reason: ReportAccepted, Addon: rec}, nil
+			}
 			txn.RequireModRevision(key, rev)
 		} else {
 			tr := applyReport(next, obs)

@@ -1,7 +1,6 @@
 package addon
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -214,5 +213,3 @@ func validateReference(ref string) error {
 func versionIndex(a *catalog.Addon, version string) int {
 	return slices.IndexFunc(a.Versions, func(v *catalog.Version) bool { return v.Version == version })
 }
-
-func describeVersionChange(from, to string) string { return fmt.Sprintf("%s -> %s", from, to) }
