@@ -324,6 +324,10 @@ func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 // GRPCAddr is the bound gRPC address.
 func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 
+// sweeperStopWait bounds how long shutdown waits for the add-on sweeper to
+// resign its election.
+const sweeperStopWait = 5 * time.Second
+
 // AddonSweeper returns this replica's add-on deadline sweeper.
 func (s *Server) AddonSweeper() *addon.Sweeper { return s.sweeper }
 
@@ -371,8 +375,16 @@ func (s *Server) Serve(ctx context.Context) error {
 	case err = <-errc:
 	}
 	stopWatch()
-	// The sweeper resigns its election before etcd goes away.
-	<-sweeperDone
+	// The sweeper resigns its election before the etcd client closes, so a
+	// successor takes over at once. The wait is bounded: with etcd
+	// unreachable, an interrupted Campaign resigns on the client's own
+	// context (etcd's concurrency package does that), which ends only when
+	// shutdown closes the client.
+	select {
+	case <-sweeperDone:
+	case <-time.After(sweeperStopWait):
+		s.log.Warn("add-on sweeper did not resign in time (etcd unreachable?); shutting down without it")
+	}
 	s.shutdown()
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,6 +62,7 @@ type Server struct {
 	name      string
 	clientURL string
 	peerURL   string
+	closeOnce sync.Once
 }
 
 // Start starts a member and waits until it serves clients.
@@ -195,10 +197,13 @@ func (s *Server) Client() (*clientv3.Client, error) {
 }
 
 // Close stops the member cleanly: in-flight requests finish, the WAL and
-// backend are closed, the ports are released.
+// backend are closed, the ports are released. Later calls do nothing (a
+// test may stop a member on purpose and still defer its Close).
 func (s *Server) Close() {
-	s.etcd.Close()
-	_ = s.lock.Close()
+	s.closeOnce.Do(func() {
+		s.etcd.Close()
+		_ = s.lock.Close()
+	})
 }
 
 // lockDir takes an exclusive, non-blocking lock on dir (released when the

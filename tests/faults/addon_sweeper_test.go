@@ -176,3 +176,45 @@ func TestAddonSweeperElection(t *testing.T) {
 	}
 	waitStatus(t, ctx, follower.EKS(t), "handover", "kube-proxy", types.AddonStatusCreateFailed)
 }
+
+// TestStopWhileCampaigningWithEtcdGone: a replica whose sweeper waits in
+// the election (another replica leads) still shuts down when etcd is gone.
+// etcd's Campaign resigns an interrupted campaign on the client's own
+// context, which a dead etcd never answers; shutdown must not wait for it
+// forever. (A liveness check with a generous bound, not a timing.)
+func TestStopWhileCampaigningWithEtcdGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clientURL, _ := embedetcd.FreeURL()
+	peerURL, _ := embedetcd.FreeURL()
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), ClientURL: clientURL, PeerURL: peerURL, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	a := servertest.Start(t, servertest.WithEtcdEndpoints(etcd.Endpoints()))
+	deadline := time.Now().Add(20 * time.Second)
+	for !a.AddonSweeper().Leader() {
+		if time.Now().After(deadline) {
+			t.Fatal("the first replica did not lead the sweeper")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b := servertest.Start(t, servertest.WithEtcdEndpoints(etcd.Endpoints()))
+	time.Sleep(500 * time.Millisecond) // b is campaigning: waiting for a's key to go
+	if b.AddonSweeper().Leader() {
+		t.Fatal("two replicas lead the sweeper")
+	}
+	etcd.Close()
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a campaigning replica did not shut down with etcd gone")
+	}
+}
