@@ -79,6 +79,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	e, err := embed.StartEtcd(ec)
+	// Ports picked here (FreeURL) are free when picked, not when etcd binds
+	// them: another process may take one in between. Pick again then.
+	for attempt := 0; err != nil && errors.Is(err, syscall.EADDRINUSE) &&
+		cfg.ClientURL == "" && cfg.PeerURL == "" && attempt < 3; attempt++ {
+		if ec, err = buildConfig(cfg); err == nil {
+			e, err = embed.StartEtcd(ec)
+		}
+	}
 	if err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("start embedded etcd %q in %s: %w", ec.Name, ec.Dir, err)

@@ -1,10 +1,11 @@
 package faults
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,16 +31,6 @@ func buildSaltbush(t *testing.T) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 type process struct {
 	cmd      *exec.Cmd
 	httpAddr string
@@ -47,16 +38,35 @@ type process struct {
 	done     chan error
 }
 
-// startServe runs `saltbush serve` on dataDir and waits for /readyz.
+// startServe runs `saltbush serve` on dataDir and waits for /readyz. The
+// binary listens on port 0 itself and the test reads the addresses from its
+// "saltbush serving" log line: a port picked here and handed over could be
+// taken in between by another test binary running in parallel.
 func startServe(t *testing.T, bin, dataDir string) *process {
 	t.Helper()
-	p := &process{httpAddr: freeAddr(t), grpcAddr: freeAddr(t), done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--http-addr", p.httpAddr, "--grpc-addr", p.grpcAddr,
-		"--log-level", "warn")
-	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
+	p := &process{done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+		"--log-level", "info", "--log-json")
+	p.cmd.Stdout = os.Stderr
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	serving := make(chan [2]string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var line struct{ Msg, HTTP, GRPC string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "saltbush serving" {
+				serving <- [2]string{line.HTTP, line.GRPC}
+			}
+			fmt.Fprintln(os.Stderr, sc.Text())
+		}
+	}()
 	go func() { p.done <- p.cmd.Wait() }()
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
@@ -64,6 +74,14 @@ func startServe(t *testing.T, bin, dataDir string) *process {
 			<-p.done
 		}
 	})
+	select {
+	case addrs := <-serving:
+		p.httpAddr, p.grpcAddr = addrs[0], addrs[1]
+	case err := <-p.done:
+		t.Fatalf("saltbush serve exited before serving: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("saltbush serve did not log its addresses within 60s")
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get("http://" + p.httpAddr + "/readyz")
@@ -73,11 +91,7 @@ func startServe(t *testing.T, bin, dataDir string) *process {
 				return p
 			}
 		}
-		select {
-		case err := <-p.done:
-			t.Fatalf("saltbush serve exited before ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal("saltbush serve not ready after 60s")
 	return nil
