@@ -37,11 +37,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 	}
 	tok, err := idempotency.New(who.AccountID, opCreateAddon, req)
 	if err != nil {
-		var e *errdefs.Error
-		if errors.As(err, &e) {
-			return nil, e.WithField("clusterName", req.GetClusterName()).WithField("addonName", req.GetAddonName())
-		}
-		return nil, err
+		return nil, withAddonFields(err, req.GetClusterName(), req.GetAddonName())
 	}
 	var rec *storagev1.AddonRecord
 	err = retryConflicts(ctx, func(quick bool) error {
@@ -83,11 +79,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 func (s *Service) replayCreate(ctx context.Context, tok idempotency.Token, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, error) {
 	prior, err := tok.Lookup(ctx, s.store)
 	if err != nil {
-		var e *errdefs.Error
-		if errors.As(err, &e) {
-			return nil, e.WithField("clusterName", c.GetName()).WithField("addonName", name)
-		}
-		return nil, err
+		return nil, withAddonFields(err, c.GetName(), name)
 	}
 	if prior == nil {
 		return nil, nil

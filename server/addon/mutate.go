@@ -31,11 +31,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 	}
 	tok, err := idempotency.New(who.AccountID, opUpdateAddon, req)
 	if err != nil {
-		var e *errdefs.Error
-		if errors.As(err, &e) {
-			return nil, e.WithField("clusterName", req.GetClusterName()).WithField("addonName", req.GetAddonName())
-		}
-		return nil, err
+		return nil, withAddonFields(err, req.GetClusterName(), req.GetAddonName())
 	}
 	var upd *storagev1.UpdateRecord
 	err = retryConflicts(ctx, func(quick bool) error {
@@ -102,11 +98,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 func (s *Service) replayUpdate(ctx context.Context, tok idempotency.Token, c *storagev1.ClusterRecord, name string) (*storagev1.UpdateRecord, error) {
 	prior, err := tok.Lookup(ctx, s.store)
 	if err != nil {
-		var e *errdefs.Error
-		if errors.As(err, &e) {
-			return nil, e.WithField("clusterName", c.GetName()).WithField("addonName", name)
-		}
-		return nil, err
+		return nil, withAddonFields(err, c.GetName(), name)
 	}
 	if prior == nil {
 		return nil, nil

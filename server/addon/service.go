@@ -143,6 +143,16 @@ func (s *Service) ARN(account, cluster, addon, uid string) string {
 	return fmt.Sprintf("arn:aws:eks:%s:%s:addon/%s/%s/%s", s.cfg.Region, account, cluster, addon, uid)
 }
 
+// withAddonFields adds the clusterName and addonName members to an API
+// error (other errors pass unchanged).
+func withAddonFields(err error, cluster, addon string) error {
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		return e.WithField("clusterName", cluster).WithField("addonName", addon)
+	}
+	return err
+}
+
 func addonNotFound(cluster, addon string) *errdefs.Error {
 	return errdefs.NotFound("No addon: %s found in cluster: %s", addon, cluster).
 		WithField("clusterName", cluster).WithField("addonName", addon)

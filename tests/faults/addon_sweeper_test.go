@@ -116,13 +116,7 @@ func TestAddonDeadlinesFailWithClusterUnreachable(t *testing.T) {
 func TestAddonSweeperElection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	clientURL, _ := embedetcd.FreeURL()
-	peerURL, _ := embedetcd.FreeURL()
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), ClientURL: clientURL, PeerURL: peerURL, UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
+	etcd := startSharedEtcd(t, ctx)
 	opts := func(name string) []servertest.Option {
 		return []servertest.Option{
 			servertest.WithEtcdEndpoints(etcd.Endpoints()),
@@ -185,13 +179,7 @@ func TestAddonSweeperElection(t *testing.T) {
 func TestStopWhileCampaigningWithEtcdGone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	clientURL, _ := embedetcd.FreeURL()
-	peerURL, _ := embedetcd.FreeURL()
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), ClientURL: clientURL, PeerURL: peerURL, UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
+	etcd := startSharedEtcd(t, ctx)
 	a := servertest.Start(t, servertest.WithEtcdEndpoints(etcd.Endpoints()))
 	deadline := time.Now().Add(20 * time.Second)
 	for !a.AddonSweeper().Leader() {
@@ -217,4 +205,16 @@ func TestStopWhileCampaigningWithEtcdGone(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("a campaigning replica did not shut down with etcd gone")
 	}
+}
+
+// startSharedEtcd starts an embedded etcd for several saltbush replicas,
+// closed when the test ends.
+func startSharedEtcd(t *testing.T, ctx context.Context) *embedetcd.Server {
+	t.Helper()
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	return etcd
 }
