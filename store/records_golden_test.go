@@ -92,6 +92,26 @@ func addonDeadlineHintV1() proto.Message {
 	return &storagev1.AddonDeadlineHint{ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", AddonName: "coredns", Generation: 3}
 }
 
+func accountRecordV1() proto.Message {
+	return &storagev1.AccountRecord{AccountId: "111122223333", Name: "team-a", CreatedAt: goldenT}
+}
+
+func principalRecordV1() proto.Message {
+	return &storagev1.PrincipalRecord{Arn: "arn:aws:iam::111122223333:role/ops/deployer", AccountId: "111122223333",
+		PolicyNames: []string{"read", "write"}, CreatedAt: goldenT}
+}
+
+func accessKeyRecordV1() proto.Message {
+	return &storagev1.AccessKeyRecord{AccessKeyId: "AKIAABCDEFGHIJKLMNOP", AccountId: "111122223333",
+		PrincipalArn: "arn:aws:iam::111122223333:user/alice", SealedSecret: []byte{1, 2, 3, 4, 5}, Status: "Active", CreatedAt: goldenT}
+}
+
+func policyRecordV1() proto.Message {
+	return &storagev1.PolicyRecord{AccountId: "111122223333", Name: "read",
+		Document:  `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"eks:Describe*","Resource":"*"}]}`,
+		CreatedAt: goldenT, ModifiedAt: goldenT}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -103,6 +123,10 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"AddonRecord.v1.binpb", addonRecordV1},
 		{"UpdateRecord.v1.binpb", updateRecordV1},
 		{"AddonDeadlineHint.v1.binpb", addonDeadlineHintV1},
+		{"AccountRecord.v1.binpb", accountRecordV1},
+		{"PrincipalRecord.v1.binpb", principalRecordV1},
+		{"AccessKeyRecord.v1.binpb", accessKeyRecordV1},
+		{"PolicyRecord.v1.binpb", policyRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
