@@ -13,28 +13,13 @@ import (
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster"
 	"github.com/saltbush/saltbush/store"
-	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/store/storetest"
 )
 
 // newTestService runs the add-on service on a real embedded etcd.
 func newTestService(t *testing.T) (*Service, *store.Store) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Close)
-	client, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	st, err := store.New(ctx, client, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.New(t)
 	clusters, err := cluster.NewService(st, cluster.DefaultConfig(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/policy"
 	"github.com/saltbush/saltbush/store"
-	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/store/storetest"
 )
 
 var testMasterKey = bytes.Repeat([]byte{7}, MasterKeySize)
@@ -19,22 +19,7 @@ var testMasterKey = bytes.Repeat([]byte{7}, MasterKeySize)
 // newTestService runs the key store on a real embedded etcd.
 func newTestService(t *testing.T) (*Service, *store.Store) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), UnsafeNoFsync: true, ElectionTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Close)
-	client, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	st, err := store.New(ctx, client, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.New(t)
 	svc, err := NewService(st, testMasterKey, nil)
 	if err != nil {
 		t.Fatal(err)
