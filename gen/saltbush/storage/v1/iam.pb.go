@@ -324,6 +324,80 @@ func (x *PolicyRecord) GetModifiedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// ServiceRecord is stored at iam/services/{name}: a saltbush service
+// identity (spiffe://saltbush/service/{name}) and the policy document that
+// says what it may do: which accounts it may act for (action
+// saltbush:ActForAccount on arn:aws:iam::{account}:root), which EKS actions
+// it may take for them, and which control RPCs it may call
+// (saltbush:{Method}).
+type ServiceRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Document      string                 `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ModifiedAt    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=modified_at,json=modifiedAt,proto3" json:"modified_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRecord) Reset() {
+	*x = ServiceRecord{}
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRecord) ProtoMessage() {}
+
+func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRecord.ProtoReflect.Descriptor instead.
+func (*ServiceRecord) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ServiceRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetDocument() string {
+	if x != nil {
+		return x.Document
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetModifiedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ModifiedAt
+	}
+	return nil
+}
+
 var File_saltbush_storage_v1_iam_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
@@ -359,6 +433,13 @@ const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vmodified_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"modifiedAt\"\xb7\x01\n" +
+	"\rServiceRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bdocument\x18\x02 \x01(\tR\bdocument\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vmodified_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"modifiedAtB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
 
 var (
@@ -373,25 +454,28 @@ func file_saltbush_storage_v1_iam_proto_rawDescGZIP() []byte {
 	return file_saltbush_storage_v1_iam_proto_rawDescData
 }
 
-var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_saltbush_storage_v1_iam_proto_goTypes = []any{
 	(*AccountRecord)(nil),         // 0: saltbush.storage.v1.AccountRecord
 	(*PrincipalRecord)(nil),       // 1: saltbush.storage.v1.PrincipalRecord
 	(*AccessKeyRecord)(nil),       // 2: saltbush.storage.v1.AccessKeyRecord
 	(*PolicyRecord)(nil),          // 3: saltbush.storage.v1.PolicyRecord
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*ServiceRecord)(nil),         // 4: saltbush.storage.v1.ServiceRecord
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_iam_proto_depIdxs = []int32{
-	4, // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
-	4, // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
-	4, // 2: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
-	4, // 3: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
-	4, // 4: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
+	5, // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
+	5, // 2: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
+	5, // 3: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
+	5, // 4: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
+	5, // 5: saltbush.storage.v1.ServiceRecord.created_at:type_name -> google.protobuf.Timestamp
+	5, // 6: saltbush.storage.v1.ServiceRecord.modified_at:type_name -> google.protobuf.Timestamp
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_storage_v1_iam_proto_init() }
@@ -405,7 +489,7 @@ func file_saltbush_storage_v1_iam_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_iam_proto_rawDesc), len(file_saltbush_storage_v1_iam_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
