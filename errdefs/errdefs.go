@@ -37,6 +37,10 @@ const (
 	ThrottlingException            = "ThrottlingException"
 	ServerException                = "ServerException"
 	ServiceUnavailableException    = "ServiceUnavailableException"
+	// The authentication failures AWS answers before any operation runs.
+	MissingAuthenticationTokenException = "MissingAuthenticationTokenException"
+	UnrecognizedClientException         = "UnrecognizedClientException"
+	InvalidSignatureException           = "InvalidSignatureException"
 )
 
 // Error is an API error. It satisfies error and unwraps to its cause.
@@ -98,6 +102,17 @@ func InvalidParameter(format string, args ...any) *Error {
 	return newError(InvalidParameterException, format, args)
 }
 
+// AccessDenied is AWS's AccessDeniedException (403): the caller is
+// authenticated but no policy allows the action on the resource.
+func AccessDenied(format string, args ...any) *Error {
+	return newError(AccessDeniedException, format, args)
+}
+
+// Throttling is AWS's ThrottlingException (429).
+func Throttling(format string, args ...any) *Error {
+	return newError(ThrottlingException, format, args)
+}
+
 // InvalidRequest is AWS's InvalidRequestException (400).
 func InvalidRequest(format string, args ...any) *Error {
 	return newError(InvalidRequestException, format, args)
@@ -154,6 +169,10 @@ var exceptions = map[string]struct {
 	ThrottlingException:            {http.StatusTooManyRequests, codes.ResourceExhausted},
 	ServerException:                {http.StatusInternalServerError, codes.Internal},
 	ServiceUnavailableException:    {http.StatusServiceUnavailable, codes.Unavailable},
+
+	MissingAuthenticationTokenException: {http.StatusForbidden, codes.Unauthenticated},
+	UnrecognizedClientException:         {http.StatusForbidden, codes.Unauthenticated},
+	InvalidSignatureException:           {http.StatusForbidden, codes.Unauthenticated},
 }
 
 // HTTPStatus is the status code AWS answers an exception with; unknown

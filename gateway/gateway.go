@@ -5,8 +5,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -24,32 +27,67 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/gateway/sigv4"
+	"github.com/saltbush/saltbush/server/audit"
 	"github.com/saltbush/saltbush/server/identity"
 )
 
-// Authenticator decides who an HTTP request acts for. It runs before
-// routing; an error is rendered as the AWS error it wraps (or as
-// AccessDeniedException).
+// Authenticator decides who an HTTP request acts for, from the request and
+// its complete body (SigV4 signs the payload hash). It runs before routing;
+// an error is rendered as the AWS error it wraps.
 type Authenticator interface {
-	Authenticate(r *http.Request) (identity.Caller, error)
+	Authenticate(r *http.Request, payload []byte) (identity.Caller, error)
 }
 
-// StaticAccount authenticates every request as the root of one account. It
-// is the stand-in until SigV4 verification lands: the account is configured
-// by the operator, never taken from the request.
-type StaticAccount struct {
-	AccountID string
+// Credential is what an access key stands for.
+type Credential struct {
+	AccountID    string
+	PrincipalARN string
+	Secret       string
+}
+
+// SigV4 authenticates requests by their AWS Signature Version 4 (header or
+// presigned query) against the key store: the account and principal come
+// only from the verified key, never from anything else in the request.
+type SigV4 struct {
+	// Verifier checks signatures; its Lookup is ignored (Credentials is
+	// used instead).
+	Verifier sigv4.Verifier
+	// Credentials returns an active key's credential; ok is false for an
+	// unknown or inactive key.
+	Credentials func(ctx context.Context, accessKeyID string) (Credential, bool, error)
 }
 
 // Authenticate implements Authenticator.
-func (s StaticAccount) Authenticate(*http.Request) (identity.Caller, error) {
-	return identity.RootCaller(s.AccountID), nil
+func (s *SigV4) Authenticate(r *http.Request, payload []byte) (identity.Caller, error) {
+	var cred Credential
+	v := s.Verifier
+	v.Lookup = func(ctx context.Context, akid string) (string, bool, error) {
+		c, ok, err := s.Credentials(ctx, akid)
+		cred = c
+		return c.Secret, ok, err
+	}
+	res, err := v.Verify(r.Context(), r, payload)
+	if err != nil {
+		var se *sigv4.Error
+		if errors.As(err, &se) {
+			return identity.Caller{}, &errdefs.Error{Exception: se.Exception, Message: se.Message}
+		}
+		return identity.Caller{}, fmt.Errorf("verify request signature: %w", err)
+	}
+	return identity.Caller{AccountID: cred.AccountID, PrincipalARN: cred.PrincipalARN, AccessKeyID: res.AccessKeyID}, nil
 }
 
 // Config configures the façade.
 type Config struct {
 	// Authenticator sets the caller of each request.
 	Authenticator Authenticator
+	// Throttle is asked once per authenticated request, before routing
+	// (so before any etcd work); false answers ThrottlingException. No
+	// throttling when nil.
+	Throttle func(account string) bool
+	// Audit receives one record per mutating request; none when nil.
+	Audit audit.Sink
 	// MaxBodyBytes limits request bodies; 1 MiB when zero.
 	MaxBodyBytes int64
 	// Logger receives one line per failed request.
@@ -134,16 +172,54 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeTooLarge(ctx, rec, r)
 		return
 	}
-	r.Body = http.MaxBytesReader(rec, r.Body, h.cfg.MaxBodyBytes)
+	payload, err := io.ReadAll(http.MaxBytesReader(rec, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			h.writeTooLarge(ctx, rec, r)
+			return
+		}
+		h.writeError(ctx, rec, r, &errdefs.Error{Exception: errdefs.ClientException, Message: "Could not read the request body."},
+			http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(payload))
 
-	caller, err := h.cfg.Authenticator.Authenticate(r)
+	// Every mutating request is audited, refused ones included.
+	ctx, entry := audit.Open(ctx)
+	var caller identity.Caller
+	if h.cfg.Audit != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		defer func() { h.audit(ctx, r, rid, caller, entry, rec) }()
+	}
+
+	caller, err = h.cfg.Authenticator.Authenticate(r.WithContext(ctx), payload)
 	if err != nil {
 		e := errdefs.Classify(err)
+		if e.Exception == errdefs.ServerException {
+			h.cfg.Logger.ErrorContext(ctx, "authentication failed", "err", err, "request_id", rid)
+		}
 		h.writeError(ctx, rec, r, e, errdefs.HTTPStatus(e.Exception))
+		return
+	}
+	if h.cfg.Throttle != nil && !h.cfg.Throttle(caller.AccountID) {
+		h.writeError(ctx, rec, r, errdefs.Throttling("Rate exceeded"), http.StatusTooManyRequests)
 		return
 	}
 	ctx = identity.NewContext(ctx, caller)
 	h.mux.ServeHTTP(rec, r.WithContext(ctx))
+}
+
+// audit writes the record of one mutating request.
+func (h *Handler) audit(ctx context.Context, r *http.Request, rid string, who identity.Caller, e *audit.Entry, rec *statusRecorder) {
+	action, resource := e.Noted()
+	outcome := "Success"
+	if rec.status >= 400 {
+		outcome = rec.Header().Get("X-Amzn-Errortype")
+	}
+	h.cfg.Audit.Write(ctx, audit.Record{
+		Time: time.Now().UTC(), RequestID: rid, Source: "facade", Operation: r.Method + " " + r.URL.EscapedPath(),
+		Principal: who.PrincipalARN, Account: who.AccountID, Action: action, Resource: resource, Outcome: outcome,
+	})
 }
 
 // errorHandler renders any handler error (service errors, body decode

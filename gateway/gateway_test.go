@@ -7,10 +7,20 @@ import (
 	"testing"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+
+	"github.com/saltbush/saltbush/server/identity"
 )
 
+// rootOf authenticates every request as one account's root: this test is
+// about what happens after authentication.
+type rootOf string
+
+func (a rootOf) Authenticate(*http.Request, []byte) (identity.Caller, error) {
+	return identity.RootCaller(string(a)), nil
+}
+
 func TestHandlerPanicBecomesServerException(t *testing.T) {
-	h, err := New(context.Background(), Config{Authenticator: StaticAccount{AccountID: "000000000000"}},
+	h, err := New(context.Background(), Config{Authenticator: rootOf("000000000000")},
 		func(_ context.Context, mux *runtime.ServeMux) error {
 			return mux.HandlePath("GET", "/boom", func(http.ResponseWriter, *http.Request, map[string]string) {
 				panic("boom")

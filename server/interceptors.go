@@ -10,18 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/saltbush/saltbush/server/identity"
 )
-
-// callerUnary sets the caller of every gRPC request from the connection.
-// Until mTLS identities land it is the configured default account; request
-// metadata is never consulted.
-func callerUnary(c identity.Caller) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		return handler(identity.NewContext(ctx, c), req)
-	}
-}
 
 // recoverUnary turns a handler panic into an Internal error and a log line
 // instead of a dead process.

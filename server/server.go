@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,20 +27,27 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/saltbush/saltbush/gateway"
+	"github.com/saltbush/saltbush/gateway/sigv4"
 	"github.com/saltbush/saltbush/gen/openapi"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/addon"
+	"github.com/saltbush/saltbush/server/audit"
+	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster"
+	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/tagging"
+	"github.com/saltbush/saltbush/server/throttle"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
@@ -68,9 +76,28 @@ type Config struct {
 	// EtcdElectionTimeout is the embedded etcd's raft election timeout
 	// (etcd's default when zero); tests shorten it to start faster.
 	EtcdElectionTimeout time.Duration
-	// DefaultAccount is the account every caller acts as until request
-	// authentication lands.
-	DefaultAccount string
+	// DevAccount is the account the first start on an empty store creates,
+	// with an administrator user whose access key it prints.
+	DevAccount string
+	// MasterKey seals access-key secrets and CA keys (32 bytes). When nil,
+	// MasterKeyFile is read; when that is empty too, the embedded etcd's
+	// data directory keeps a generated key (DataDir/master.key).
+	MasterKey []byte
+	// MasterKeyFile holds the base64 master key.
+	MasterKeyFile string
+	// ThrottleRate and ThrottleBurst are each account's token bucket
+	// (requests per second, burst); a rate <= 0 disables throttling.
+	ThrottleRate  float64
+	ThrottleBurst int
+	// AuditLog is where audit records go: "" for the log, else a file
+	// that receives JSON lines.
+	AuditLog string
+	// GRPCServerNames are extra DNS names or IPs for the gRPC port's
+	// certificate (the listen host, localhost and the host name are in
+	// it already).
+	GRPCServerNames []string
+	// CertTTL is the default validity of issued gRPC client certificates.
+	CertTTL time.Duration
 	// MaxBodyBytes limits façade request bodies.
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds graceful shutdown.
@@ -90,6 +117,9 @@ type Config struct {
 	Catalog *catalog.Catalog
 	// Logger receives structured logs.
 	Logger *slog.Logger
+	// Banner receives the development access key the first start on an
+	// empty store creates (serve: stderr); nothing is shown when nil.
+	Banner io.Writer
 }
 
 // DefaultConfig is what `saltbush serve` runs with when given no flags.
@@ -99,7 +129,10 @@ func DefaultConfig() Config {
 		GRPCAddr:          "127.0.0.1:9090",
 		DataDir:           "./data",
 		EtcdPrefix:        store.DefaultPrefix,
-		DefaultAccount:    "000000000000",
+		DevAccount:        "000000000000",
+		ThrottleRate:      50,
+		ThrottleBurst:     100,
+		CertTTL:           90 * 24 * time.Hour,
 		MaxBodyBytes:      1 << 20,
 		ShutdownTimeout:   15 * time.Second,
 		ReadinessInterval: 5 * time.Second,
@@ -111,8 +144,17 @@ func DefaultConfig() Config {
 // Validate checks the configuration before anything starts.
 func (c Config) Validate() error {
 	var errs []error
-	if err := identity.ValidateAccountID(c.DefaultAccount); err != nil {
-		errs = append(errs, fmt.Errorf("default account: %w", err))
+	if err := identity.ValidateAccountID(c.DevAccount); err != nil {
+		errs = append(errs, fmt.Errorf("dev account: %w", err))
+	}
+	if c.MasterKey != nil && len(c.MasterKey) != iam.MasterKeySize {
+		errs = append(errs, fmt.Errorf("master key must be %d bytes", iam.MasterKeySize))
+	}
+	if c.MasterKey == nil && c.MasterKeyFile == "" && len(c.EtcdEndpoints) > 0 {
+		errs = append(errs, errors.New("with an external etcd every replica needs the same master key: set --master-key-file or SALTBUSH_MASTER_KEY"))
+	}
+	if c.ThrottleRate > 0 && c.ThrottleBurst < 1 {
+		errs = append(errs, errors.New("throttle burst must be at least 1"))
 	}
 	if len(c.EtcdEndpoints) == 0 && c.DataDir == "" {
 		errs = append(errs, errors.New("a data directory is required for the embedded etcd"))
@@ -136,6 +178,14 @@ type Server struct {
 	store    *store.Store
 	registry *prometheus.Registry
 	sweeper  *addon.Sweeper
+	keys     *iam.Service
+	ca       *pki.Authority
+	dev      *DevCredentials
+	auditLog *audit.JSONLines
+	// background runs the watches that keep identities current; Close
+	// ends it.
+	background     context.Context
+	stopBackground context.CancelFunc
 
 	grpcServer *grpc.Server
 	health     *health.Server
@@ -202,11 +252,49 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 
+	// Identity: the key store and its in-memory mirror (authentication,
+	// throttling and authorization cost no etcd round trip), the CA of the
+	// gRPC port.
+	masterKey, err := cfg.masterKey()
+	if err != nil {
+		return nil, err
+	}
+	if s.keys, err = iam.NewService(s.store, masterKey, nil); err != nil {
+		return nil, err
+	}
+	s.background, s.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
+	keyCache := s.keys.NewCache()
+	cacheReady := make(chan struct{})
+	go keyCache.Run(s.background, cacheReady)
+	if s.ca, err = pki.New(s.store, pki.Config{MasterKey: masterKey, DefaultTTL: cfg.CertTTL, Logger: log.With("component", "pki")}); err != nil {
+		return nil, err
+	}
+	if _, err := s.ca.Init(ctx); err != nil {
+		return nil, fmt.Errorf("certificate authority: %w", err)
+	}
+	if err := s.ca.Start(s.background); err != nil {
+		return nil, fmt.Errorf("certificate authority: %w", err)
+	}
+	select {
+	case <-cacheReady:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("load identities: %w", ctx.Err())
+	}
+	authorizer := authz.New(keyCache)
+	limiter := throttle.New(cfg.ThrottleRate, cfg.ThrottleBurst)
+	var auditSink audit.Sink = audit.LogSink{Logger: log.With("component", "audit")}
+	if cfg.AuditLog != "" {
+		if s.auditLog, err = audit.OpenFile(cfg.AuditLog); err != nil {
+			return nil, err
+		}
+		auditSink = s.auditLog
+	}
+
 	clusters, err := cluster.NewService(s.store, cfg.Cluster, log.With("service", "cluster"))
 	if err != nil {
 		return nil, err
 	}
-	eksClusters := cluster.NewEKSServer(clusters)
+	eksClusters := cluster.NewEKSServer(clusters, authorizer)
 	cat := cfg.Catalog
 	if cat == nil {
 		if cat, err = catalog.Load(); err != nil {
@@ -217,12 +305,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	eksAddons := addon.NewEKSServer(addons)
-	eksUpdates := update.NewEKSServer(update.NewService(s.store, clusters, log.With("service", "update")))
+	eksAddons := addon.NewEKSServer(addons, authorizer)
+	eksUpdates := update.NewEKSServer(update.NewService(s.store, clusters, log.With("service", "update")), authorizer)
 	eksTags := tagging.NewEKSServer(tagging.NewService(cfg.Cluster.Region, map[string]tagging.Resource{
 		"cluster": clusters.Tagging(),
 		"addon":   addons.Tagging(),
-	}, log.With("service", "tagging")))
+	}, log.With("service", "tagging")), authorizer)
 	replica := cfg.ReplicaName
 	if replica == "" {
 		host, _ := os.Hostname()
@@ -230,15 +318,20 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.sweeper = addons.NewSweeper(replica)
 
-	// gRPC: the public port. Identity comes from the connection (until
-	// mTLS lands, the configured default account), never from metadata.
+	// gRPC: the public port, mTLS only. Identity comes from the verified
+	// client certificate (the pki interceptor), never from metadata; access
+	// decides what that identity may call.
 	grpcMetrics := newGRPCMetrics(s.registry)
+	acc := &access{authz: authorizer, throttle: limiter, audit: auditSink}
 	s.grpcServer = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(s.ca.ServerTLSConfig(cfg.grpcHosts(cfg.GRPCAddr)))),
 		grpc.ChainUnaryInterceptor(
 			recoverUnary(log),
 			grpcMetrics.unary,
-			callerUnary(identity.RootCaller(cfg.DefaultAccount)),
+			s.ca.UnaryInterceptor(),
+			acc.unary,
 		),
+		grpc.ChainStreamInterceptor(s.ca.StreamInterceptor(), acc.stream),
 		grpc.MaxRecvMsgSize(int(cfg.MaxBodyBytes)),
 		// Find dead peers (agents on VMs that vanished) within a minute,
 		// and refuse clients that ping more often than every 10s.
@@ -251,16 +344,25 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	eksv1.RegisterUpdateServiceServer(s.grpcServer, eksUpdates)
 	eksv1.RegisterTagServiceServer(s.grpcServer, eksTags)
 	controlv1.RegisterAddonControlServiceServer(s.grpcServer, addon.NewControlServer(addons))
+	controlv1.RegisterIdentityControlServiceServer(s.grpcServer, iam.NewControlServer(s.keys, s.ca))
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcServer, s.health)
 	reflection.Register(s.grpcServer)
 
 	// HTTP: the façade, reaching the same service objects in-process.
 	facade, err := gateway.New(ctx, gateway.Config{
-		Authenticator: gateway.StaticAccount{AccountID: cfg.DefaultAccount},
-		MaxBodyBytes:  cfg.MaxBodyBytes,
-		Logger:        log.With("component", "gateway"),
-		Registerer:    s.registry,
+		Authenticator: &gateway.SigV4{
+			Verifier: sigv4.Verifier{Service: "eks"},
+			Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
+				c, ok, err := keyCache.Lookup(ctx, akid)
+				return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
+			},
+		},
+		Throttle:     limiter.Allow,
+		Audit:        auditSink,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		Logger:       log.With("component", "gateway"),
+		Registerer:   s.registry,
 	}, func(ctx context.Context, mux *runtime.ServeMux) error {
 		return errors.Join(
 			eksv1.RegisterClusterServiceHandlerServer(ctx, mux, eksClusters),
@@ -299,6 +401,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
+	if err := s.bootstrap(ctx, s.keys, s.ca); err != nil {
+		return nil, fmt.Errorf("bootstrap identities: %w", err)
+	}
 	return s, nil
 }
 
@@ -327,6 +432,16 @@ func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 // sweeperStopWait bounds how long shutdown waits for the add-on sweeper to
 // resign its election.
 const sweeperStopWait = 5 * time.Second
+
+// DevCredentials returns the development key this server created on an
+// empty store, or nil when the store had been bootstrapped before.
+func (s *Server) DevCredentials() *DevCredentials { return s.dev }
+
+// IAM returns the key store.
+func (s *Server) IAM() *iam.Service { return s.keys }
+
+// Authority returns the gRPC port's certificate authority.
+func (s *Server) Authority() *pki.Authority { return s.ca }
 
 // AddonSweeper returns this replica's add-on deadline sweeper.
 func (s *Server) AddonSweeper() *addon.Sweeper { return s.sweeper }
@@ -471,8 +586,14 @@ func (s *Server) Close() {
 		if s.httpLis != nil {
 			_ = s.httpLis.Close()
 		}
+		if s.stopBackground != nil {
+			s.stopBackground()
+		}
 		if s.client != nil {
 			_ = s.client.Close()
+		}
+		if s.auditLog != nil {
+			_ = s.auditLog.Close()
 		}
 		if s.etcd != nil {
 			s.etcd.Close()

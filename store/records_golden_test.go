@@ -112,6 +112,33 @@ func policyRecordV1() proto.Message {
 		CreatedAt: goldenT, ModifiedAt: goldenT}
 }
 
+func serviceRecordV1() proto.Message {
+	return &storagev1.ServiceRecord{Name: "billing",
+		Document:  `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"saltbush:ActForAccount","Resource":"arn:aws:iam::111122223333:root"}]}`,
+		CreatedAt: goldenT, ModifiedAt: goldenT}
+}
+
+func certificateAuthorityStateV1() proto.Message {
+	return &storagev1.CertificateAuthorityState{
+		Authorities: []*storagev1.CertificateAuthority{
+			{Serial: "8f3a5c7e9b1d2f4a6c8e0b2d4f6a8c0e", CertificateDer: []byte{0x30, 0x82, 0x01, 0x0a}, SealedPrivateKey: []byte{9, 8, 7, 6, 5}, CreatedAt: goldenT},
+			{Serial: "c0ffee00112233445566778899aabbcc", CertificateDer: []byte{0x30, 0x82, 0x02, 0x0b}, SealedPrivateKey: []byte{1, 2, 3}, CreatedAt: goldenT},
+		},
+		IssuingSerial: "c0ffee00112233445566778899aabbcc",
+	}
+}
+
+func issuedCertificateRecordV1() proto.Message {
+	return &storagev1.IssuedCertificateRecord{Serial: "9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d",
+		SpiffeId: "spiffe://saltbush/agent/6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22/i-0abc", IssuerSerial: "c0ffee00112233445566778899aabbcc",
+		NotBefore: goldenT, NotAfter: timestamppb.New(goldenT.AsTime().Add(90 * 24 * time.Hour)), IssuedAt: goldenT}
+}
+
+func revokedCertificateRecordV1() proto.Message {
+	return &storagev1.RevokedCertificateRecord{Serial: "9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d", Reason: "key compromise",
+		RevokedAt: goldenT, NotAfter: timestamppb.New(goldenT.AsTime().Add(90 * 24 * time.Hour))}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -127,6 +154,10 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"PrincipalRecord.v1.binpb", principalRecordV1},
 		{"AccessKeyRecord.v1.binpb", accessKeyRecordV1},
 		{"PolicyRecord.v1.binpb", policyRecordV1},
+		{"ServiceRecord.v1.binpb", serviceRecordV1},
+		{"CertificateAuthorityState.v1.binpb", certificateAuthorityStateV1},
+		{"IssuedCertificateRecord.v1.binpb", issuedCertificateRecordV1},
+		{"RevokedCertificateRecord.v1.binpb", revokedCertificateRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

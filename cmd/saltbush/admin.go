@@ -4,17 +4,22 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/pki"
 )
 
 // adminFlags are shared by every admin command.
@@ -22,6 +27,9 @@ type adminFlags struct {
 	addr    string
 	account string
 	timeout time.Duration
+	// tlsDir holds ca.crt, admin.crt and admin.key (saltbush serve writes
+	// them to DATA_DIR/pki); cacert, cert and key override single files.
+	tlsDir, cacert, cert, key, serverName string
 }
 
 func newAdminCommand() *cobra.Command {
@@ -36,12 +44,53 @@ func newAdminCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&af.addr, "grpc-addr", "127.0.0.1:9090", "saltbush gRPC address")
 	cmd.PersistentFlags().StringVar(&af.account, "account", "000000000000", "account that owns the cluster")
 	cmd.PersistentFlags().DurationVar(&af.timeout, "timeout", 10*time.Second, "request timeout")
-	cmd.AddCommand(newAdminClusterCommand(af), newAdminAddonCommand(af))
+	cmd.PersistentFlags().StringVar(&af.tlsDir, "tls-dir", "./data/pki", "directory with ca.crt, admin.crt and admin.key (written by saltbush serve)")
+	cmd.PersistentFlags().StringVar(&af.cacert, "cacert", "", "CA bundle of the gRPC port (default TLS_DIR/ca.crt)")
+	cmd.PersistentFlags().StringVar(&af.cert, "cert", "", "client certificate (default TLS_DIR/admin.crt)")
+	cmd.PersistentFlags().StringVar(&af.key, "key", "", "client key (default TLS_DIR/admin.key)")
+	cmd.PersistentFlags().StringVar(&af.serverName, "server-name", "", "name to verify the server certificate against (default: the host of --grpc-addr)")
+	cmd.AddCommand(newAdminClusterCommand(af), newAdminAddonCommand(af),
+		newAdminAccountCommand(af), newAdminServiceCommand(af), newAdminCertCommand(af))
 	return cmd
 }
 
 func (af *adminFlags) dial() (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(af.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	pick := func(v, name string) string {
+		if v != "" {
+			return v
+		}
+		return filepath.Join(af.tlsDir, name)
+	}
+	var pems [3][]byte
+	for i, p := range []string{pick(af.cacert, "ca.crt"), pick(af.cert, "admin.crt"), pick(af.key, "admin.key")} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("admin credentials: %w", err)
+		}
+		pems[i] = b
+	}
+	serverName := af.serverName
+	if serverName == "" {
+		host, _, err := net.SplitHostPort(af.addr)
+		if err != nil {
+			return nil, fmt.Errorf("--grpc-addr %q: %w", af.addr, err)
+		}
+		serverName = host
+	}
+	tlsCfg, err := pki.ClientTLSConfig(pems[0], pems[1], pems[2], serverName)
+	if err != nil {
+		return nil, fmt.Errorf("admin credentials: %w", err)
+	}
+	conn, err := grpc.NewClient(af.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			// The EKS services need the account the admin acts for;
+			// the server honours it only because the admin service's
+			// policy delegates every account to it.
+			if strings.HasPrefix(method, "/saltbush.eks.v1.") {
+				ctx = metadata.AppendToOutgoingContext(ctx, server.ActForAccountHeader, af.account)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", af.addr, err)
 	}

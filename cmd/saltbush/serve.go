@@ -1,13 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/iam"
 )
 
 func newServeCommand() *cobra.Command {
@@ -22,6 +25,15 @@ func newServeCommand() *cobra.Command {
 			if err := bindEnv(cmd); err != nil {
 				return err
 			}
+			// The master key may come from the environment, never from a
+			// flag (flags show up in process listings).
+			if v, ok := os.LookupEnv("SALTBUSH_MASTER_KEY"); ok && cfg.MasterKeyFile == "" {
+				key, err := iam.ParseMasterKey(strings.TrimSpace(v))
+				if err != nil {
+					return fmt.Errorf("SALTBUSH_MASTER_KEY: %w", err)
+				}
+				cfg.MasterKey = key
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return err
@@ -35,6 +47,7 @@ func newServeCommand() *cobra.Command {
 			// One --region and one --idempotency-ttl for every service.
 			cfg.Addon.Region = cfg.Cluster.Region
 			cfg.Addon.IdempotencyTTL = cfg.Cluster.IdempotencyTTL
+			cfg.Banner = os.Stderr
 			srv, err := server.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -53,7 +66,13 @@ func newServeCommand() *cobra.Command {
 	f.StringVar(&cfg.EtcdKeyFile, "etcd-key", "", "key of --etcd-cert")
 	f.StringVar(&cfg.EtcdUsername, "etcd-username", "", "user for an external etcd with auth enabled")
 	f.StringVar(&cfg.EtcdPassword, "etcd-password", "", "password of --etcd-username (prefer SALTBUSH_ETCD_PASSWORD)")
-	f.StringVar(&cfg.DefaultAccount, "default-account", cfg.DefaultAccount, "12-digit account every caller acts as (until request authentication lands)")
+	f.StringVar(&cfg.DevAccount, "dev-account", cfg.DevAccount, "12-digit development account the first start on an empty store creates (with an administrator access key)")
+	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "file holding the base64 32-byte key that seals secrets (default: DATA_DIR/master.key, generated; required with --etcd-endpoints unless SALTBUSH_MASTER_KEY is set)")
+	f.Float64Var(&cfg.ThrottleRate, "throttle-rate", cfg.ThrottleRate, "requests per second each account may make (0 disables throttling)")
+	f.IntVar(&cfg.ThrottleBurst, "throttle-burst", cfg.ThrottleBurst, "burst each account may make above --throttle-rate")
+	f.StringVar(&cfg.AuditLog, "audit-log", "", "file that receives audit records as JSON lines (default: the log)")
+	f.StringSliceVar(&cfg.GRPCServerNames, "grpc-server-names", nil, "extra DNS names or IPs in the gRPC port's certificate")
+	f.DurationVar(&cfg.CertTTL, "cert-ttl", cfg.CertTTL, "default validity of issued client certificates")
 	f.StringVar(&cfg.Cluster.Region, "region", cfg.Cluster.Region, "region named in ARNs")
 	f.StringSliceVar(&cfg.Cluster.KubernetesVersions, "kubernetes-versions", cfg.Cluster.KubernetesVersions, "Kubernetes minors clusters may run")
 	f.StringVar(&cfg.Cluster.DefaultKubernetesVersion, "default-kubernetes-version", cfg.Cluster.DefaultKubernetesVersion, "Kubernetes minor used when CreateCluster names none")

@@ -7,7 +7,9 @@ import (
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/update"
+	"github.com/saltbush/saltbush/store"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to
@@ -16,13 +18,49 @@ import (
 // EKSServer serves saltbush.eks.v1.AddonService.
 type EKSServer struct {
 	eksv1.UnimplementedAddonServiceServer
-	svc *Service
+	svc   *Service
+	authz *authz.Authorizer
 }
 
 var _ eksv1.AddonServiceServer = (*EKSServer)(nil)
 
-// NewEKSServer returns the EKS add-on API on svc.
-func NewEKSServer(svc *Service) *EKSServer { return &EKSServer{svc: svc} }
+// NewEKSServer returns the EKS add-on API on svc; every call is authorized
+// by az first.
+func NewEKSServer(svc *Service, az *authz.Authorizer) *EKSServer {
+	return &EKSServer{svc: svc, authz: az}
+}
+
+// authorizeCluster checks an action whose resource is the cluster
+// (CreateAddon, ListAddons, as in AWS's service authorization reference).
+func (s *EKSServer) authorizeCluster(ctx context.Context, action, cluster string) error {
+	who, err := caller(ctx)
+	if err != nil {
+		return err
+	}
+	return s.authz.Authorize(ctx, action, s.svc.ClusterARN(who.AccountID, cluster))
+}
+
+// authorizeAddon checks an action on an add-on. Its ARN ends in the
+// incarnation's uuid, which only the record knows: it is read (a fast
+// read; authorization does not need the latest write) and, for an add-on
+// that does not exist, "*" stands in, so a caller without permission gets
+// AccessDeniedException whether or not the add-on exists.
+func (s *EKSServer) authorizeAddon(ctx context.Context, action, cluster, addon string) error {
+	who, err := caller(ctx)
+	if err != nil {
+		return err
+	}
+	uid := "*"
+	if namePattern.MatchString(addon) {
+		if c, _, err := s.svc.readCluster(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: cluster}, fast); err == nil {
+			rec := &storagev1.AddonRecord{}
+			if _, err := s.svc.store.GetSerializable(ctx, store.AddonKey(c.GetUid(), addon), rec); err == nil {
+				uid = rec.GetUid()
+			}
+		}
+	}
+	return s.authz.Authorize(ctx, action, s.svc.ARN(who.AccountID, cluster, addon, uid))
+}
 
 // wire converts a domain error to the wire (errdefs.Wire) once, here.
 func (s *Service) wire(ctx context.Context, op string, err error) error {
@@ -31,6 +69,16 @@ func (s *Service) wire(ctx context.Context, op string, err error) error {
 
 // CreateAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) CreateAddon(ctx context.Context, req *eksv1.CreateAddonRequest) (*eksv1.CreateAddonResponse, error) {
+	if err := s.authorizeCluster(ctx, "eks:CreateAddon", req.GetClusterName()); err != nil {
+		return nil, s.svc.wire(ctx, "CreateAddon", err)
+	}
+	roles := []string{req.GetServiceAccountRoleArn()}
+	for _, p := range req.GetPodIdentityAssociations() {
+		roles = append(roles, p.GetRoleArn())
+	}
+	if err := s.authz.PassRoles(ctx, roles...); err != nil {
+		return nil, s.svc.wire(ctx, "CreateAddon", err)
+	}
 	rec, err := s.svc.Create(ctx, req)
 	if err != nil {
 		return nil, s.svc.wire(ctx, "CreateAddon", err)
@@ -40,6 +88,9 @@ func (s *EKSServer) CreateAddon(ctx context.Context, req *eksv1.CreateAddonReque
 
 // DescribeAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) DescribeAddon(ctx context.Context, req *eksv1.DescribeAddonRequest) (*eksv1.DescribeAddonResponse, error) {
+	if err := s.authorizeAddon(ctx, "eks:DescribeAddon", req.GetClusterName(), req.GetAddonName()); err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddon", err)
+	}
 	rec, err := s.svc.Describe(ctx, req.GetClusterName(), req.GetAddonName())
 	if err != nil {
 		return nil, s.svc.wire(ctx, "DescribeAddon", err)
@@ -49,6 +100,9 @@ func (s *EKSServer) DescribeAddon(ctx context.Context, req *eksv1.DescribeAddonR
 
 // ListAddons implements eksv1.AddonServiceServer.
 func (s *EKSServer) ListAddons(ctx context.Context, req *eksv1.ListAddonsRequest) (*eksv1.ListAddonsResponse, error) {
+	if err := s.authorizeCluster(ctx, "eks:ListAddons", req.GetClusterName()); err != nil {
+		return nil, s.svc.wire(ctx, "ListAddons", err)
+	}
 	names, next, err := s.svc.List(ctx, req.GetClusterName(), req.MaxResults, req.GetNextToken())
 	if err != nil {
 		return nil, s.svc.wire(ctx, "ListAddons", err)
@@ -58,6 +112,19 @@ func (s *EKSServer) ListAddons(ctx context.Context, req *eksv1.ListAddonsRequest
 
 // UpdateAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) UpdateAddon(ctx context.Context, req *eksv1.UpdateAddonRequest) (*eksv1.UpdateAddonResponse, error) {
+	if err := s.authorizeAddon(ctx, "eks:UpdateAddon", req.GetClusterName(), req.GetAddonName()); err != nil {
+		return nil, s.svc.wire(ctx, "UpdateAddon", err)
+	}
+	roles := []string{req.GetServiceAccountRoleArn()}
+	for _, v := range req.GetPodIdentityAssociations().GetValues() {
+		// A malformed entry is refused by Update's validation.
+		if arn, ok := v.GetStructValue().GetFields()["roleArn"]; ok {
+			roles = append(roles, arn.GetStringValue())
+		}
+	}
+	if err := s.authz.PassRoles(ctx, roles...); err != nil {
+		return nil, s.svc.wire(ctx, "UpdateAddon", err)
+	}
 	u, err := s.svc.Update(ctx, req)
 	if err != nil {
 		return nil, s.svc.wire(ctx, "UpdateAddon", err)
@@ -67,6 +134,9 @@ func (s *EKSServer) UpdateAddon(ctx context.Context, req *eksv1.UpdateAddonReque
 
 // DeleteAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) DeleteAddon(ctx context.Context, req *eksv1.DeleteAddonRequest) (*eksv1.DeleteAddonResponse, error) {
+	if err := s.authorizeAddon(ctx, "eks:DeleteAddon", req.GetClusterName(), req.GetAddonName()); err != nil {
+		return nil, s.svc.wire(ctx, "DeleteAddon", err)
+	}
 	rec, err := s.svc.Delete(ctx, req.GetClusterName(), req.GetAddonName(), req.GetPreserve())
 	if err != nil {
 		return nil, s.svc.wire(ctx, "DeleteAddon", err)
@@ -76,6 +146,9 @@ func (s *EKSServer) DeleteAddon(ctx context.Context, req *eksv1.DeleteAddonReque
 
 // DescribeAddonVersions implements eksv1.AddonServiceServer.
 func (s *EKSServer) DescribeAddonVersions(ctx context.Context, req *eksv1.DescribeAddonVersionsRequest) (*eksv1.DescribeAddonVersionsResponse, error) {
+	if err := s.authz.Authorize(ctx, "eks:DescribeAddonVersions", "*"); err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddonVersions", err)
+	}
 	addons, next, err := s.svc.DescribeVersions(ctx, req)
 	if err != nil {
 		return nil, s.svc.wire(ctx, "DescribeAddonVersions", err)
@@ -85,6 +158,9 @@ func (s *EKSServer) DescribeAddonVersions(ctx context.Context, req *eksv1.Descri
 
 // DescribeAddonConfiguration implements eksv1.AddonServiceServer.
 func (s *EKSServer) DescribeAddonConfiguration(ctx context.Context, req *eksv1.DescribeAddonConfigurationRequest) (*eksv1.DescribeAddonConfigurationResponse, error) {
+	if err := s.authz.Authorize(ctx, "eks:DescribeAddonConfiguration", "*"); err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddonConfiguration", err)
+	}
 	out, err := s.svc.DescribeConfiguration(ctx, req.GetAddonName(), req.GetAddonVersion())
 	if err != nil {
 		return nil, s.svc.wire(ctx, "DescribeAddonConfiguration", err)

@@ -135,7 +135,16 @@ func caller(ctx context.Context) (identity.Caller, error) {
 		// Every edge sets a caller; reaching here without one is a wiring bug.
 		return identity.Caller{}, errors.New("request has no authenticated caller")
 	}
+	if c.AccountID == "" {
+		// A service identity that did not name an account to act for.
+		return identity.Caller{}, errdefs.AccessDenied("%s acts for no account; EKS operations need one.", c.PrincipalARN)
+	}
 	return c, nil
+}
+
+// ClusterARN is the ARN of a cluster of account.
+func (s *Service) ClusterARN(account, cluster string) string {
+	return fmt.Sprintf("arn:aws:eks:%s:%s:cluster/%s", s.cfg.Region, account, cluster)
 }
 
 // ARN is the add-on ARN of one incarnation.

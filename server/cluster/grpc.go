@@ -6,6 +6,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/server/authz"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to
@@ -14,13 +15,29 @@ import (
 // EKSServer serves saltbush.eks.v1.ClusterService.
 type EKSServer struct {
 	eksv1.UnimplementedClusterServiceServer
-	svc *Service
+	svc   *Service
+	authz *authz.Authorizer
 }
 
 var _ eksv1.ClusterServiceServer = (*EKSServer)(nil)
 
-// NewEKSServer returns the EKS cluster API on svc.
-func NewEKSServer(svc *Service) *EKSServer { return &EKSServer{svc: svc} }
+// NewEKSServer returns the EKS cluster API on svc; every call is authorized
+// by az first.
+func NewEKSServer(svc *Service, az *authz.Authorizer) *EKSServer {
+	return &EKSServer{svc: svc, authz: az}
+}
+
+// authorize checks action on the caller's cluster name, before any read.
+func (s *EKSServer) authorize(ctx context.Context, action, name string) error {
+	if name == "" {
+		return s.authz.Authorize(ctx, action, "*")
+	}
+	who, err := caller(ctx)
+	if err != nil {
+		return err
+	}
+	return s.authz.Authorize(ctx, action, s.svc.ARN(who.AccountID, name))
+}
 
 func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
 	return s.svc.wire(ctx, op, err)
@@ -28,6 +45,12 @@ func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
 
 // CreateCluster implements eksv1.ClusterServiceServer.
 func (s *EKSServer) CreateCluster(ctx context.Context, req *eksv1.CreateClusterRequest) (*eksv1.CreateClusterResponse, error) {
+	if err := s.authorize(ctx, "eks:CreateCluster", req.GetName()); err != nil {
+		return nil, s.wire(ctx, "CreateCluster", err)
+	}
+	if err := s.authz.PassRoles(ctx, req.GetRoleArn()); err != nil {
+		return nil, s.wire(ctx, "CreateCluster", err)
+	}
 	rec, err := s.svc.Create(ctx, req)
 	if err != nil {
 		return nil, s.wire(ctx, "CreateCluster", err)
@@ -37,6 +60,9 @@ func (s *EKSServer) CreateCluster(ctx context.Context, req *eksv1.CreateClusterR
 
 // DescribeCluster implements eksv1.ClusterServiceServer.
 func (s *EKSServer) DescribeCluster(ctx context.Context, req *eksv1.DescribeClusterRequest) (*eksv1.DescribeClusterResponse, error) {
+	if err := s.authorize(ctx, "eks:DescribeCluster", req.GetName()); err != nil {
+		return nil, s.wire(ctx, "DescribeCluster", err)
+	}
 	rec, err := s.svc.Describe(ctx, req.GetName())
 	if err != nil {
 		return nil, s.wire(ctx, "DescribeCluster", err)
@@ -46,6 +72,9 @@ func (s *EKSServer) DescribeCluster(ctx context.Context, req *eksv1.DescribeClus
 
 // ListClusters implements eksv1.ClusterServiceServer.
 func (s *EKSServer) ListClusters(ctx context.Context, req *eksv1.ListClustersRequest) (*eksv1.ListClustersResponse, error) {
+	if err := s.authorize(ctx, "eks:ListClusters", ""); err != nil {
+		return nil, s.wire(ctx, "ListClusters", err)
+	}
 	names, next, err := s.svc.List(ctx, req.MaxResults, req.GetNextToken())
 	if err != nil {
 		return nil, s.wire(ctx, "ListClusters", err)
@@ -55,6 +84,9 @@ func (s *EKSServer) ListClusters(ctx context.Context, req *eksv1.ListClustersReq
 
 // DeleteCluster implements eksv1.ClusterServiceServer.
 func (s *EKSServer) DeleteCluster(ctx context.Context, req *eksv1.DeleteClusterRequest) (*eksv1.DeleteClusterResponse, error) {
+	if err := s.authorize(ctx, "eks:DeleteCluster", req.GetName()); err != nil {
+		return nil, s.wire(ctx, "DeleteCluster", err)
+	}
 	rec, err := s.svc.Delete(ctx, req.GetName())
 	if err != nil {
 		return nil, s.wire(ctx, "DeleteCluster", err)

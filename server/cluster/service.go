@@ -89,6 +89,10 @@ func caller(ctx context.Context) (identity.Caller, error) {
 		// Every edge sets a caller; reaching here without one is a wiring bug.
 		return identity.Caller{}, errors.New("request has no authenticated caller")
 	}
+	if c.AccountID == "" {
+		// A service identity that did not name an account to act for.
+		return identity.Caller{}, errdefs.AccessDenied("%s acts for no account; EKS operations need one.", c.PrincipalARN)
+	}
 	return c, nil
 }
 

@@ -241,11 +241,29 @@ func (s *Service) Policies(ctx context.Context, arn string) ([]*policy.Document,
 	return docs, nil
 }
 
-// CreateAccessKey makes a new active access key for a principal and returns
-// its id and secret. The secret is returned only here; the store keeps it
-// sealed.
+// rootARN is an account's root principal, arn:aws:iam::{account}:root.
+var rootARN = regexp.MustCompile(`^arn:aws:iam::([0-9]{12}):root$`)
+
+// keyOwner returns the account of a principal that may hold access keys (an
+// IAM user or role, or the account root) and the key its existence is
+// checked against.
+func keyOwner(arn string) (account, mustExist string, err error) {
+	if m := rootARN.FindStringSubmatch(arn); m != nil {
+		return m[1], accountKey(m[1]), nil
+	}
+	account, err = ParsePrincipal(arn)
+	if err != nil {
+		return "", "", errdefs.InvalidParameter("%q is not an IAM user or role ARN or an account root.", arn)
+	}
+	return account, principalKey(account, arn), nil
+}
+
+// CreateAccessKey makes a new active access key for a principal (an IAM
+// user or role, or the account root, which policies do not restrict) and
+// returns its id and secret. The secret is returned only here; the store
+// keeps it sealed.
 func (s *Service) CreateAccessKey(ctx context.Context, arn string) (akid, secret string, err error) {
-	account, err := ParsePrincipal(arn)
+	account, owner, err := keyOwner(arn)
 	if err != nil {
 		return "", "", err
 	}
@@ -258,7 +276,7 @@ func (s *Service) CreateAccessKey(ctx context.Context, arn string) (akid, secret
 		AccessKeyId: akid, AccountId: account, PrincipalArn: arn, SealedSecret: sealed,
 		Status: KeyActive, CreatedAt: timestamppb.New(s.now()),
 	}
-	_, err = s.store.Commit(ctx, store.NewTxn().Create(accessKeyKey(akid), rec).RequireExists(principalKey(account, arn)))
+	_, err = s.store.Commit(ctx, store.NewTxn().Create(accessKeyKey(akid), rec).RequireExists(owner))
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		return "", "", errdefs.NotFound("Principal %s does not exist.", arn)

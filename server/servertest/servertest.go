@@ -1,27 +1,40 @@
 // Package servertest starts a real saltbush in-process for tests and
 // benchmarks: embedded etcd (no fsync) in a temporary directory, the gRPC
 // server and the façade on free loopback ports, and clients for both: the
-// unmodified AWS SDK for Go v2 EKS client (endpoint override, static
-// credentials, real SigV4 signing) and a gRPC connection.
+// unmodified AWS SDK for Go v2 EKS client (endpoint override, the
+// development administrator's access key, real SigV4 signing) and a gRPC
+// connection over mTLS with the admin service's certificate.
 package servertest
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/pki"
 )
 
 // Server is a running in-process saltbush.
@@ -63,6 +76,8 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	// default, paid by every test that starts a server.
 	cfg.EtcdElectionTimeout = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
+	// Tests drive one account hard; the throttling tests turn it on.
+	cfg.ThrottleRate = 0
 	if os.Getenv("SALTBUSH_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -101,22 +116,170 @@ func (s *Server) Stop() error {
 	return s.serveErr
 }
 
-// EKS returns an unmodified AWS SDK EKS client for the façade. Requests are
-// signed with SigV4 using static test credentials.
+// Creds are an access key.
+type Creds struct {
+	AccessKeyID, SecretAccessKey, AccountID, PrincipalARN string
+}
+
+// Dev returns the development administrator's key: the one this server
+// created on its empty store, or a new key for the same user when the
+// store was bootstrapped by another replica.
+func (s *Server) Dev(tb testing.TB) Creds {
+	tb.Helper()
+	if d := s.DevCredentials(); d != nil {
+		return Creds{AccessKeyID: d.AccessKeyID, SecretAccessKey: d.SecretAccessKey, AccountID: d.AccountID, PrincipalARN: d.UserARN}
+	}
+	arn := "arn:aws:iam::" + s.Config.DevAccount + ":user/" + server.DevUserName
+	return s.NewKey(tb, arn)
+}
+
+// NewKey makes an access key for a principal (an IAM user or role, or an
+// account root).
+func (s *Server) NewKey(tb testing.TB, principalARN string) Creds {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	akid, secret, err := s.IAM().CreateAccessKey(ctx, principalARN)
+	if err != nil {
+		tb.Fatalf("create access key for %s: %v", principalARN, err)
+	}
+	acct := strings.Split(principalARN, ":")[4]
+	return Creds{AccessKeyID: akid, SecretAccessKey: secret, AccountID: acct, PrincipalARN: principalARN}
+}
+
+// NewAccount records an account (if new) and returns a key of its root.
+func (s *Server) NewAccount(tb testing.TB, account string) Creds {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.IAM().CreateAccount(ctx, account, "test"); err != nil && !errdefs.IsException(err, errdefs.ResourceInUseException) {
+		tb.Fatalf("create account %s: %v", account, err)
+	}
+	return s.NewKey(tb, identity.RootARN(account))
+}
+
+// NewUser records an IAM user (account must exist) with one policy
+// document attached (none when policy is "") and returns a key of it.
+func (s *Server) NewUser(tb testing.TB, arn, policy string) Creds {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.IAM().CreatePrincipal(ctx, arn); err != nil {
+		tb.Fatalf("create principal %s: %v", arn, err)
+	}
+	if policy != "" {
+		acct := strings.Split(arn, ":")[4]
+		name := "p-" + strings.NewReplacer("/", "-", ":", "-").Replace(arn[strings.LastIndex(arn, ":")+1:])
+		if _, err := s.IAM().PutPolicy(ctx, acct, name, policy); err != nil {
+			tb.Fatalf("put policy %s: %v", name, err)
+		}
+		if err := s.IAM().AttachPolicy(ctx, arn, name); err != nil {
+			tb.Fatalf("attach policy %s to %s: %v", name, arn, err)
+		}
+	}
+	return s.NewKey(tb, arn)
+}
+
+// EKS returns an unmodified AWS SDK EKS client for the façade, signing with
+// SigV4 as the development administrator.
 func (s *Server) EKS(tb testing.TB, optFns ...func(*eks.Options)) *eks.Client {
+	tb.Helper()
+	return s.EKSAs(tb, s.Dev(tb), optFns...)
+}
+
+// EKSAs returns an EKS client signing with c.
+func (s *Server) EKSAs(tb testing.TB, c Creds, optFns ...func(*eks.Options)) *eks.Client {
 	tb.Helper()
 	return eks.New(eks.Options{
 		Region:       s.Config.Cluster.Region,
 		BaseEndpoint: aws.String(s.URL),
-		Credentials:  credentials.NewStaticCredentialsProvider("AKIDSALTBUSHTEST", "test-secret", ""),
+		Credentials:  credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, ""),
 		HTTPClient:   &http.Client{Timeout: 30 * time.Second},
 	}, optFns...)
 }
 
-// GRPC returns a gRPC connection to the server, closed when the test ends.
+// Sign signs a raw façade request with SigV4 as c (body is the exact
+// payload sent), for tests that speak HTTP without the SDK.
+func (s *Server) Sign(tb testing.TB, req *http.Request, body []byte, c Creds) {
+	tb.Helper()
+	sum := sha256.Sum256(body)
+	err := v4.NewSigner().SignHTTP(req.Context(), aws.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey},
+		req, hex.EncodeToString(sum[:]), "eks", s.Config.Cluster.Region, time.Now())
+	if err != nil {
+		tb.Fatalf("sign request: %v", err)
+	}
+}
+
+// Do sends a raw façade request signed as the development administrator.
+func (s *Server) Do(tb testing.TB, method, path string, body []byte) *http.Response {
+	tb.Helper()
+	return s.DoAs(tb, s.Dev(tb), method, path, body)
+}
+
+// DoAs sends a raw façade request signed as c.
+func (s *Server) DoAs(tb testing.TB, c Creds, method, path string, body []byte) *http.Response {
+	tb.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	s.Sign(tb, req, body, c)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// ClientTLS returns the TLS configuration of the admin CLI's certificate
+// the server wrote to its data directory.
+func (s *Server) ClientTLS(tb testing.TB) *tls.Config {
+	tb.Helper()
+	dir := s.Config.TLSDir()
+	var pems [3][]byte
+	for i, f := range []string{"ca.crt", "admin.crt", "admin.key"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			tb.Fatalf("admin credentials: %v", err)
+		}
+		pems[i] = b
+	}
+	cfg, err := pki.ClientTLSConfig(pems[0], pems[1], pems[2], "127.0.0.1")
+	if err != nil {
+		tb.Fatalf("admin credentials: %v", err)
+	}
+	return cfg
+}
+
+// GRPC returns a gRPC connection to the server with the admin service's
+// certificate, acting for the development account on the EKS services;
+// closed when the test ends.
 func (s *Server) GRPC(tb testing.TB) *grpc.ClientConn {
 	tb.Helper()
-	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return s.GRPCWith(tb, s.ClientTLS(tb), s.Config.DevAccount)
+}
+
+// GRPCWith returns a gRPC connection presenting tlsCfg's certificate and,
+// when account is not empty, asking to act for it on the EKS services.
+func (s *Server) GRPCWith(tb testing.TB, tlsCfg *tls.Config, account string) *grpc.ClientConn {
+	tb.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg))}
+	if account != "" {
+		opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			if strings.HasPrefix(method, "/saltbush.eks.v1.") {
+				ctx = metadata.AppendToOutgoingContext(ctx, server.ActForAccountHeader, account)
+			}
+			return invoker(ctx, method, req, reply, cc, o...)
+		}))
+	}
+	conn, err := grpc.NewClient(s.GRPCAddr(), opts...)
 	if err != nil {
 		tb.Fatalf("dial gRPC: %v", err)
 	}

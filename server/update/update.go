@@ -29,6 +29,8 @@ const TypeAddonUpdate = "AddonUpdate"
 // Clusters resolves a cluster name of the caller's account.
 type Clusters interface {
 	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	// ARN is the ARN of a cluster of account.
+	ARN(account, name string) string
 }
 
 // Service reads update records.

@@ -74,7 +74,7 @@ func newAddonBench(b *testing.B) *addonBench {
 	return &addonBench{
 		srv:     srv,
 		mode:    mode,
-		account: srv.Config.DefaultAccount,
+		account: srv.Config.DevAccount,
 		etcd:    srv.EtcdClient(),
 		st:      srv.Store(),
 		grpc:    eksv1.NewAddonServiceClient(conn),

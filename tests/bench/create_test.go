@@ -91,7 +91,7 @@ func BenchmarkCreate(b *testing.B) {
 	// A benchstat configuration line: `benchstat -col fsync off.txt on.txt`.
 	fmt.Printf("fsync: %s\n", mode)
 
-	account := srv.Config.DefaultAccount
+	account := srv.Config.DevAccount
 	region := srv.Config.Cluster.Region
 	etcd := srv.EtcdClient()
 	st := srv.Store()

@@ -128,8 +128,8 @@ def new_client(endpoint):
         "eks",
         region_name="us-east-1",
         endpoint_url=endpoint,
-        aws_access_key_id="AKIDSALTBUSHTEST",
-        aws_secret_access_key="test-secret",
+        # Credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY:
+        # the key saltbush made for its development administrator.
         # One attempt: a failure must show, not hide in a retry.
         config=Config(retries={"max_attempts": 1, "mode": "standard"},
                       connect_timeout=5, read_timeout=30),

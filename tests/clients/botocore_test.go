@@ -55,6 +55,13 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// keys is the environment that makes a client sign as the development
+// administrator.
+func (h *harness) keys(t *testing.T) []string {
+	c := h.srv.Dev(t)
+	return []string{"AWS_ACCESS_KEY_ID=" + c.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + c.SecretAccessKey}
+}
+
 func newHarness(t *testing.T, cluster string) *harness {
 	t.Helper()
 	srv := servertest.Start(t)
@@ -63,7 +70,7 @@ func newHarness(t *testing.T, cluster string) *harness {
 		srv:     srv,
 		eks:     srv.EKS(t),
 		control: controlv1.NewAddonControlServiceClient(conn),
-		account: srv.Config.DefaultAccount,
+		account: srv.Config.DevAccount,
 		cluster: cluster,
 	}
 	ctx := ctxT(t)
@@ -114,15 +121,13 @@ func (h *harness) report(t *testing.T, gen int64, phase controlv1.AddonPhase, is
 	return a
 }
 
-// clientEnv is the environment of a client subprocess: static fake
-// credentials, no shared config or credentials files, no instance metadata,
+// clientEnv is the environment of a client subprocess (the access key is
+// added by the caller, see harness.keys): no shared config or credentials files, no instance metadata,
 // so nothing on the machine changes what the client does.
 func clientEnv(t *testing.T) []string {
 	t.Helper()
 	dir := t.TempDir()
 	env := []string{
-		"AWS_ACCESS_KEY_ID=AKIDSALTBUSHTEST",
-		"AWS_SECRET_ACCESS_KEY=test-secret",
 		"AWS_DEFAULT_REGION=us-east-1",
 		"AWS_REGION=us-east-1",
 		"AWS_CONFIG_FILE=" + dir + "/config",
@@ -205,7 +210,7 @@ func TestAddonLifecycleWithBotocore(t *testing.T) {
 		if allowAbsentEmptyLists {
 			args = append(args, "--allow-absent-empty-lists")
 		}
-		out := run(t, "python3", append(args, extra...)...)
+		out := runEnv(t, h.keys(t), "python3", append(args, extra...)...)
 		var res struct{ Warnings []string }
 		lastJSON(t, out, &res)
 		for _, w := range res.Warnings {
@@ -273,14 +278,14 @@ func TestAddonWithAWSCLI(t *testing.T) {
 	h.report(t, 1, controlv1.AddonPhase_ADDON_PHASE_READY)
 
 	cli := func(args ...string) string {
-		return run(t, "aws", append([]string{"eks", "--endpoint-url", h.srv.URL, "--output", "json"}, args...)...)
+		return runEnv(t, h.keys(t), "aws", append([]string{"eks", "--endpoint-url", h.srv.URL, "--output", "json"}, args...)...)
 	}
 	isoConfig := filepath.Join(t.TempDir(), "config")
 	if err := os.WriteFile(isoConfig, []byte("[default]\ncli_timestamp_format = iso8601\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cliISO := func(args ...string) string {
-		return runEnv(t, []string{"AWS_CONFIG_FILE=" + isoConfig}, "aws",
+		return runEnv(t, append(h.keys(t), "AWS_CONFIG_FILE="+isoConfig), "aws",
 			append([]string{"eks", "--endpoint-url", h.srv.URL, "--output", "json"}, args...)...)
 	}
 	// CLI v1 prints its version on stdout (older ones on stderr).
@@ -387,7 +392,7 @@ func TestAddonWithAWSCLI(t *testing.T) {
 
 	// Errors: the CLI prints the parsed code and message and exits 255 (v1;
 	// v2 exits 254).
-	stdout, stderr, err := runRaw(t, nil, "aws", "eks", "--endpoint-url", h.srv.URL,
+	stdout, stderr, err := runRaw(t, h.keys(t), "aws", "eks", "--endpoint-url", h.srv.URL,
 		"describe-addon", "--cluster-name", h.cluster, "--addon-name", "coredns")
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || (exit.ExitCode() != 255 && exit.ExitCode() != 254) {

@@ -43,7 +43,7 @@ func TestAddonTokenValidated(t *testing.T) {
 func TestAddonBodyPathMembers(t *testing.T) {
 	h := newAddonHarness(t)
 	base := h.srv.URL + "/clusters/" + h.cluster
-	st, hdr, body := rawCall(t, "POST", base+"/addons", `{"addonName": "coredns", "clusterName": "some-other-cluster"}`)
+	st, hdr, body := rawCall(t, h.srv, "POST", base+"/addons", `{"addonName": "coredns", "clusterName": "some-other-cluster"}`)
 	if st != http.StatusBadRequest {
 		t.Errorf("CreateAddon with a clusterName body member: %d %s %v, want 400", st, hdr.Get("X-Amzn-ErrorType"), body)
 	}
@@ -60,7 +60,7 @@ func TestAdminReportRejectedFails(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush").CombinedOutput(); err != nil {
 		t.Fatalf("build saltbush: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "admin", "--grpc-addr", h.srv.GRPCAddr(), "--account", h.account,
+	cmd := exec.Command(bin, "admin", "--grpc-addr", h.srv.GRPCAddr(), "--account", h.account, "--tls-dir", h.srv.Config.TLSDir(),
 		"addon", "report", h.cluster, "coredns", "READY", "--generation", "7")
 	out, err := cmd.CombinedOutput()
 	if got := h.get(t, "coredns"); got.GetStatus() != "CREATING" {

@@ -34,7 +34,7 @@ func newAddonHarness(t *testing.T, opts ...servertest.Option) *addonHarness {
 		eks:     srv.EKS(t),
 		control: controlv1.NewAddonControlServiceClient(srv.GRPC(t)),
 		cluster: "addons-1",
-		account: srv.Config.DefaultAccount,
+		account: srv.Config.DevAccount,
 	}
 	ctx := ctxT(t)
 	in := createInput(h.cluster)

@@ -204,7 +204,7 @@ func TestAddonDescribeVersions(t *testing.T) {
 	// must carry it explicitly, as AWS does.
 	t.Run("requiresConfiguration on the wire", func(t *testing.T) {
 		for _, q := range []string{"", "?addonName=saltbush-noop", "?kubernetesVersion=1.35"} {
-			status, _, body := rawCall(t, "GET", h.srv.URL+"/addons/supported-versions"+q, "")
+			status, _, body := rawCall(t, h.srv, "GET", h.srv.URL+"/addons/supported-versions"+q, "")
 			if status != http.StatusOK {
 				t.Fatalf("%s: %d %v", q, status, body)
 			}
@@ -299,7 +299,7 @@ func TestAddonDescribeConfiguration(t *testing.T) {
 	}
 	// Both members are required (the SDK enforces that; raw HTTP does not).
 	for _, q := range []string{"?addonName=coredns", "?addonVersion=v1.12.1-eksbuild.2", ""} {
-		status, hdr, body := rawCall(t, "GET", h.srv.URL+"/addons/configuration-schemas"+q, "")
+		status, hdr, body := rawCall(t, h.srv, "GET", h.srv.URL+"/addons/configuration-schemas"+q, "")
 		if status != 400 || hdr.Get("X-Amzn-ErrorType") != "InvalidParameterException" {
 			t.Errorf("configuration-schemas%s: %d %s %v, want 400 InvalidParameterException", q, status, hdr.Get("X-Amzn-ErrorType"), body)
 		}
@@ -358,7 +358,7 @@ func TestAddonListPaging(t *testing.T) {
 
 	// An empty cluster lists [] (not an absent member) and an unknown one 404s.
 	addonCluster(t, h, "empty-1", "1.35")
-	status, _, body := rawCall(t, "GET", h.srv.URL+"/clusters/empty-1/addons", "")
+	status, _, body := rawCall(t, h.srv, "GET", h.srv.URL+"/clusters/empty-1/addons", "")
 	if status != 200 || len(body) != 1 || body["addons"] == nil {
 		t.Errorf("empty ListAddons: %d %v, want {\"addons\": []}", status, body)
 	}
@@ -431,7 +431,7 @@ func TestAddonListUpdates(t *testing.T) {
 			t.Errorf("cluster updates = %v, want none", out.UpdateIds)
 		}
 		// And on the wire: an empty list, not an absent member.
-		status, _, body := rawCall(t, "GET", h.srv.URL+"/clusters/"+h.cluster+"/updates", "")
+		status, _, body := rawCall(t, h.srv, "GET", h.srv.URL+"/clusters/"+h.cluster+"/updates", "")
 		if ids, ok := body["updateIds"].([]any); status != 200 || !ok || len(ids) != 0 {
 			t.Errorf("raw ListUpdates: %d %v, want {\"updateIds\": []}", status, body)
 		}

@@ -92,31 +92,31 @@ func TestAddonWireBodies(t *testing.T) {
 	base := h.srv.URL + "/clusters/" + h.cluster
 
 	// No add-ons yet: [] rather than an absent member.
-	status, _, body := rawCall(t, "GET", base+"/addons", "")
+	status, _, body := rawCall(t, h.srv, "GET", base+"/addons", "")
 	if status != http.StatusOK || !reflect.DeepEqual(body, map[string]any{"addons": []any{}}) {
 		t.Errorf("ListAddons with no add-ons: %d %v, want {\"addons\": []}", status, body)
 	}
 
-	status, hdr, body := rawCall(t, "POST", base+"/addons", addonCreateBody)
+	status, hdr, body := rawCall(t, h.srv, "POST", base+"/addons", addonCreateBody)
 	if status != http.StatusOK || hdr.Get("Content-Type") != "application/json" {
 		t.Fatalf("CreateAddon: %d %s %v", status, hdr.Get("Content-Type"), body)
 	}
 	golden(t, "addon_create.json", normalizeAddon(t, body))
 
 	// The same request again (an SDK retry) answers the same.
-	status, _, body = rawCall(t, "POST", base+"/addons", addonCreateBody)
+	status, _, body = rawCall(t, h.srv, "POST", base+"/addons", addonCreateBody)
 	if status != http.StatusOK {
 		t.Fatalf("CreateAddon retry: %d %v", status, body)
 	}
 	golden(t, "addon_create.json", normalizeAddon(t, body))
 
-	status, _, body = rawCall(t, "GET", base+"/addons/vpc-cni", "")
+	status, _, body = rawCall(t, h.srv, "GET", base+"/addons/vpc-cni", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeAddon: %d %v", status, body)
 	}
 	golden(t, "addon_describe.json", normalizeAddon(t, body))
 
-	status, _, body = rawCall(t, "GET", base+"/addons?maxResults=10", "")
+	status, _, body = rawCall(t, h.srv, "GET", base+"/addons?maxResults=10", "")
 	if status != http.StatusOK {
 		t.Fatalf("ListAddons: %d %v", status, body)
 	}
@@ -124,13 +124,13 @@ func TestAddonWireBodies(t *testing.T) {
 
 	h.report(t, "vpc-cni", 1, controlv1.AddonPhase_ADDON_PHASE_READY,
 		&controlv1.AddonIssue{Code: "InsufficientNumberOfReplicas", Message: "1 of 3 nodes not ready", ResourceIds: []string{"kube-system/aws-node"}})
-	status, _, body = rawCall(t, "GET", base+"/addons/vpc-cni", "")
+	status, _, body = rawCall(t, h.srv, "GET", base+"/addons/vpc-cni", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeAddon: %d %v", status, body)
 	}
 	golden(t, "addon_describe_degraded.json", normalizeAddon(t, body))
 
-	status, _, body = rawCall(t, "POST", base+"/addons/vpc-cni/update", `{
+	status, _, body = rawCall(t, h.srv, "POST", base+"/addons/vpc-cni/update", `{
   "addonVersion": "v1.20.4-eksbuild.1",
   "serviceAccountRoleArn": "arn:aws:iam::000000000000:role/cni-2",
   "resolveConflicts": "PRESERVE",
@@ -143,34 +143,34 @@ func TestAddonWireBodies(t *testing.T) {
 	updateID, _ := body["update"].(map[string]any)["id"].(string)
 	golden(t, "addon_update.json", normalizeUpdate(t, body))
 
-	status, _, body = rawCall(t, "GET", base+"/updates/"+updateID+"?addonName=vpc-cni", "")
+	status, _, body = rawCall(t, h.srv, "GET", base+"/updates/"+updateID+"?addonName=vpc-cni", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeUpdate: %d %v", status, body)
 	}
 	golden(t, "addon_describe_update.json", normalizeUpdate(t, body))
 
-	status, _, body = rawCall(t, "GET", base+"/updates?addonName=vpc-cni", "")
+	status, _, body = rawCall(t, h.srv, "GET", base+"/updates?addonName=vpc-cni", "")
 	if status != http.StatusOK || !reflect.DeepEqual(body, map[string]any{"updateIds": []any{updateID}}) {
 		t.Errorf("ListUpdates: %d %v, want {\"updateIds\": [%q]}", status, body, updateID)
 	}
 
-	status, _, body = rawCall(t, "GET", h.srv.URL+"/addons/supported-versions?addonName=coredns&kubernetesVersion=1.35", "")
+	status, _, body = rawCall(t, h.srv, "GET", h.srv.URL+"/addons/supported-versions?addonName=coredns&kubernetesVersion=1.35", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeAddonVersions: %d %v", status, body)
 	}
 	golden(t, "addon_versions_coredns_1.35.json", body)
-	status, _, body = rawCall(t, "GET", h.srv.URL+"/addons/supported-versions?addonName=saltbush-noop", "")
+	status, _, body = rawCall(t, h.srv, "GET", h.srv.URL+"/addons/supported-versions?addonName=saltbush-noop", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeAddonVersions: %d %v", status, body)
 	}
 	golden(t, "addon_versions_noop.json", body)
-	status, _, body = rawCall(t, "GET", h.srv.URL+"/addons/supported-versions?types=storage&types=gitops&owners=aws&owners=community&kubernetesVersion=1.33", "")
+	status, _, body = rawCall(t, h.srv, "GET", h.srv.URL+"/addons/supported-versions?types=storage&types=gitops&owners=aws&owners=community&kubernetesVersion=1.33", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeAddonVersions: %d %v", status, body)
 	}
 	golden(t, "addon_versions_filtered.json", body)
 
-	status, _, body = rawCall(t, "GET", h.srv.URL+"/addons/configuration-schemas?addonName=vpc-cni&addonVersion=v1.20.4-eksbuild.1", "")
+	status, _, body = rawCall(t, h.srv, "GET", h.srv.URL+"/addons/configuration-schemas?addonName=vpc-cni&addonVersion=v1.20.4-eksbuild.1", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeAddonConfiguration: %d %v", status, body)
 	}
@@ -182,7 +182,7 @@ func TestAddonWireBodies(t *testing.T) {
 
 	// DeleteAddon: preserve is sent only when true.
 	h.report(t, "vpc-cni", 2, controlv1.AddonPhase_ADDON_PHASE_READY)
-	status, _, body = rawCall(t, "DELETE", base+"/addons/vpc-cni?preserve=true", "")
+	status, _, body = rawCall(t, h.srv, "DELETE", base+"/addons/vpc-cni?preserve=true", "")
 	if status != http.StatusOK {
 		t.Fatalf("DeleteAddon: %d %v", status, body)
 	}
@@ -192,11 +192,11 @@ func TestAddonWireBodies(t *testing.T) {
 	}
 
 	// Without preserve, it is not set.
-	if status, _, body := rawCall(t, "POST", base+"/addons", `{"addonName": "coredns"}`); status != http.StatusOK {
+	if status, _, body := rawCall(t, h.srv, "POST", base+"/addons", `{"addonName": "coredns"}`); status != http.StatusOK {
 		t.Fatalf("CreateAddon coredns: %d %v", status, body)
 	}
 	h.report(t, "coredns", 1, controlv1.AddonPhase_ADDON_PHASE_READY)
-	if status, _, body := rawCall(t, "DELETE", base+"/addons/coredns", ""); status != http.StatusOK {
+	if status, _, body := rawCall(t, h.srv, "DELETE", base+"/addons/coredns", ""); status != http.StatusOK {
 		t.Fatalf("DeleteAddon coredns: %d %v", status, body)
 	}
 	if a := h.get(t, "coredns"); a.GetPreserve() || !a.GetDeleting() {
@@ -213,7 +213,7 @@ func TestAddonWireEmptyMembers(t *testing.T) {
 	t.Parallel()
 	h := newAddonHarness(t)
 	base := h.srv.URL + "/clusters/" + h.cluster
-	status, _, body := rawCall(t, "POST", base+"/addons", `{"addonName": "coredns"}`)
+	status, _, body := rawCall(t, h.srv, "POST", base+"/addons", `{"addonName": "coredns"}`)
 	if status != http.StatusOK {
 		t.Fatalf("CreateAddon: %d %v", status, body)
 	}
@@ -229,11 +229,11 @@ func TestAddonWireEmptyMembers(t *testing.T) {
 		}
 	}
 	check("CreateAddon", body)
-	_, _, body = rawCall(t, "GET", base+"/addons/coredns", "")
+	_, _, body = rawCall(t, h.srv, "GET", base+"/addons/coredns", "")
 	check("DescribeAddon", body)
 
 	h.report(t, "coredns", 1, controlv1.AddonPhase_ADDON_PHASE_READY)
-	status, _, body = rawCall(t, "POST", base+"/addons/coredns/update", `{"configurationValues": "{}"}`)
+	status, _, body = rawCall(t, h.srv, "POST", base+"/addons/coredns/update", `{"configurationValues": "{}"}`)
 	if status != http.StatusOK {
 		t.Fatalf("UpdateAddon: %d %v", status, body)
 	}
@@ -245,7 +245,7 @@ func TestAddonWireEmptyMembers(t *testing.T) {
 		t.Errorf("UpdateAddon: params = %#v, want one ConfigurationValues param", u["params"])
 	}
 	h.report(t, "coredns", 2, controlv1.AddonPhase_ADDON_PHASE_READY)
-	status, _, body = rawCall(t, "DELETE", base+"/addons/coredns", "")
+	status, _, body = rawCall(t, h.srv, "DELETE", base+"/addons/coredns", "")
 	if status != http.StatusOK {
 		t.Fatalf("DeleteAddon: %d %v", status, body)
 	}
@@ -253,7 +253,7 @@ func TestAddonWireEmptyMembers(t *testing.T) {
 
 	// ListTagsForResource of an untagged resource: {"tags": {}}.
 	arn := url.PathEscape("arn:aws:eks:us-east-1:" + h.account + ":cluster/" + h.cluster)
-	status, _, body = rawCall(t, "GET", h.srv.URL+"/tags/"+arn, "")
+	status, _, body = rawCall(t, h.srv, "GET", h.srv.URL+"/tags/"+arn, "")
 	if tags, ok := body["tags"].(map[string]any); status != http.StatusOK || !ok || len(tags) != 0 {
 		t.Errorf("ListTagsForResource of an untagged cluster: %d %v, want {\"tags\": {}}", status, body)
 	}
@@ -307,7 +307,7 @@ func TestAddonWireErrors(t *testing.T) {
 	t.Parallel()
 	h := newAddonHarness(t)
 	base := h.srv.URL + "/clusters/" + h.cluster
-	if status, _, body := rawCall(t, "POST", base+"/addons", `{"addonName": "coredns"}`); status != http.StatusOK {
+	if status, _, body := rawCall(t, h.srv, "POST", base+"/addons", `{"addonName": "coredns"}`); status != http.StatusOK {
 		t.Fatalf("CreateAddon: %d %v", status, body)
 	}
 	c := h.cluster
@@ -427,7 +427,7 @@ func TestAddonWireErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := addonKeyspace(t, h)
-			status, hdr, body := rawCall(t, tc.method, h.srv.URL+tc.path, tc.body)
+			status, hdr, body := rawCall(t, h.srv, tc.method, h.srv.URL+tc.path, tc.body)
 			if status != tc.wantStatus {
 				t.Errorf("status = %d, want %d (body %v)", status, tc.wantStatus, body)
 			}

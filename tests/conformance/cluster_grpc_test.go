@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -220,10 +221,20 @@ func TestAWSCLI(t *testing.T) {
 		t.Skip("aws CLI not installed")
 	}
 	srv := servertest.Start(t)
+	// Exactly what the README tells a newcomer: the profile the first start
+	// wrote to the data directory (endpoint, region and the development
+	// key), no flags.
+	dir := filepath.Join(srv.Config.DataDir, "aws")
 	run := func(args ...string) (string, error) {
-		cmd := exec.Command(awsPath, append([]string{"--endpoint-url", srv.URL, "--region", "us-east-1", "--output", "text"}, args...)...)
-		cmd.Env = append(cmd.Environ(), "AWS_ACCESS_KEY_ID=AKIDSALTBUSHTEST", "AWS_SECRET_ACCESS_KEY=test-secret",
-			"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_PAGER=")
+		cmd := exec.Command(awsPath, append([]string{"--output", "text"}, args...)...)
+		env := []string{"AWS_CONFIG_FILE=" + filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "credentials"),
+			"AWS_PROFILE=saltbush", "AWS_PAGER=", "AWS_EC2_METADATA_DISABLED=true"}
+		for _, kv := range cmd.Environ() {
+			if !strings.HasPrefix(kv, "AWS_") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/saltbush/saltbush/server/servertest"
 )
 
-// rawCall sends one unsigned HTTP request and returns status, headers and
-// the body parsed as JSON.
-func rawCall(t *testing.T, method, url, body string) (int, http.Header, map[string]any) {
+// rawCall sends one HTTP request, SigV4-signed as the development
+// administrator, and returns status, headers and the body parsed as JSON.
+func rawCall(t *testing.T, srv *servertest.Server, method, url, body string) (int, http.Header, map[string]any) {
 	t.Helper()
 	var r io.Reader
 	if body != "" {
@@ -29,6 +29,7 @@ func rawCall(t *testing.T, method, url, body string) (int, http.Header, map[stri
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	srv.Sign(t, req, []byte(body), srv.Dev(t))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
@@ -117,30 +118,30 @@ func TestClusterWireBodies(t *testing.T) {
 	srv := servertest.Start(t)
 
 	// AWS sends an empty list as [], not as an absent member.
-	status, hdr, body := rawCall(t, "GET", srv.URL+"/clusters", "")
+	status, hdr, body := rawCall(t, srv, "GET", srv.URL+"/clusters", "")
 	if status != http.StatusOK || !reflect.DeepEqual(body, map[string]any{"clusters": []any{}}) {
 		t.Errorf("ListClusters with no clusters: %d %v, want {\"clusters\": []}", status, body)
 	}
 
-	status, hdr, body = rawCall(t, "POST", srv.URL+"/clusters", createBody)
+	status, hdr, body = rawCall(t, srv, "POST", srv.URL+"/clusters", createBody)
 	if status != http.StatusOK || hdr.Get("Content-Type") != "application/json" {
 		t.Fatalf("CreateCluster: %d %s %v", status, hdr.Get("Content-Type"), body)
 	}
 	golden(t, "create_cluster.json", normalizeCluster(t, body))
 
-	status, _, body = rawCall(t, "GET", srv.URL+"/clusters/wire-1", "")
+	status, _, body = rawCall(t, srv, "GET", srv.URL+"/clusters/wire-1", "")
 	if status != http.StatusOK {
 		t.Fatalf("DescribeCluster: %d %v", status, body)
 	}
 	golden(t, "describe_cluster.json", normalizeCluster(t, body))
 
-	status, _, body = rawCall(t, "GET", srv.URL+"/clusters?maxResults=10", "")
+	status, _, body = rawCall(t, srv, "GET", srv.URL+"/clusters?maxResults=10", "")
 	if status != http.StatusOK {
 		t.Fatalf("ListClusters: %d %v", status, body)
 	}
 	golden(t, "list_clusters.json", body)
 
-	status, _, body = rawCall(t, "DELETE", srv.URL+"/clusters/wire-1", "")
+	status, _, body = rawCall(t, srv, "DELETE", srv.URL+"/clusters/wire-1", "")
 	if status != http.StatusOK {
 		t.Fatalf("DeleteCluster: %d %v", status, body)
 	}
@@ -149,7 +150,7 @@ func TestClusterWireBodies(t *testing.T) {
 
 func TestWireErrors(t *testing.T) {
 	srv := servertest.Start(t)
-	if status, _, body := rawCall(t, "POST", srv.URL+"/clusters", createBody); status != http.StatusOK {
+	if status, _, body := rawCall(t, srv, "POST", srv.URL+"/clusters", createBody); status != http.StatusOK {
 		t.Fatalf("CreateCluster: %d %v", status, body)
 	}
 
@@ -222,7 +223,7 @@ func TestWireErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, hdr, body := rawCall(t, tc.method, srv.URL+tc.path, tc.body)
+			status, hdr, body := rawCall(t, srv, tc.method, srv.URL+tc.path, tc.body)
 			if status != tc.wantStatus {
 				t.Errorf("status = %d, want %d (body %v)", status, tc.wantStatus, body)
 			}
@@ -266,7 +267,7 @@ func TestWireErrors(t *testing.T) {
 	})
 
 	// Only wire-1 exists: no failed request wrote anything.
-	_, _, body := rawCall(t, "GET", srv.URL+"/clusters", "")
+	_, _, body := rawCall(t, srv, "GET", srv.URL+"/clusters", "")
 	if !reflect.DeepEqual(body, map[string]any{"clusters": []any{"wire-1"}}) {
 		t.Errorf("clusters after failed requests = %v", body)
 	}
@@ -274,13 +275,13 @@ func TestWireErrors(t *testing.T) {
 
 func TestPercentEncodedPathLabels(t *testing.T) {
 	srv := servertest.Start(t)
-	if status, _, body := rawCall(t, "POST", srv.URL+"/clusters",
+	if status, _, body := rawCall(t, srv, "POST", srv.URL+"/clusters",
 		`{"name":"my-cluster_1","roleArn":"arn:aws:iam::000000000000:role/x","resourcesVpcConfig":{}}`); status != 200 {
 		t.Fatalf("CreateCluster: %d %v", status, body)
 	}
 	// Every escaped form of the same name reaches the same cluster.
 	for _, path := range []string{"/clusters/my-cluster_1", "/clusters/my%2Dcluster%5F1", "/clusters/%6Dy-cluster_1"} {
-		status, _, body := rawCall(t, "GET", srv.URL+path, "")
+		status, _, body := rawCall(t, srv, "GET", srv.URL+path, "")
 		if status != 200 {
 			t.Errorf("GET %s: %d %v", path, status, body)
 			continue
@@ -304,7 +305,7 @@ func TestOperationalEndpoints(t *testing.T) {
 		}
 	}
 	// A request, then its metric.
-	rawCall(t, "GET", srv.URL+"/clusters/nope", "")
+	rawCall(t, srv, "GET", srv.URL+"/clusters/nope", "")
 	resp, err := http.Get(srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package conformance
 import (
 	"encoding/json"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -24,10 +23,7 @@ func FuzzCreateClusterBody(f *testing.F) {
 	}
 	srv := servertest.Start(f)
 	f.Fuzz(func(t *testing.T, body string) {
-		resp, err := http.Post(srv.URL+"/clusters", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := srv.Do(t, "POST", "/clusters", []byte(body))
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode >= 500 {

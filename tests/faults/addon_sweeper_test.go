@@ -32,7 +32,7 @@ func activeCluster(t *testing.T, ctx context.Context, srv *servertest.Server, na
 		t.Fatalf("CreateCluster: %v", err)
 	}
 	if _, err := controlv1.NewClusterControlServiceClient(srv.GRPC(t)).SetStatus(ctx, &controlv1.SetStatusRequest{
-		Cluster: &controlv1.ClusterRef{AccountId: srv.Config.DefaultAccount, Name: name},
+		Cluster: &controlv1.ClusterRef{AccountId: srv.Config.DevAccount, Name: name},
 		Status:  controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
 	}); err != nil {
 		t.Fatalf("SetStatus: %v", err)
@@ -65,7 +65,7 @@ func TestAddonDeadlinesFailWithClusterUnreachable(t *testing.T) {
 	client := srv.EKS(t)
 	activeCluster(t, ctx, srv, "quiet")
 	control := controlv1.NewAddonControlServiceClient(srv.GRPC(t))
-	ref := &controlv1.ClusterRef{AccountId: srv.Config.DefaultAccount, Name: "quiet"}
+	ref := &controlv1.ClusterRef{AccountId: srv.Config.DevAccount, Name: "quiet"}
 
 	if _, err := client.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String("quiet"), AddonName: aws.String("coredns")}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+)
+
+// identityRun wraps one IdentityControlService call as a command.
+func identityRun(af *adminFlags, call func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		conn, err := af.dial()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), af.timeout)
+		defer cancel()
+		resp, err := call(ctx, controlv1.NewIdentityControlServiceClient(conn), args)
+		if err != nil {
+			return err
+		}
+		return printJSON(resp)
+	}
+}
+
+// readDocument reads a policy document from a file, or stdin for "-".
+func readDocument(path string) (string, error) {
+	var b []byte
+	var err error
+	if path == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("policy document: %w", err)
+	}
+	return string(b), nil
+}
+
+// newAdminAccountCommand manages accounts, their principals, policies and
+// access keys: the identities the façade's SigV4 callers sign as.
+func newAdminAccountCommand(af *adminFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "account", Short: "Accounts, IAM users and roles, policies and access keys"}
+	cmd.AddCommand(&cobra.Command{
+		Use: "create ACCOUNT_ID [NAME]", Short: "Record a 12-digit account", Args: cobra.RangeArgs(1, 2),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			req := &controlv1.CreateAccountRequest{AccountId: args[0]}
+			if len(args) > 1 {
+				req.Name = args[1]
+			}
+			return c.CreateAccount(ctx, req)
+		}),
+	}, &cobra.Command{
+		Use: "create-principal ARN", Short: "Record an IAM user or role (arn:aws:iam::ACCOUNT:user/NAME or role/NAME)", Args: cobra.ExactArgs(1),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			return c.CreatePrincipal(ctx, &controlv1.CreatePrincipalRequest{Arn: args[0]})
+		}),
+	}, &cobra.Command{
+		Use: "put-policy ACCOUNT_ID NAME FILE|-", Short: "Create or replace an IAM-style policy document of an account", Args: cobra.ExactArgs(3),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			doc, err := readDocument(args[2])
+			if err != nil {
+				return nil, err
+			}
+			return c.PutPolicy(ctx, &controlv1.PutPolicyRequest{AccountId: args[0], Name: args[1], Document: doc})
+		}),
+	}, &cobra.Command{
+		Use: "attach-policy PRINCIPAL_ARN NAME", Short: "Attach an account's policy to one of its principals", Args: cobra.ExactArgs(2),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			return c.AttachPolicy(ctx, &controlv1.AttachPolicyRequest{PrincipalArn: args[0], PolicyName: args[1]})
+		}),
+	}, &cobra.Command{
+		Use: "create-key PRINCIPAL_ARN", Short: "Make an access key (the secret is shown once)", Args: cobra.ExactArgs(1),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			return c.CreateAccessKey(ctx, &controlv1.CreateAccessKeyRequest{PrincipalArn: args[0]})
+		}),
+	}, &cobra.Command{
+		Use: "set-key-status ACCESS_KEY_ID Active|Inactive", Short: "Activate or deactivate an access key", Args: cobra.ExactArgs(2),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			return c.UpdateAccessKey(ctx, &controlv1.UpdateAccessKeyRequest{AccessKeyId: args[0], Status: args[1]})
+		}),
+	})
+	return cmd
+}
+
+// newAdminServiceCommand manages what service identities may do.
+func newAdminServiceCommand(af *adminFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "service", Short: "Service identities (spiffe://saltbush/service/NAME) and their policies"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "put-policy NAME FILE|-",
+		Short: "Set a service's policy (saltbush:ActForAccount on arn:aws:iam::ACCOUNT:root delegates an account; saltbush:METHOD allows a control RPC)",
+		Args:  cobra.ExactArgs(2),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			doc, err := readDocument(args[1])
+			if err != nil {
+				return nil, err
+			}
+			return c.PutServicePolicy(ctx, &controlv1.PutServicePolicyRequest{Service: args[0], Document: doc})
+		}),
+	})
+	return cmd
+}
+
+// newAdminCertCommand issues and revokes gRPC client certificates and
+// rotates the CA.
+func newAdminCertCommand(af *adminFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "cert", Short: "Certificates of the gRPC port: issue, revoke, rotate the CA"}
+	var service, agent, outDir string
+	var ttl time.Duration
+	issue := &cobra.Command{
+		Use:   "issue (--service NAME | --agent CLUSTER_UID/INSTANCE) --out-dir DIR",
+		Short: "Make a key here, have saltbush's CA sign it, write NAME.key, NAME.crt and ca.crt",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (service == "") == (agent == "") {
+				return fmt.Errorf("exactly one of --service and --agent is required")
+			}
+			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				return err
+			}
+			csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+			if err != nil {
+				return err
+			}
+			req := &controlv1.IssueCertificateRequest{
+				CsrPem:     string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr})),
+				TtlSeconds: int64(ttl / time.Second),
+			}
+			name := service
+			if service != "" {
+				req.Subject = &controlv1.IssueCertificateRequest_Service{Service: service}
+			} else {
+				uid, instance, ok := strings.Cut(agent, "/")
+				if !ok {
+					return fmt.Errorf("--agent is CLUSTER_UID/INSTANCE")
+				}
+				req.Subject = &controlv1.IssueCertificateRequest_Agent{Agent: &controlv1.AgentSubject{ClusterUid: uid, Instance: instance}}
+				name = "agent-" + instance
+			}
+			conn, err := af.dial()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), af.timeout)
+			defer cancel()
+			resp, err := controlv1.NewIdentityControlServiceClient(conn).IssueCertificate(ctx, req)
+			if err != nil {
+				return err
+			}
+			der, err := x509.MarshalPKCS8PrivateKey(key)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(outDir, 0o700); err != nil {
+				return err
+			}
+			files := map[string][]byte{
+				name + ".key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+				name + ".crt": []byte(resp.GetCertificatePem()),
+				"ca.crt":      []byte(resp.GetCaBundlePem()),
+			}
+			for f, b := range files {
+				if err := os.WriteFile(filepath.Join(outDir, f), b, 0o600); err != nil {
+					return err
+				}
+			}
+			resp.CertificatePem, resp.CaBundlePem = "", ""
+			return printJSON(resp)
+		},
+	}
+	issue.Flags().StringVar(&service, "service", "", "service name")
+	issue.Flags().StringVar(&agent, "agent", "", "agent as CLUSTER_UID/INSTANCE")
+	issue.Flags().StringVar(&outDir, "out-dir", ".", "where to write the key, certificate and CA bundle")
+	issue.Flags().DurationVar(&ttl, "ttl", 0, "validity (the server's default when 0)")
+
+	cmd.AddCommand(issue, &cobra.Command{
+		Use: "revoke SERIAL [REASON]", Short: "Refuse a certificate from now on (new connections and every call on existing ones)", Args: cobra.RangeArgs(1, 2),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			req := &controlv1.RevokeCertificateRequest{Serial: args[0]}
+			if len(args) > 1 {
+				req.Reason = args[1]
+			}
+			return c.RevokeCertificate(ctx, req)
+		}),
+	}, &cobra.Command{
+		Use: "rotate-ca", Short: "Make a new CA the issuer; the old stays trusted until remove-ca", Args: cobra.NoArgs,
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, _ []string) (proto.Message, error) {
+			return c.RotateCertificateAuthority(ctx, &controlv1.RotateCertificateAuthorityRequest{})
+		}),
+	}, &cobra.Command{
+		Use: "remove-ca SERIAL", Short: "Stop trusting a CA that no longer issues", Args: cobra.ExactArgs(1),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			return c.RemoveCertificateAuthority(ctx, &controlv1.RemoveCertificateAuthorityRequest{Serial: args[0]})
+		}),
+	}, &cobra.Command{
+		Use: "ca-bundle", Short: "Print the trusted CA bundle", Args: cobra.NoArgs,
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, _ []string) (proto.Message, error) {
+			return c.GetCertificateAuthorityBundle(ctx, &controlv1.GetCertificateAuthorityBundleRequest{})
+		}),
+	})
+	return cmd
+}

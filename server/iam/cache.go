@@ -1,0 +1,187 @@
+package iam
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/saltbush/saltbush/errdefs"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/policy"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Cache answers the questions every request asks (whose key is this, what
+// may this principal or service do) from memory, kept current by one etcd
+// watch over iam/. Authentication, throttling and authorization then cost
+// no etcd round trip, and a deactivated key, a detached policy or a changed
+// service policy takes effect as soon as the watch delivers the change
+// (milliseconds), on every replica.
+//
+// Until the first snapshot has arrived, and for an access key the mirror
+// does not hold (a key created an instant ago on another replica), the
+// cache reads etcd instead: it never answers "unknown" from a view that may
+// be behind.
+type Cache struct {
+	svc *Service
+
+	mu    sync.RWMutex
+	ready bool
+	kv    map[string]store.KV
+	// docs memoises parsed policy documents by key and mod revision.
+	docs map[string]parsedDoc
+}
+
+type parsedDoc struct {
+	rev int64
+	doc *policy.Document
+}
+
+// NewCache returns a cache over s; Run keeps it current.
+func (s *Service) NewCache() *Cache {
+	return &Cache{svc: s, kv: map[string]store.KV{}, docs: map[string]parsedDoc{}}
+}
+
+// Run mirrors iam/ until ctx ends. ready is closed once the first snapshot
+// is loaded.
+func (c *Cache) Run(ctx context.Context, ready chan<- struct{}) {
+	first := true
+	for ev := range c.svc.store.Watch(ctx, "iam/", 0) {
+		c.mu.Lock()
+		switch ev.Type {
+		case store.EventSnapshot:
+			c.kv = make(map[string]store.KV, len(ev.Snapshot))
+			for _, kv := range ev.Snapshot {
+				c.kv[kv.Key] = kv
+			}
+			c.docs = map[string]parsedDoc{}
+			c.ready = true
+		case store.EventPut:
+			c.kv[ev.Key] = store.KV{Key: ev.Key, Value: ev.Value, ModRev: ev.Revision}
+		case store.EventDelete:
+			delete(c.kv, ev.Key)
+			delete(c.docs, ev.Key)
+		}
+		c.mu.Unlock()
+		if first && ev.Type == store.EventSnapshot {
+			first = false
+			if ready != nil {
+				close(ready)
+			}
+		}
+	}
+	c.mu.Lock()
+	c.ready = false
+	c.mu.Unlock()
+}
+
+// Lookup is Service.Lookup from memory.
+func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, error) {
+	if !accessKeyIDPattern.MatchString(akid) {
+		return Credential{}, false, nil
+	}
+	kv, ok, ready := c.raw(accessKeyKey(akid))
+	if !ready || !ok {
+		return c.svc.Lookup(ctx, akid)
+	}
+	rec := &storagev1.AccessKeyRecord{}
+	if err := store.Decode(kv.Value, rec); err != nil {
+		return Credential{}, false, fmt.Errorf("access key %s: %w", akid, err)
+	}
+	if rec.GetStatus() != KeyActive {
+		return Credential{}, false, nil
+	}
+	secret, err := c.svc.open(akid, rec.GetAccountId(), rec.GetSealedSecret())
+	if err != nil {
+		return Credential{}, false, err
+	}
+	return Credential{AccessKeyID: akid, AccountID: rec.GetAccountId(), PrincipalARN: rec.GetPrincipalArn(), Secret: secret}, true, nil
+}
+
+// Policies is Service.Policies from memory.
+func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
+	account, err := ParsePrincipal(arn)
+	if err != nil {
+		return nil, err
+	}
+	kv, ok, ready := c.raw(principalKey(account, arn))
+	if !ready || !ok {
+		// Not loaded, or made an instant ago and not seen yet: ask etcd.
+		// A principal that does not exist has no policies.
+		docs, err := c.svc.Policies(ctx, arn)
+		if errdefs.IsException(err, errdefs.ResourceNotFoundException) {
+			return nil, nil
+		}
+		return docs, err
+	}
+	p := &storagev1.PrincipalRecord{}
+	if err := store.Decode(kv.Value, p); err != nil {
+		return nil, fmt.Errorf("principal %s: %w", arn, err)
+	}
+	var docs []*policy.Document
+	for _, name := range p.GetPolicyNames() {
+		doc, ok, err := c.document(policyKey(account, name), func(b []byte) (string, error) {
+			rec := &storagev1.PolicyRecord{}
+			err := store.Decode(b, rec)
+			return rec.GetDocument(), err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("policy %s of %s: %w", name, account, err)
+		}
+		if !ok {
+			// Attached an instant ago and not seen yet (or deleted since,
+			// which etcd confirms): ask etcd for the whole set.
+			return c.svc.Policies(ctx, arn)
+		}
+		docs = append(docs, doc)
+	}
+	return docs, nil
+}
+
+// ServicePolicy is Service.ServicePolicy from memory.
+func (c *Cache) ServicePolicy(ctx context.Context, name string) (*policy.Document, bool, error) {
+	if _, ok, ready := c.raw(serviceKey(name)); !ready || !ok {
+		return c.svc.ServicePolicy(ctx, name)
+	}
+	return c.document(serviceKey(name), func(b []byte) (string, error) {
+		rec := &storagev1.ServiceRecord{}
+		err := store.Decode(b, rec)
+		return rec.GetDocument(), err
+	})
+}
+
+func (c *Cache) raw(key string) (store.KV, bool, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	kv, ok := c.kv[key]
+	return kv, ok, c.ready
+}
+
+// document returns the parsed policy document stored at key, parsing it
+// once per revision.
+func (c *Cache) document(key string, text func([]byte) (string, error)) (*policy.Document, bool, error) {
+	c.mu.RLock()
+	kv, ok := c.kv[key]
+	pd, parsed := c.docs[key]
+	c.mu.RUnlock()
+	if !ok {
+		return nil, false, nil
+	}
+	if parsed && pd.rev == kv.ModRev {
+		return pd.doc, true, nil
+	}
+	src, err := text(kv.Value)
+	if err != nil {
+		return nil, false, fmt.Errorf("stored policy %s: %w", key, err)
+	}
+	doc, err := policy.Parse([]byte(src))
+	if err != nil {
+		return nil, false, fmt.Errorf("stored policy %s: %w", key, err)
+	}
+	c.mu.Lock()
+	if cur, ok := c.kv[key]; ok && cur.ModRev == kv.ModRev {
+		c.docs[key] = parsedDoc{rev: kv.ModRev, doc: doc}
+	}
+	c.mu.Unlock()
+	return doc, true, nil
+}

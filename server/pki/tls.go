@@ -1,0 +1,183 @@
+package pki
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/saltbush/saltbush/server/identity"
+)
+
+// ServerTLSConfig is the TLS config of the public gRPC port: TLS 1.3, a
+// client certificate required and verified against the trust bundle,
+// served with ServingCertificate(hosts). The bundle is read from the
+// in-memory view at every handshake (GetConfigForClient), so rotations and
+// removals apply to new connections without a restart. A revoked
+// certificate, or one that does not name exactly one saltbush SPIFFE id, is
+// refused at the handshake; expired certificates and unknown CAs are
+// refused by Go's chain verification. Start must have returned before the
+// first handshake.
+func (a *Authority) ServerTLSConfig(hosts []string) *tls.Config {
+	getCert := a.ServingCertificate(hosts)
+	base := func() *tls.Config {
+		return &tls.Config{
+			MinVersion:       tls.VersionTLS13,
+			ClientAuth:       tls.RequireAndVerifyClientCert,
+			GetCertificate:   getCert,
+			VerifyConnection: a.verifyConnection,
+			NextProtos:       []string{"h2"},
+			// A resumed session skips chain verification against the
+			// current bundle; gRPC connections are long-lived, so resumption
+			// buys little and would let a removed CA's certificate back in.
+			SessionTicketsDisabled: true,
+		}
+	}
+	cfg := base()
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		t := a.current()
+		if t == nil {
+			return nil, errors.New("pki: the trust bundle is not loaded yet")
+		}
+		c := base()
+		c.ClientCAs = t.pool
+		return c, nil
+	}
+	return cfg
+}
+
+// verifyConnection runs after Go has verified the client's chain.
+func (a *Authority) verifyConnection(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("pki: a client certificate is required")
+	}
+	leaf := cs.PeerCertificates[0]
+	if a.Revoked(serialOf(leaf)) {
+		a.log.Info("pki: refused a revoked client certificate", "serial", serialOf(leaf))
+		return fmt.Errorf("pki: client certificate %s is revoked", serialOf(leaf))
+	}
+	if _, err := callerOf(leaf); err != nil {
+		a.log.Info("pki: refused a client certificate", "serial", serialOf(leaf), "error", err)
+		return err
+	}
+	return nil
+}
+
+// callerOf is the caller a verified leaf names: exactly one URI SAN, a
+// saltbush service or agent SPIFFE id.
+func callerOf(leaf *x509.Certificate) (identity.Caller, error) {
+	if len(leaf.URIs) != 1 {
+		return identity.Caller{}, fmt.Errorf("pki: client certificate %s has %d URI SANs; exactly one saltbush SPIFFE id is required", serialOf(leaf), len(leaf.URIs))
+	}
+	c, err := identity.FromSPIFFE(leaf.URIs[0].String())
+	if err != nil {
+		return identity.Caller{}, fmt.Errorf("pki: client certificate %s: %w", serialOf(leaf), err)
+	}
+	return c, nil
+}
+
+// authenticate sets the caller of a call from its connection's verified
+// client certificate, checked again at call time: a certificate revoked, or
+// a CA removed, after the connection was made is refused on its next call.
+// The returned context ends at the certificate's NotAfter, so no call or
+// stream outlives it. Request metadata is never consulted.
+func (a *Authority) authenticate(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, nil, status.Error(codes.Unauthenticated, "A verified client certificate is required.")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil, nil, status.Error(codes.Unauthenticated, "A verified client certificate is required.")
+	}
+	leaf := info.State.VerifiedChains[0][0]
+	serial := serialOf(leaf)
+	if a.Revoked(serial) {
+		return nil, nil, status.Errorf(codes.Unauthenticated, "Client certificate %s is revoked.", serial)
+	}
+	t := a.current()
+	trusted := false
+	for _, chain := range info.State.VerifiedChains {
+		if t != nil && len(chain) > 0 && t.trusts(chain[len(chain)-1]) {
+			trusted = true
+			break
+		}
+	}
+	if !trusted {
+		return nil, nil, status.Errorf(codes.Unauthenticated, "Client certificate %s was issued by a certificate authority that is no longer trusted.", serial)
+	}
+	if !a.now().Before(leaf.NotAfter) {
+		return nil, nil, status.Errorf(codes.Unauthenticated, "Client certificate %s has expired.", serial)
+	}
+	caller, err := callerOf(leaf)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Unauthenticated, "Client certificate %s does not name a saltbush service or agent.", serial)
+	}
+	ctx, cancel := context.WithDeadline(identity.NewContext(ctx, caller), leaf.NotAfter)
+	return ctx, cancel, nil
+}
+
+// UnaryInterceptor authenticates every unary call (see authenticate).
+func (a *Authority) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, cancel, err := a.authenticate(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer cancel()
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor authenticates every stream (see authenticate); the
+// stream's context carries the caller and ends at the certificate's
+// NotAfter.
+func (a *Authority) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, cancel, err := a.authenticate(ss.Context())
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type authedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *authedStream) Context() context.Context { return s.ctx }
+
+// ClientTLSConfig is the TLS config of a client of the gRPC port (admin
+// CLI, services, agents, tests): it trusts the CAs of caBundlePEM for the
+// server's certificate and presents certPEM/keyPEM. With both empty no
+// client certificate is presented (the server will refuse the handshake).
+func ClientTLSConfig(caBundlePEM, certPEM, keyPEM []byte, serverName string) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundlePEM) {
+		return nil, errors.New("pki: the CA bundle holds no PEM certificate")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName}
+	if len(certPEM) == 0 && len(keyPEM) == 0 {
+		return cfg, nil
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("pki: client certificate: %w", err)
+	}
+	// Always present the certificate. With Certificates, Go's client
+	// withholds one whose issuer is not among the CAs the server lists, and
+	// the client of a removed CA would see only "certificate required"
+	// instead of the server refusing its certificate.
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	return cfg, nil
+}
