@@ -60,6 +60,9 @@ func WithEtcdEndpoints(eps []string) Option {
 	return func(c *server.Config) { c.EtcdEndpoints = eps }
 }
 
+// testMasterKey seals test secrets; it is not a secret.
+var testMasterKey = sha256.Sum256([]byte("saltbush test master key"))
+
 // embeddedCatalog is the add-on catalogue, loaded once per test binary: a
 // catalogue is immutable once loaded, and loading renders every bundle.
 var embeddedCatalog = sync.OnceValues(catalog.Load)
@@ -78,6 +81,9 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	cfg.ShutdownTimeout = 5 * time.Second
 	// Tests drive one account hard; the throttling tests turn it on.
 	cfg.ThrottleRate = 0
+	// One key for every test server, so replicas over one external etcd
+	// open each other's secrets (as production replicas must).
+	cfg.MasterKey = testMasterKey[:]
 	if os.Getenv("SALTBUSH_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

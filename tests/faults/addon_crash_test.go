@@ -16,8 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
@@ -37,15 +35,11 @@ func TestAddonKillMidWriteKeepsInvariants(t *testing.T) {
 	defer cancel()
 
 	p := startServe(t, bin, dataDir)
-	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := p.grpc(t)
 	control := controlv1.NewAddonControlServiceClient(conn)
 	clusters := []string{"crash-a", "crash-b"}
 	for _, name := range clusters {
-		if _, err := p.client().CreateCluster(ctx, &eks.CreateClusterInput{
+		if _, err := p.client(t).CreateCluster(ctx, &eks.CreateClusterInput{
 			Name: aws.String(name), RoleArn: aws.String("arn:aws:iam::000000000000:role/eks"),
 			ResourcesVpcConfig: &types.VpcConfigRequest{},
 		}); err != nil {
@@ -72,7 +66,7 @@ func TestAddonKillMidWriteKeepsInvariants(t *testing.T) {
 	var acked, removed sync.Map
 	workCtx, stopWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	client := p.client()
+	client := p.client(t)
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func(seed uint64) {
@@ -146,7 +140,7 @@ func TestAddonKillMidWriteKeepsInvariants(t *testing.T) {
 	// And the restarted binary serves them.
 	p = startServe(t, bin, dataDir)
 	for _, cl := range clusters {
-		if _, err := p.client().ListAddons(ctx, &eks.ListAddonsInput{ClusterName: aws.String(cl)}); err != nil {
+		if _, err := p.client(t).ListAddons(ctx, &eks.ListAddonsInput{ClusterName: aws.String(cl)}); err != nil {
 			t.Errorf("ListAddons %s after restart: %v", cl, err)
 		}
 	}

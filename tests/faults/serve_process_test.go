@@ -15,9 +15,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	"google.golang.org/grpc"
+	grpccreds "google.golang.org/grpc/credentials"
+
+	"github.com/saltbush/saltbush/server/pki"
 )
 
 // buildSaltbush builds the real binary once per test.
@@ -32,6 +36,7 @@ func buildSaltbush(t *testing.T) string {
 }
 
 type process struct {
+	dataDir  string
 	cmd      *exec.Cmd
 	httpAddr string
 	grpcAddr string
@@ -44,7 +49,7 @@ type process struct {
 // taken in between by another test binary running in parallel.
 func startServe(t *testing.T, bin, dataDir string) *process {
 	t.Helper()
-	p := &process{done: make(chan error, 1)}
+	p := &process{dataDir: dataDir, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--log-level", "info", "--log-json")
 	p.cmd.Stdout = os.Stderr
@@ -97,11 +102,46 @@ func startServe(t *testing.T, bin, dataDir string) *process {
 	return nil
 }
 
-func (p *process) client() *eks.Client {
-	return eks.New(eks.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String("http://" + p.httpAddr),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
+// client signs with the development key the first start wrote to
+// DATA_DIR/aws/credentials (read the way the AWS SDK reads that file).
+func (p *process) client(t *testing.T) *eks.Client {
+	t.Helper()
+	cfg, err := config.LoadDefaultConfig(context.Background(),
+		config.WithSharedConfigFiles([]string{filepath.Join(p.dataDir, "aws", "config")}),
+		config.WithSharedCredentialsFiles([]string{filepath.Join(p.dataDir, "aws", "credentials")}),
+		config.WithSharedConfigProfile("saltbush"))
+	if err != nil {
+		t.Fatalf("load the written AWS profile: %v", err)
+	}
+	return eks.NewFromConfig(cfg, func(o *eks.Options) {
+		// The profile names the first start's address; this start may
+		// listen elsewhere.
+		o.BaseEndpoint = aws.String("http://" + p.httpAddr)
 	})
+}
+
+// grpc dials the gRPC port with the admin certificate serve wrote to
+// DATA_DIR/pki.
+func (p *process) grpc(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	var pems [3][]byte
+	for i, f := range []string{"ca.crt", "admin.crt", "admin.key"} {
+		b, err := os.ReadFile(filepath.Join(p.dataDir, "pki", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pems[i] = b
+	}
+	tlsCfg, err := pki.ClientTLSConfig(pems[0], pems[1], pems[2], "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 func (p *process) wait(t *testing.T, within time.Duration) error {
@@ -143,7 +183,7 @@ func TestServeStopAndRestartKeepsData(t *testing.T) {
 
 	p := startServe(t, bin, dataDir)
 	for i := 0; i < 3; i++ {
-		create(p.client(), fmt.Sprintf("term-%d", i))
+		create(p.client(t), fmt.Sprintf("term-%d", i))
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -153,8 +193,8 @@ func TestServeStopAndRestartKeepsData(t *testing.T) {
 	}
 
 	p = startServe(t, bin, dataDir)
-	expect(p.client(), "term-0", "term-1", "term-2")
-	create(p.client(), "kill-0")
+	expect(p.client(t), "term-0", "term-1", "term-2")
+	create(p.client(t), "kill-0")
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +204,8 @@ func TestServeStopAndRestartKeepsData(t *testing.T) {
 	}
 
 	p = startServe(t, bin, dataDir)
-	expect(p.client(), "term-0", "term-1", "term-2", "kill-0")
-	list, err := p.client().ListClusters(ctx, &eks.ListClustersInput{})
+	expect(p.client(t), "term-0", "term-1", "term-2", "kill-0")
+	list, err := p.client(t).ListClusters(ctx, &eks.ListClustersInput{})
 	if err != nil || len(list.Clusters) != 4 {
 		t.Errorf("clusters after restarts = %v, %v; want 4", list, err)
 	}
