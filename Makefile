@@ -9,7 +9,7 @@ GOTEST    ?= $(GO) test
 # Every test runs under the race detector.
 TESTFLAGS ?= -count=1 -race -timeout=20m
 
-.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit bench
+.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit fuzz-short fuzz bench
 
 all: build
 
@@ -21,7 +21,7 @@ run: build
 	./bin/saltbush serve
 
 ## test: generated-code check, lint, breaking-change check, their self-test, all tests (race detector on).
-test: check-generated lint breaking contract-selftest unit
+test: check-generated lint breaking contract-selftest unit fuzz-short
 
 ## generate: regenerate gen/ (Go, gRPC, gateway, OpenAPI) from proto/.
 generate:
@@ -63,6 +63,16 @@ contract-selftest:
 
 unit:
 	$(GOTEST) $(TESTFLAGS) ./...
+
+## fuzz-short: explore the untrusted-input parsers briefly (SigV4, policy
+## documents); `make fuzz FUZZTIME=10m` explores longer by hand.
+FUZZTIME ?= 10s
+fuzz-short:
+	$(GOTEST) -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./gateway/sigv4/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./server/policy/
+
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=$(FUZZTIME)
 
 ## bench: the foundation benchmark (raw etcd vs gRPC vs façade); see tests/bench.
 bench:

@@ -134,7 +134,7 @@ func (s *Server) writeAdminCertificate(ctx context.Context, ca *pki.Authority) e
 		return err
 	}
 	certPath, keyPath := filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key")
-	if fresh(certPath) {
+	if fresh(certPath, bundle) {
 		return nil
 	}
 	certPEM, keyPEM, serial, err := ca.IssueLocal(ctx, identity.ServiceID(AdminService), 30*24*time.Hour)
@@ -151,9 +151,10 @@ func (s *Server) writeAdminCertificate(ctx context.Context, ca *pki.Authority) e
 	return nil
 }
 
-// fresh reports whether the certificate at path is readable and within
-// the first half of its life.
-func fresh(path string) bool {
+// fresh reports whether the certificate at path is readable, within the
+// first half of its life, and signed by a CA the port still trusts (after
+// `cert remove-ca` an old certificate would lock the admin out).
+func fresh(path string, bundle []byte) bool {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return false
@@ -167,7 +168,15 @@ func fresh(path string) bool {
 		return false
 	}
 	half := cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) / 2)
-	return time.Now().Before(half)
+	if !time.Now().Before(half) {
+		return false
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(bundle) {
+		return false
+	}
+	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return err == nil
 }
 
 // grpcHosts are the names the gRPC port's certificate is valid for.

@@ -178,10 +178,12 @@ type Server struct {
 	store    *store.Store
 	registry *prometheus.Registry
 	sweeper  *addon.Sweeper
-	keys     *iam.Service
-	ca       *pki.Authority
-	dev      *DevCredentials
-	auditLog *audit.JSONLines
+	// registerFacade adds the EKS services to a façade mux.
+	registerFacade gateway.Register
+	keys           *iam.Service
+	ca             *pki.Authority
+	dev            *DevCredentials
+	auditLog       *audit.JSONLines
 	// background runs the watches that keep identities current; Close
 	// ends it.
 	background     context.Context
@@ -350,9 +352,17 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	reflection.Register(s.grpcServer)
 
 	// HTTP: the façade, reaching the same service objects in-process.
+	s.registerFacade = func(ctx context.Context, mux *runtime.ServeMux) error {
+		return errors.Join(
+			eksv1.RegisterClusterServiceHandlerServer(ctx, mux, eksClusters),
+			eksv1.RegisterAddonServiceHandlerServer(ctx, mux, eksAddons),
+			eksv1.RegisterUpdateServiceHandlerServer(ctx, mux, eksUpdates),
+			eksv1.RegisterTagServiceHandlerServer(ctx, mux, eksTags),
+		)
+	}
 	facade, err := gateway.New(ctx, gateway.Config{
 		Authenticator: &gateway.SigV4{
-			Verifier: sigv4.Verifier{Service: "eks"},
+			Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
 			Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
 				c, ok, err := keyCache.Lookup(ctx, akid)
 				return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
@@ -363,14 +373,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		Logger:       log.With("component", "gateway"),
 		Registerer:   s.registry,
-	}, func(ctx context.Context, mux *runtime.ServeMux) error {
-		return errors.Join(
-			eksv1.RegisterClusterServiceHandlerServer(ctx, mux, eksClusters),
-			eksv1.RegisterAddonServiceHandlerServer(ctx, mux, eksAddons),
-			eksv1.RegisterUpdateServiceHandlerServer(ctx, mux, eksUpdates),
-			eksv1.RegisterTagServiceHandlerServer(ctx, mux, eksTags),
-		)
-	})
+	}, s.registerFacade)
 	if err != nil {
 		return nil, err
 	}
@@ -432,6 +435,14 @@ func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 // sweeperStopWait bounds how long shutdown waits for the add-on sweeper to
 // resign its election.
 const sweeperStopWait = 5 * time.Second
+
+// NewFacade builds another façade over this server's services that
+// authenticates with auth instead of SigV4, with no throttling or audit.
+// saltbush serve never uses it: benchmarks do, to measure what SigV4
+// verification costs against the same services and etcd.
+func (s *Server) NewFacade(ctx context.Context, auth gateway.Authenticator) (http.Handler, error) {
+	return gateway.New(ctx, gateway.Config{Authenticator: auth, MaxBodyBytes: s.cfg.MaxBodyBytes}, s.registerFacade)
+}
 
 // DevCredentials returns the development key this server created on an
 // empty store, or nil when the store had been bootstrapped before.

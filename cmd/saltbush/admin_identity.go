@@ -201,14 +201,26 @@ func newAdminCertCommand(af *adminFlags) *cobra.Command {
 			return c.RevokeCertificate(ctx, req)
 		}),
 	}, &cobra.Command{
-		Use: "rotate-ca", Short: "Make a new CA the issuer; the old stays trusted until remove-ca", Args: cobra.NoArgs,
+		Use:   "rotate-ca",
+		Short: "Make a new CA the issuer (the old stays trusted until remove-ca); writes the new bundle to --cacert",
+		Args:  cobra.NoArgs,
 		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, _ []string) (proto.Message, error) {
-			return c.RotateCertificateAuthority(ctx, &controlv1.RotateCertificateAuthorityRequest{})
+			resp, err := c.RotateCertificateAuthority(ctx, &controlv1.RotateCertificateAuthorityRequest{})
+			if err != nil {
+				return nil, err
+			}
+			// The server now presents a certificate of the new CA: this
+			// CLI's next call must trust it.
+			return resp, af.saveBundle(resp.GetCaBundlePem())
 		}),
 	}, &cobra.Command{
-		Use: "remove-ca SERIAL", Short: "Stop trusting a CA that no longer issues", Args: cobra.ExactArgs(1),
+		Use: "remove-ca SERIAL", Short: "Stop trusting a CA that no longer issues; writes the new bundle to --cacert", Args: cobra.ExactArgs(1),
 		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
-			return c.RemoveCertificateAuthority(ctx, &controlv1.RemoveCertificateAuthorityRequest{Serial: args[0]})
+			resp, err := c.RemoveCertificateAuthority(ctx, &controlv1.RemoveCertificateAuthorityRequest{Serial: args[0]})
+			if err != nil {
+				return nil, err
+			}
+			return resp, af.saveBundle(resp.GetCaBundlePem())
 		}),
 	}, &cobra.Command{
 		Use: "ca-bundle", Short: "Print the trusted CA bundle", Args: cobra.NoArgs,
@@ -217,4 +229,16 @@ func newAdminCertCommand(af *adminFlags) *cobra.Command {
 		}),
 	})
 	return cmd
+}
+
+// saveBundle replaces the CA bundle this CLI trusts.
+func (af *adminFlags) saveBundle(bundle string) error {
+	path := af.cacert
+	if path == "" {
+		path = filepath.Join(af.tlsDir, "ca.crt")
+	}
+	if err := os.WriteFile(path, []byte(bundle), 0o644); err != nil {
+		return fmt.Errorf("save the CA bundle to %s: %w", path, err)
+	}
+	return nil
 }

@@ -12,6 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/saltbush/saltbush/errdefs"
 )
 
 func main() {
@@ -25,7 +29,13 @@ func main() {
 	}
 	root.AddCommand(newServeCommand(), newAdminCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "saltbush:", err)
+		// A server error names its AWS exception (the ErrorInfo reason),
+		// as the AWS CLI does.
+		if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
+			fmt.Fprintf(os.Stderr, "saltbush: %s: %v\n", errdefs.FromGRPC(st).Exception, err)
+		} else {
+			fmt.Fprintln(os.Stderr, "saltbush:", err)
+		}
 		os.Exit(1)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -105,6 +106,52 @@ type Verifier struct {
 	Now func() time.Time
 	// Lookup resolves access key ids to secrets.
 	Lookup Lookup
+	// Keys memoises derived signing keys; none when nil. A signing key
+	// depends only on the secret, the date and the scope, so a client
+	// signing many requests a day costs four HMACs once, not per request
+	// (the AWS SDKs cache it on their side for the same reason).
+	Keys *SigningKeys
+}
+
+// SigningKeys is a bounded memo of derived signing keys, safe for
+// concurrent use.
+type SigningKeys struct {
+	mu sync.Mutex
+	m  map[signingKeyID][]byte
+}
+
+// signingKeyID names a derived key. The secret is part of it: a key
+// derived from an old secret is never used for a new one.
+type signingKeyID struct {
+	secret, date, region, service string
+}
+
+// maxSigningKeys bounds the memo; it is emptied when full (it refills at
+// the cost of one derivation per active key).
+const maxSigningKeys = 10000
+
+// NewSigningKeys returns an empty memo.
+func NewSigningKeys() *SigningKeys { return &SigningKeys{m: map[signingKeyID][]byte{}} }
+
+func (c *SigningKeys) get(secret, date, region, service string) []byte {
+	if c == nil {
+		return signingKey(secret, date, region, service)
+	}
+	id := signingKeyID{secret, date, region, service}
+	c.mu.Lock()
+	k, ok := c.m[id]
+	c.mu.Unlock()
+	if ok {
+		return k
+	}
+	k = signingKey(secret, date, region, service)
+	c.mu.Lock()
+	if len(c.m) >= maxSigningKeys {
+		clear(c.m)
+	}
+	c.m[id] = k
+	c.mu.Unlock()
+	return k
 }
 
 // Result is what a verified signature proves.
@@ -238,7 +285,7 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, payload []byte) 
 	}
 
 	scope := p.date + "/" + p.region + "/" + p.service + "/" + terminator
-	key := signingKey(secret, p.date, p.region, p.service)
+	key := v.Keys.get(secret, p.date, p.region, p.service)
 	for _, h := range hashes {
 		creq := r.Method + "\n" + uri + "\n" + cq + "\n" + headers + "\n" + p.signedRaw + "\n" + h
 		sum := sha256.Sum256([]byte(creq))

@@ -48,7 +48,7 @@ func (s *EKSServer) CreateCluster(ctx context.Context, req *eksv1.CreateClusterR
 	if err := s.authorize(ctx, "eks:CreateCluster", req.GetName()); err != nil {
 		return nil, s.wire(ctx, "CreateCluster", err)
 	}
-	if err := s.authz.PassRoles(ctx, req.GetRoleArn()); err != nil {
+	if err := s.authz.PassRoles(ctx, req.GetRoleArn(), req.GetComputeConfig().GetNodeRoleArn()); err != nil {
 		return nil, s.wire(ctx, "CreateCluster", err)
 	}
 	rec, err := s.svc.Create(ctx, req)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -112,6 +113,13 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (
 	}
 	if err := s.validateCreate(req); err != nil {
 		return nil, err
+	}
+	// A cluster acts through its roles: they must be the caller's own (and
+	// the caller needs iam:PassRole on them, checked by the EKS shell).
+	for member, arn := range map[string]string{"roleArn": req.GetRoleArn(), "computeConfig nodeRoleArn": req.GetComputeConfig().GetNodeRoleArn()} {
+		if arn != "" && strings.Split(arn, ":")[4] != who.AccountID {
+			return nil, invalid(req.GetName(), "%s %q is not a role of account %s.", member, arn, who.AccountID)
+		}
 	}
 	now := s.cfg.Now()
 	rec := s.newRecord(who, req, now)

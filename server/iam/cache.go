@@ -30,6 +30,15 @@ type Cache struct {
 	kv    map[string]store.KV
 	// docs memoises parsed policy documents by key and mod revision.
 	docs map[string]parsedDoc
+	// creds memoises opened access keys by mod revision: opening a sealed
+	// secret per request would cost a decode and an AES-GCM open.
+	creds map[string]openedKey
+}
+
+type openedKey struct {
+	rev  int64
+	cred Credential
+	ok   bool
 }
 
 type parsedDoc struct {
@@ -39,7 +48,7 @@ type parsedDoc struct {
 
 // NewCache returns a cache over s; Run keeps it current.
 func (s *Service) NewCache() *Cache {
-	return &Cache{svc: s, kv: map[string]store.KV{}, docs: map[string]parsedDoc{}}
+	return &Cache{svc: s, kv: map[string]store.KV{}, docs: map[string]parsedDoc{}, creds: map[string]openedKey{}}
 }
 
 // Run mirrors iam/ until ctx ends. ready is closed once the first snapshot
@@ -55,12 +64,14 @@ func (c *Cache) Run(ctx context.Context, ready chan<- struct{}) {
 				c.kv[kv.Key] = kv
 			}
 			c.docs = map[string]parsedDoc{}
+			c.creds = map[string]openedKey{}
 			c.ready = true
 		case store.EventPut:
 			c.kv[ev.Key] = store.KV{Key: ev.Key, Value: ev.Value, ModRev: ev.Revision}
 		case store.EventDelete:
 			delete(c.kv, ev.Key)
 			delete(c.docs, ev.Key)
+			delete(c.creds, ev.Key)
 		}
 		c.mu.Unlock()
 		if first && ev.Type == store.EventSnapshot {
@@ -80,22 +91,37 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 	if !accessKeyIDPattern.MatchString(akid) {
 		return Credential{}, false, nil
 	}
-	kv, ok, ready := c.raw(accessKeyKey(akid))
+	key := accessKeyKey(akid)
+	c.mu.RLock()
+	kv, ok := c.kv[key]
+	opened, memo := c.creds[key]
+	ready := c.ready
+	c.mu.RUnlock()
 	if !ready || !ok {
 		return c.svc.Lookup(ctx, akid)
+	}
+	if memo && opened.rev == kv.ModRev {
+		return opened.cred, opened.ok, nil
 	}
 	rec := &storagev1.AccessKeyRecord{}
 	if err := store.Decode(kv.Value, rec); err != nil {
 		return Credential{}, false, fmt.Errorf("access key %s: %w", akid, err)
 	}
-	if rec.GetStatus() != KeyActive {
-		return Credential{}, false, nil
+	opened = openedKey{rev: kv.ModRev}
+	if rec.GetStatus() == KeyActive {
+		secret, err := c.svc.open(akid, rec.GetAccountId(), rec.GetSealedSecret())
+		if err != nil {
+			return Credential{}, false, err
+		}
+		opened.cred = Credential{AccessKeyID: akid, AccountID: rec.GetAccountId(), PrincipalARN: rec.GetPrincipalArn(), Secret: secret}
+		opened.ok = true
 	}
-	secret, err := c.svc.open(akid, rec.GetAccountId(), rec.GetSealedSecret())
-	if err != nil {
-		return Credential{}, false, err
+	c.mu.Lock()
+	if cur, ok := c.kv[key]; ok && cur.ModRev == kv.ModRev {
+		c.creds[key] = opened
 	}
-	return Credential{AccessKeyID: akid, AccountID: rec.GetAccountId(), PrincipalARN: rec.GetPrincipalArn(), Secret: secret}, true, nil
+	c.mu.Unlock()
+	return opened.cred, opened.ok, nil
 }
 
 // Policies is Service.Policies from memory.
