@@ -53,6 +53,9 @@ type SigV4 struct {
 	// Verifier checks signatures; its Lookup is ignored (Credentials is
 	// used instead).
 	Verifier sigv4.Verifier
+	// Region is the region the façade serves: a signature scoped to
+	// another one is refused, as AWS refuses it.
+	Region string
 	// Credentials returns an active key's credential; ok is false for an
 	// unknown or inactive key.
 	Credentials func(ctx context.Context, accessKeyID string) (Credential, bool, error)
@@ -74,6 +77,10 @@ func (s *SigV4) Authenticate(r *http.Request, payload []byte) (identity.Caller, 
 			return identity.Caller{}, &errdefs.Error{Exception: se.Exception, Message: se.Message}
 		}
 		return identity.Caller{}, fmt.Errorf("verify request signature: %w", err)
+	}
+	if s.Region != "" && res.Region != s.Region {
+		return identity.Caller{}, &errdefs.Error{Exception: errdefs.InvalidSignatureException,
+			Message: fmt.Sprintf("Credential should be scoped to a valid region, not '%s'. ", res.Region)}
 	}
 	return identity.Caller{AccountID: cred.AccountID, PrincipalARN: cred.PrincipalARN, AccessKeyID: res.AccessKeyID}, nil
 }

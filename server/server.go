@@ -363,6 +363,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	facade, err := gateway.New(ctx, gateway.Config{
 		Authenticator: &gateway.SigV4{
 			Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
+			Region:   cfg.Cluster.Region,
 			Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
 				c, ok, err := keyCache.Lookup(ctx, akid)
 				return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err

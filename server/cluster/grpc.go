@@ -28,13 +28,15 @@ func NewEKSServer(svc *Service, az *authz.Authorizer) *EKSServer {
 }
 
 // authorize checks action on the caller's cluster name, before any read.
+// ListClusters names no cluster: it is authorized on all of the account's
+// (cluster/*), the resource AWS names for it.
 func (s *EKSServer) authorize(ctx context.Context, action, name string) error {
-	if name == "" {
-		return s.authz.Authorize(ctx, action, "*")
-	}
 	who, err := caller(ctx)
 	if err != nil {
 		return err
+	}
+	if name == "" {
+		name = "*"
 	}
 	return s.authz.Authorize(ctx, action, s.svc.ARN(who.AccountID, name))
 }
