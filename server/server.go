@@ -180,10 +180,12 @@ type Server struct {
 	sweeper  *addon.Sweeper
 	// registerFacade adds the EKS services to a façade mux.
 	registerFacade gateway.Register
-	keys           *iam.Service
-	ca             *pki.Authority
-	dev            *DevCredentials
-	auditLog       *audit.JSONLines
+	// sigv4 authenticates façade requests.
+	sigv4    *gateway.SigV4
+	keys     *iam.Service
+	ca       *pki.Authority
+	dev      *DevCredentials
+	auditLog *audit.JSONLines
 	// background runs the watches that keep identities current; Close
 	// ends it.
 	background     context.Context
@@ -360,20 +362,21 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			eksv1.RegisterTagServiceHandlerServer(ctx, mux, eksTags),
 		)
 	}
-	facade, err := gateway.New(ctx, gateway.Config{
-		Authenticator: &gateway.SigV4{
-			Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
-			Region:   cfg.Cluster.Region,
-			Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
-				c, ok, err := keyCache.Lookup(ctx, akid)
-				return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
-			},
+	s.sigv4 = &gateway.SigV4{
+		Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
+		Region:   cfg.Cluster.Region,
+		Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
+			c, ok, err := keyCache.Lookup(ctx, akid)
+			return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
 		},
-		Throttle:     limiter.Allow,
-		Audit:        auditSink,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		Logger:       log.With("component", "gateway"),
-		Registerer:   s.registry,
+	}
+	facade, err := gateway.New(ctx, gateway.Config{
+		Authenticator: s.sigv4,
+		Throttle:      limiter.Allow,
+		Audit:         auditSink,
+		MaxBodyBytes:  cfg.MaxBodyBytes,
+		Logger:        log.With("component", "gateway"),
+		Registerer:    s.registry,
 	}, s.registerFacade)
 	if err != nil {
 		return nil, err
@@ -444,6 +447,10 @@ const sweeperStopWait = 5 * time.Second
 func (s *Server) NewFacade(ctx context.Context, auth gateway.Authenticator) (http.Handler, error) {
 	return gateway.New(ctx, gateway.Config{Authenticator: auth, MaxBodyBytes: s.cfg.MaxBodyBytes}, s.registerFacade)
 }
+
+// SigV4 returns the façade's authenticator (benchmarks build a second
+// façade with it, see NewFacade).
+func (s *Server) SigV4() gateway.Authenticator { return s.sigv4 }
 
 // DevCredentials returns the development key this server created on an
 // empty store, or nil when the store had been bootstrapped before.

@@ -33,6 +33,25 @@ type Cache struct {
 	// creds memoises opened access keys by mod revision: opening a sealed
 	// secret per request would cost a decode and an AES-GCM open.
 	creds map[string]openedKey
+	// principals memoises each principal's policy set, valid while the
+	// principal's and every attached policy's revisions are unchanged.
+	principals map[string]principalMemo
+}
+
+type principalMemo struct {
+	keys []string // the principal's key, then its policies' keys
+	revs []int64
+	docs []*policy.Document
+}
+
+// current reports whether m still describes the mirror (caller holds mu).
+func (c *Cache) current(m principalMemo) bool {
+	for i, k := range m.keys {
+		if kv, ok := c.kv[k]; !ok || kv.ModRev != m.revs[i] {
+			return false
+		}
+	}
+	return true
 }
 
 type openedKey struct {
@@ -48,7 +67,8 @@ type parsedDoc struct {
 
 // NewCache returns a cache over s; Run keeps it current.
 func (s *Service) NewCache() *Cache {
-	return &Cache{svc: s, kv: map[string]store.KV{}, docs: map[string]parsedDoc{}, creds: map[string]openedKey{}}
+	return &Cache{svc: s, kv: map[string]store.KV{}, docs: map[string]parsedDoc{}, creds: map[string]openedKey{},
+		principals: map[string]principalMemo{}}
 }
 
 // Run mirrors iam/ until ctx ends. ready is closed once the first snapshot
@@ -65,6 +85,7 @@ func (c *Cache) Run(ctx context.Context, ready chan<- struct{}) {
 			}
 			c.docs = map[string]parsedDoc{}
 			c.creds = map[string]openedKey{}
+			c.principals = map[string]principalMemo{}
 			c.ready = true
 		case store.EventPut:
 			c.kv[ev.Key] = store.KV{Key: ev.Key, Value: ev.Value, ModRev: ev.Revision}
@@ -126,6 +147,13 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 
 // Policies is Service.Policies from memory.
 func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
+	c.mu.RLock()
+	m, ok := c.principals[arn]
+	if ok && c.ready && c.current(m) {
+		c.mu.RUnlock()
+		return m.docs, nil
+	}
+	c.mu.RUnlock()
 	account, err := ParsePrincipal(arn)
 	if err != nil {
 		return nil, err
@@ -145,8 +173,9 @@ func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, e
 		return nil, fmt.Errorf("principal %s: %w", arn, err)
 	}
 	var docs []*policy.Document
+	memo := principalMemo{keys: []string{principalKey(account, arn)}, revs: []int64{kv.ModRev}}
 	for _, name := range p.GetPolicyNames() {
-		doc, ok, err := c.document(policyKey(account, name), func(b []byte) (string, error) {
+		doc, rev, ok, err := c.document(policyKey(account, name), func(b []byte) (string, error) {
 			rec := &storagev1.PolicyRecord{}
 			err := store.Decode(b, rec)
 			return rec.GetDocument(), err
@@ -160,7 +189,14 @@ func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, e
 			return c.svc.Policies(ctx, arn)
 		}
 		docs = append(docs, doc)
+		memo.keys, memo.revs = append(memo.keys, policyKey(account, name)), append(memo.revs, rev)
 	}
+	memo.docs = docs
+	c.mu.Lock()
+	if c.current(memo) {
+		c.principals[arn] = memo
+	}
+	c.mu.Unlock()
 	return docs, nil
 }
 
@@ -169,11 +205,12 @@ func (c *Cache) ServicePolicy(ctx context.Context, name string) (*policy.Documen
 	if _, ok, ready := c.raw(serviceKey(name)); !ready || !ok {
 		return c.svc.ServicePolicy(ctx, name)
 	}
-	return c.document(serviceKey(name), func(b []byte) (string, error) {
+	doc, _, ok, err := c.document(serviceKey(name), func(b []byte) (string, error) {
 		rec := &storagev1.ServiceRecord{}
 		err := store.Decode(b, rec)
 		return rec.GetDocument(), err
 	})
+	return doc, ok, err
 }
 
 func (c *Cache) raw(key string) (store.KV, bool, bool) {
@@ -183,31 +220,31 @@ func (c *Cache) raw(key string) (store.KV, bool, bool) {
 	return kv, ok, c.ready
 }
 
-// document returns the parsed policy document stored at key, parsing it
-// once per revision.
-func (c *Cache) document(key string, text func([]byte) (string, error)) (*policy.Document, bool, error) {
+// document returns the parsed policy document stored at key and the
+// revision it was parsed from, parsing it once per revision.
+func (c *Cache) document(key string, text func([]byte) (string, error)) (*policy.Document, int64, bool, error) {
 	c.mu.RLock()
 	kv, ok := c.kv[key]
 	pd, parsed := c.docs[key]
 	c.mu.RUnlock()
 	if !ok {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
 	if parsed && pd.rev == kv.ModRev {
-		return pd.doc, true, nil
+		return pd.doc, kv.ModRev, true, nil
 	}
 	src, err := text(kv.Value)
 	if err != nil {
-		return nil, false, fmt.Errorf("stored policy %s: %w", key, err)
+		return nil, 0, false, fmt.Errorf("stored policy %s: %w", key, err)
 	}
 	doc, err := policy.Parse([]byte(src))
 	if err != nil {
-		return nil, false, fmt.Errorf("stored policy %s: %w", key, err)
+		return nil, 0, false, fmt.Errorf("stored policy %s: %w", key, err)
 	}
 	c.mu.Lock()
 	if cur, ok := c.kv[key]; ok && cur.ModRev == kv.ModRev {
 		c.docs[key] = parsedDoc{rev: kv.ModRev, doc: doc}
 	}
 	c.mu.Unlock()
-	return doc, true, nil
+	return doc, kv.ModRev, true, nil
 }
