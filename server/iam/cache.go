@@ -147,6 +147,8 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 
 // Policies is Service.Policies from memory.
 func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
+	// A role session has the policies of its role.
+	arn = EffectivePrincipal(arn)
 	c.mu.RLock()
 	m, ok := c.principals[arn]
 	if ok && c.ready && c.current(m) {

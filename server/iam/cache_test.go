@@ -171,3 +171,43 @@ func TestBootstrapOnce(t *testing.T) {
 		t.Fatalf("second bootstrap: created=%v err=%v", created, err)
 	}
 }
+
+func TestAssumedRoleSessionKeys(t *testing.T) {
+	svc, _ := newTestService(t)
+	ctx := ctxT(t)
+	c := startCache(t, svc)
+	const role = "arn:aws:iam::111122223333:role/deployer"
+	const session = "arn:aws:sts::111122223333:assumed-role/deployer/ci-run-7"
+	if _, _, err := svc.CreateAccessKey(ctx, session); !isException(err, "ResourceNotFoundException") {
+		t.Fatalf("key for a session of a missing role: %v, want ResourceNotFoundException", err)
+	}
+	if _, err := svc.CreateAccount(ctx, "111122223333", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CreatePrincipal(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PutPolicy(ctx, "111122223333", "deploy", `{"Statement":{"Effect":"Allow","Action":"eks:CreateAddon","Resource":"*"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.AttachPolicy(ctx, role, "deploy"); err != nil {
+		t.Fatal(err)
+	}
+	akid, _, err := svc.CreateAccessKey(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, ok, err := c.Lookup(ctx, akid)
+	if err != nil || !ok || cred.PrincipalARN != session {
+		t.Fatalf("session key: %+v %v %v", cred, ok, err)
+	}
+	eventually(t, "the session has its role's policies", func() bool {
+		docs, err := c.Policies(ctx, session)
+		return err == nil && policy.Evaluate(docs, "eks:CreateAddon", "*") == policy.Allowed
+	})
+	for _, bad := range []string{"arn:aws:sts::111122223333:assumed-role/deployer", "arn:aws:sts::1:assumed-role/r/s"} {
+		if _, _, err := svc.CreateAccessKey(ctx, bad); !isException(err, "InvalidParameterException") {
+			t.Errorf("key for %q: %v, want InvalidParameterException", bad, err)
+		}
+	}
+}

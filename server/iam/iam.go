@@ -212,6 +212,8 @@ func (s *Service) AttachPolicy(ctx context.Context, arn, name string) error {
 // Policies returns the parsed documents attached to a principal. A policy
 // deleted since it was attached is skipped.
 func (s *Service) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
+	// A role session has the policies of its role.
+	arn = EffectivePrincipal(arn)
 	account, err := ParsePrincipal(arn)
 	if err != nil {
 		return nil, err
@@ -244,6 +246,31 @@ func (s *Service) Policies(ctx context.Context, arn string) ([]*policy.Document,
 // rootARN is an account's root principal, arn:aws:iam::{account}:root.
 var rootARN = regexp.MustCompile(`^arn:aws:iam::([0-9]{12}):root$`)
 
+// assumedRoleARN is an assumed-role session principal,
+// arn:aws:sts::{account}:assumed-role/{role}/{session}. Its role's path is
+// not part of it, as in AWS.
+var assumedRoleARN = regexp.MustCompile(`^arn:aws:sts::([0-9]{12}):assumed-role/([\w+=,.@-]{1,64})/([\w+=,.@-]{2,64})$`)
+
+// AssumedRole splits a role session ARN into its account, role name and
+// session name.
+func AssumedRole(arn string) (account, role, session string, ok bool) {
+	m := assumedRoleARN.FindStringSubmatch(arn)
+	if m == nil {
+		return "", "", "", false
+	}
+	return m[1], m[2], m[3], true
+}
+
+// EffectivePrincipal is the principal whose policies apply to arn: the
+// role of an assumed-role session (a role recorded without a path), arn
+// itself otherwise.
+func EffectivePrincipal(arn string) string {
+	if account, role, _, ok := AssumedRole(arn); ok {
+		return "arn:aws:iam::" + account + ":role/" + role
+	}
+	return arn
+}
+
 // keyOwner returns the account of a principal that may hold access keys (an
 // IAM user or role, or the account root) and the key its existence is
 // checked against.
@@ -251,11 +278,13 @@ func keyOwner(arn string) (account, mustExist string, err error) {
 	if m := rootARN.FindStringSubmatch(arn); m != nil {
 		return m[1], accountKey(m[1]), nil
 	}
-	account, err = ParsePrincipal(arn)
+	// A key of a role session signs as the session; the role must exist.
+	role := EffectivePrincipal(arn)
+	account, err = ParsePrincipal(role)
 	if err != nil {
-		return "", "", errdefs.InvalidParameter("%q is not an IAM user or role ARN or an account root.", arn)
+		return "", "", errdefs.InvalidParameter("%q is not an IAM user or role ARN, an assumed-role session or an account root.", arn)
 	}
-	return account, principalKey(account, arn), nil
+	return account, principalKey(account, role), nil
 }
 
 // CreateAccessKey makes a new active access key for a principal (an IAM
