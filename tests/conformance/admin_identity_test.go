@@ -195,7 +195,7 @@ func TestAdminIdentityCLI(t *testing.T) {
 		// A bad replacement leaves the attached policy as it was.
 		cli.fails(t, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow"`, codes.InvalidArgument, "Policy ro:", "account", "put-policy", acct, "ro", "-")
 		cli.fails(t, "", codes.NotFound, "does not exist", "account", "attach-policy", opsARN, "nosuch")
-		cli.fails(t, "", codes.InvalidArgument, "is not an IAM user or role ARN or an account root.", "account", "create-key", "arn:aws:iam::"+acct+":group/x")
+		cli.fails(t, "", codes.InvalidArgument, "is not an IAM user or role ARN, an assumed-role session or an account root.", "account", "create-key", "arn:aws:iam::"+acct+":group/x")
 		cli.fails(t, "", codes.NotFound, "does not exist.", "account", "create-key", "arn:aws:iam::"+acct+":user/nobody")
 		cli.fails(t, "", codes.OK, "policy document:", "account", "put-policy", acct, "ro", filepath.Join(t.TempDir(), "missing.json"))
 
