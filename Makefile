@@ -68,8 +68,8 @@ unit:
 ## documents); `make fuzz FUZZTIME=10m` explores longer by hand.
 FUZZTIME ?= 10s
 fuzz-short:
-	$(GOTEST) -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./gateway/sigv4/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./server/policy/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./gateway/sigv4/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./server/policy/
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$(FUZZTIME)
