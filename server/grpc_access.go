@@ -178,3 +178,15 @@ type contextStream struct {
 }
 
 func (s *contextStream) Context() context.Context { return s.ctx }
+
+// ActForAccount is the client side of delegation: a unary client
+// interceptor that asks to act for account on the EKS services (and sends
+// nothing on other methods).
+func ActForAccount(account string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasPrefix(method, "/saltbush.eks.v1.") {
+			ctx = metadata.AppendToOutgoingContext(ctx, ActForAccountHeader, account)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -61,14 +60,6 @@ func (af *adminFlags) dial() (*grpc.ClientConn, error) {
 		}
 		return filepath.Join(af.tlsDir, name)
 	}
-	var pems [3][]byte
-	for i, p := range []string{pick(af.cacert, "ca.crt"), pick(af.cert, "admin.crt"), pick(af.key, "admin.key")} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("admin credentials: %w", err)
-		}
-		pems[i] = b
-	}
 	serverName := af.serverName
 	if serverName == "" {
 		host, _, err := net.SplitHostPort(af.addr)
@@ -77,20 +68,15 @@ func (af *adminFlags) dial() (*grpc.ClientConn, error) {
 		}
 		serverName = host
 	}
-	tlsCfg, err := pki.ClientTLSConfig(pems[0], pems[1], pems[2], serverName)
+	tlsCfg, err := pki.LoadClientTLSConfig(pick(af.cacert, "ca.crt"), pick(af.cert, "admin.crt"), pick(af.key, "admin.key"), serverName)
 	if err != nil {
 		return nil, fmt.Errorf("admin credentials: %w", err)
 	}
+	// The EKS services need the account the admin acts for; the server
+	// honours it only because the admin service's policy delegates every
+	// account to it.
 	conn, err := grpc.NewClient(af.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			// The EKS services need the account the admin acts for;
-			// the server honours it only because the admin service's
-			// policy delegates every account to it.
-			if strings.HasPrefix(method, "/saltbush.eks.v1.") {
-				ctx = metadata.AppendToOutgoingContext(ctx, server.ActForAccountHeader, af.account)
-			}
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}))
+		grpc.WithUnaryInterceptor(server.ActForAccount(af.account)))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", af.addr, err)
 	}

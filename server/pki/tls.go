@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -180,4 +181,18 @@ func ClientTLSConfig(caBundlePEM, certPEM, keyPEM []byte, serverName string) (*t
 	// instead of the server refusing its certificate.
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
 	return cfg, nil
+}
+
+// LoadClientTLSConfig is ClientTLSConfig from PEM files (what `saltbush
+// serve` writes to DATA_DIR/pki and `saltbush admin cert issue` writes).
+func LoadClientTLSConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	var pems [3][]byte
+	for i, path := range []string{caFile, certFile, keyFile} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("pki: %w", err)
+		}
+		pems[i] = b
+	}
+	return ClientTLSConfig(pems[0], pems[1], pems[2], serverName)
 }

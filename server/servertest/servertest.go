@@ -28,7 +28,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"google.golang.org/grpc"
 	grpccreds "google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server"
@@ -249,15 +248,7 @@ func (s *Server) DoAs(tb testing.TB, c Creds, method, path string, body []byte) 
 func (s *Server) ClientTLS(tb testing.TB) *tls.Config {
 	tb.Helper()
 	dir := s.Config.TLSDir()
-	var pems [3][]byte
-	for i, f := range []string{"ca.crt", "admin.crt", "admin.key"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			tb.Fatalf("admin credentials: %v", err)
-		}
-		pems[i] = b
-	}
-	cfg, err := pki.ClientTLSConfig(pems[0], pems[1], pems[2], "127.0.0.1")
+	cfg, err := pki.LoadClientTLSConfig(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"), "127.0.0.1")
 	if err != nil {
 		tb.Fatalf("admin credentials: %v", err)
 	}
@@ -278,12 +269,7 @@ func (s *Server) GRPCWith(tb testing.TB, tlsCfg *tls.Config, account string) *gr
 	tb.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg))}
 	if account != "" {
-		opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
-			if strings.HasPrefix(method, "/saltbush.eks.v1.") {
-				ctx = metadata.AppendToOutgoingContext(ctx, server.ActForAccountHeader, account)
-			}
-			return invoker(ctx, method, req, reply, cc, o...)
-		}))
+		opts = append(opts, grpc.WithUnaryInterceptor(server.ActForAccount(account)))
 	}
 	conn, err := grpc.NewClient(s.GRPCAddr(), opts...)
 	if err != nil {

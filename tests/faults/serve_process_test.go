@@ -124,15 +124,8 @@ func (p *process) client(t *testing.T) *eks.Client {
 // DATA_DIR/pki.
 func (p *process) grpc(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	var pems [3][]byte
-	for i, f := range []string{"ca.crt", "admin.crt", "admin.key"} {
-		b, err := os.ReadFile(filepath.Join(p.dataDir, "pki", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pems[i] = b
-	}
-	tlsCfg, err := pki.ClientTLSConfig(pems[0], pems[1], pems[2], "127.0.0.1")
+	dir := filepath.Join(p.dataDir, "pki")
+	tlsCfg, err := pki.LoadClientTLSConfig(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"), "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
