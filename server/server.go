@@ -500,6 +500,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("saltbush serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr())
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	go s.watchReadiness(watchCtx)
+	go s.pruneCertificates(watchCtx)
 	sweeperDone := make(chan struct{})
 	go func() { defer close(sweeperDone); s.sweeper.Run(watchCtx) }()
 
@@ -521,6 +522,28 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.shutdown()
 	return err
+}
+
+// certificatePruneInterval is how often a replica drops the records of
+// certificates that expired (any replica may; each delete is guarded).
+const certificatePruneInterval = time.Hour
+
+// pruneCertificates keeps pki/issued and pki/revoked from growing forever.
+func (s *Server) pruneCertificates(ctx context.Context) {
+	t := time.NewTicker(certificatePruneInterval)
+	defer t.Stop()
+	for {
+		if n, err := s.ca.PruneExpired(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("prune expired certificate records", "err", err)
+		} else if n > 0 {
+			s.log.Info("pruned expired certificate records", "records", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // watchReadiness keeps gRPC health in step with /readyz: NOT_SERVING while

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"golang.org/x/time/rate"
+
 	"github.com/saltbush/saltbush/errdefs"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/policy"
@@ -36,7 +38,18 @@ type Cache struct {
 	// principals memoises each principal's policy set, valid while the
 	// principal's and every attached policy's revisions are unchanged.
 	principals map[string]principalMemo
+	// misses bounds the etcd reads for access keys the mirror does not
+	// hold: a key made an instant ago is found, but a flood of made-up key
+	// ids (no account to throttle yet) cannot turn into a flood of etcd
+	// reads.
+	misses *rate.Limiter
 }
+
+// Etcd reads for unknown access keys, per second and burst, per replica.
+const (
+	missRate  = 50
+	missBurst = 100
+)
 
 type principalMemo struct {
 	keys []string // the principal's key, then its policies' keys
@@ -68,7 +81,7 @@ type parsedDoc struct {
 // NewCache returns a cache over s; Run keeps it current.
 func (s *Service) NewCache() *Cache {
 	return &Cache{svc: s, kv: map[string]store.KV{}, docs: map[string]parsedDoc{}, creds: map[string]openedKey{},
-		principals: map[string]principalMemo{}}
+		principals: map[string]principalMemo{}, misses: rate.NewLimiter(missRate, missBurst)}
 }
 
 // Run mirrors iam/ until ctx ends. ready is closed once the first snapshot
@@ -118,8 +131,15 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 	opened, memo := c.creds[key]
 	ready := c.ready
 	c.mu.RUnlock()
-	if !ready || !ok {
+	switch {
+	case !ready:
 		return c.svc.Lookup(ctx, akid)
+	case !ok && c.misses.Allow():
+		return c.svc.Lookup(ctx, akid)
+	case !ok:
+		// Over the miss budget: answered from the mirror, which the
+		// watch keeps within milliseconds of the store.
+		return Credential{}, false, nil
 	}
 	if memo && opened.rev == kv.ModRev {
 		return opened.cred, opened.ok, nil

@@ -2,6 +2,8 @@ package iam
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,4 +212,36 @@ func TestAssumedRoleSessionKeys(t *testing.T) {
 			t.Errorf("key for %q: %v, want InvalidParameterException", bad, err)
 		}
 	}
+}
+
+func TestCacheBoundsUnknownKeyReads(t *testing.T) {
+	svc, _ := newTestService(t)
+	ctx := ctxT(t)
+	c := startCache(t, svc)
+	// Made-up key ids beyond the miss budget are answered from the mirror.
+	for i := range missBurst + 50 {
+		akid := fmt.Sprintf("AKIA%016d", i)
+		akid = strings.NewReplacer("0", "A", "1", "B", "2", "C", "3", "D", "4", "E", "5", "F", "6", "G", "7", "H", "8", "I", "9", "J").Replace(akid[4:])
+		if _, ok, err := c.Lookup(ctx, "AKIA"+akid); ok || err != nil {
+			t.Fatalf("made-up key %d: %v %v", i, ok, err)
+		}
+	}
+	if c.misses.Tokens() >= 1 {
+		t.Fatalf("miss budget not spent by %d unknown keys: %.1f tokens left", missBurst+50, c.misses.Tokens())
+	}
+	// A real key is still found once the watch has delivered it.
+	if _, err := svc.CreateAccount(ctx, "111122223333", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CreatePrincipal(ctx, "arn:aws:iam::111122223333:user/u"); err != nil {
+		t.Fatal(err)
+	}
+	akid, _, err := svc.CreateAccessKey(ctx, "arn:aws:iam::111122223333:user/u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "new key found from the mirror", func() bool {
+		_, ok, err := c.Lookup(ctx, akid)
+		return err == nil && ok
+	})
 }
