@@ -68,9 +68,6 @@ func OpenFile(path string) (*JSONLines, error) {
 	return &JSONLines{w: f, c: f}, nil
 }
 
-// NewJSONLines writes records to w.
-func NewJSONLines(w io.Writer) *JSONLines { return &JSONLines{w: w} }
-
 // Write implements Sink.
 func (j *JSONLines) Write(_ context.Context, r Record) {
 	b, _ := json.Marshal(r)
