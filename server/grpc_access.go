@@ -36,6 +36,9 @@ const (
 	classServiceEKS
 	// classServiceControl: a service whose policy allows saltbush:{Method}.
 	classServiceControl
+	// classAgent: a guest agent (its certificate names its cluster
+	// incarnation and instance; the service binds every request to them).
+	classAgent
 )
 
 // classify maps a full method name to its class. New services must be
@@ -46,6 +49,8 @@ func classify(fullMethod string) methodClass {
 		return classAnyCaller
 	case strings.HasPrefix(fullMethod, "/saltbush.eks.v1."):
 		return classServiceEKS
+	case strings.HasPrefix(fullMethod, "/saltbush.delivery.v1."):
+		return classAgent
 	case strings.HasPrefix(fullMethod, "/saltbush.control.v1."),
 		strings.HasPrefix(fullMethod, "/grpc.reflection."):
 		return classServiceControl
@@ -62,7 +67,7 @@ func methodName(fullMethod string) string {
 // mutating reports whether a method changes state (and is audited).
 func mutating(fullMethod string) bool {
 	name := methodName(fullMethod)
-	for _, p := range []string{"Get", "List", "Describe", "Check", "Watch", "ServerReflectionInfo"} {
+	for _, p := range []string{"Get", "List", "Describe", "Check", "Watch", "ServerReflectionInfo", "Review"} {
 		if strings.HasPrefix(name, p) {
 			return false
 		}
@@ -72,14 +77,14 @@ func mutating(fullMethod string) bool {
 
 // access decides what the certificate-verified caller may call: it runs
 // after the pki interceptor has set the caller from the certificate.
-type access struct {
+type grpcAccess struct {
 	authz    *authz.Authorizer
 	throttle *throttle.Limiter
 	audit    audit.Sink
 }
 
 // admit returns the context the handler runs with, or the refusal.
-func (a *access) admit(ctx context.Context, fullMethod string) (context.Context, error) {
+func (a *grpcAccess) admit(ctx context.Context, fullMethod string) (context.Context, error) {
 	who, ok := identity.FromContext(ctx)
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "no verified client certificate")
@@ -118,6 +123,14 @@ func (a *access) admit(ctx context.Context, fullMethod string) (context.Context,
 			return nil, errdefs.ToGRPC(errdefs.Throttling("Rate exceeded"))
 		}
 		return ctx, nil
+	case classAgent:
+		if who.Agent == nil {
+			return nil, errdefs.ToGRPC(errdefs.AccessDenied("%s may not call %s: it is for guest agents only.", who.PrincipalARN, fullMethod))
+		}
+		// Not throttled per account: a cluster's apiserver asks on its
+		// users' behalf (and caches answers); the service binds each
+		// request to the agent's own cluster.
+		return ctx, nil
 	default:
 		return nil, status.Errorf(codes.PermissionDenied, "%s is not callable on this port", fullMethod)
 	}
@@ -133,7 +146,7 @@ func single(ctx context.Context, key string) string {
 	return ""
 }
 
-func (a *access) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (a *grpcAccess) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	ctx, entry := audit.Open(ctx)
 	admitted, err := a.admit(ctx, info.FullMethod)
 	var resp any
@@ -148,7 +161,7 @@ func (a *access) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return resp, err
 }
 
-func (a *access) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (a *grpcAccess) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, err := a.admit(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
@@ -157,7 +170,7 @@ func (a *access) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 }
 
 // record writes the audit record of one gRPC call.
-func (a *access) record(ctx context.Context, fullMethod string, e *audit.Entry, err error) {
+func (a *grpcAccess) record(ctx context.Context, fullMethod string, e *audit.Entry, err error) {
 	who, _ := identity.FromContext(ctx)
 	action, resource := e.Noted()
 	outcome := "Success"

@@ -37,7 +37,10 @@ import (
 	"github.com/saltbush/saltbush/gateway/sigv4"
 	"github.com/saltbush/saltbush/gen/openapi"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/server/access"
+	"github.com/saltbush/saltbush/server/accesspolicy"
 	"github.com/saltbush/saltbush/server/addon"
 	"github.com/saltbush/saltbush/server/audit"
 	"github.com/saltbush/saltbush/server/authz"
@@ -46,8 +49,10 @@ import (
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
+	"github.com/saltbush/saltbush/server/review"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/server/throttle"
+	"github.com/saltbush/saltbush/server/token"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
@@ -109,6 +114,9 @@ type Config struct {
 	// Addon configures the add-on service. Its Region and IdempotencyTTL
 	// must equal the cluster service's (serve sets both from one flag).
 	Addon addon.Config
+	// STSHosts are host names accepted in `aws eks get-token` tokens
+	// besides AWS's STS endpoints (a private cloud's own STS name).
+	STSHosts []string
 	// ReplicaName names this replica in the add-on sweeper election.
 	ReplicaName string
 	// Catalog is the add-on catalogue; the embedded one (catalog.Load) when
@@ -311,9 +319,26 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	eksAddons := addon.NewEKSServer(addons, authorizer)
 	eksUpdates := update.NewEKSServer(update.NewService(s.store, clusters, log.With("service", "update")), authorizer)
+	policies := accesspolicy.NewCatalog()
+	entries, err := access.NewService(s.store, clusters, keyCache, policies, access.Config{
+		Region: cfg.Cluster.Region, IdempotencyTTL: cfg.Cluster.IdempotencyTTL, Now: cfg.Cluster.Now,
+	}, log.With("service", "access"))
+	if err != nil {
+		return nil, err
+	}
+	eksAccess := access.NewEKSServer(entries, authorizer)
+	reviews, err := review.NewService(clusters, keyCache, entries, &token.Verifier{
+		Hosts:  token.DefaultHosts(cfg.STSHosts...),
+		Lookup: secretLookup(keyCache),
+		Keys:   sigv4.NewSigningKeys(),
+	}, policies, s.registry, log.With("service", "review"))
+	if err != nil {
+		return nil, err
+	}
 	eksTags := tagging.NewEKSServer(tagging.NewService(cfg.Cluster.Region, map[string]tagging.Resource{
-		"cluster": clusters.Tagging(),
-		"addon":   addons.Tagging(),
+		"cluster":      clusters.Tagging(),
+		"addon":        addons.Tagging(),
+		"access-entry": entries.Tagging(),
 	}, log.With("service", "tagging")), authorizer)
 	replica := cfg.ReplicaName
 	if replica == "" {
@@ -326,7 +351,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// client certificate (the pki interceptor), never from metadata; access
 	// decides what that identity may call.
 	grpcMetrics := newGRPCMetrics(s.registry)
-	acc := &access{authz: authorizer, throttle: limiter, audit: auditSink}
+	acc := &grpcAccess{authz: authorizer, throttle: limiter, audit: auditSink}
 	s.grpcServer = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(s.ca.ServerTLSConfig(cfg.grpcHosts(cfg.GRPCAddr)))),
 		grpc.ChainUnaryInterceptor(
@@ -347,6 +372,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	eksv1.RegisterAddonServiceServer(s.grpcServer, eksAddons)
 	eksv1.RegisterUpdateServiceServer(s.grpcServer, eksUpdates)
 	eksv1.RegisterTagServiceServer(s.grpcServer, eksTags)
+	eksv1.RegisterAccessEntryServiceServer(s.grpcServer, eksAccess)
+	deliveryv1.RegisterAccessReviewServiceServer(s.grpcServer, review.NewServer(reviews))
 	controlv1.RegisterAddonControlServiceServer(s.grpcServer, addon.NewControlServer(addons))
 	controlv1.RegisterIdentityControlServiceServer(s.grpcServer, iam.NewControlServer(s.keys, s.ca))
 	s.health = health.NewServer()
@@ -360,6 +387,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			eksv1.RegisterAddonServiceHandlerServer(ctx, mux, eksAddons),
 			eksv1.RegisterUpdateServiceHandlerServer(ctx, mux, eksUpdates),
 			eksv1.RegisterTagServiceHandlerServer(ctx, mux, eksTags),
+			eksv1.RegisterAccessEntryServiceHandlerServer(ctx, mux, eksAccess),
 		)
 	}
 	s.sigv4 = &gateway.SigV4{
@@ -431,6 +459,15 @@ func (c Config) etcdTLS() (*tls.Config, error) {
 }
 
 // HTTPAddr is the bound façade address.
+// secretLookup adapts the key store to sigv4.Lookup: the secret of an
+// active access key.
+func secretLookup(keys *iam.Cache) sigv4.Lookup {
+	return func(ctx context.Context, akid string) (string, bool, error) {
+		c, ok, err := keys.Lookup(ctx, akid)
+		return c.Secret, ok, err
+	}
+}
+
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // GRPCAddr is the bound gRPC address.

@@ -49,6 +49,20 @@ func AddonUpdateKey(clusterUID, addon, updateID string) string {
 	return AddonUpdatesPrefix(clusterUID, addon) + updateID
 }
 
+// AccessEntriesPrefix is the prefix of a cluster incarnation's access
+// entries.
+func AccessEntriesPrefix(clusterUID string) string {
+	return ClusterChildrenPrefix(clusterUID) + "access/"
+}
+
+// AccessEntryKey is where the access entry of a principal lives. principal
+// is the canonical principal ARN (see package access); it is hashed because
+// ARNs hold "/" and are up to 2048 characters.
+func AccessEntryKey(clusterUID, principal string) string {
+	sum := sha256.Sum256([]byte(principal))
+	return AccessEntriesPrefix(clusterUID) + hex.EncodeToString(sum[:])
+}
+
 // AddonDeadlinesPrefix is the prefix of the add-on deadline index.
 const AddonDeadlinesPrefix = "addon-deadlines/"
 

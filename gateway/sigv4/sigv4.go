@@ -3,7 +3,9 @@
 // query forms. It rebuilds the canonical request exactly as aws-sdk-go-v2's
 // signer does for service "eks", so that requests from unmodified AWS SDKs
 // and the AWS CLI verify, and it reports failures as the AWS exceptions
-// those clients expect.
+// those clients expect. server/token uses it too, for the presigned STS
+// URLs inside EKS bearer tokens (service "sts", path "/", so the same
+// canonical form).
 //
 // The package only authenticates: it says which access key signed a
 // request and for which region. Mapping keys to accounts and principals,
@@ -76,6 +78,13 @@ type Error struct {
 	Exception string
 	// Message is the human-readable message AWS would send.
 	Message string
+	// Expired is true when the request was refused because its date lies
+	// outside the validity window (expired, or not yet current), before
+	// its key or signature were looked at. AWS sends these as
+	// InvalidSignatureException like any other failure; callers that
+	// report expiry differently (bearer tokens) need to tell them apart
+	// without parsing Message.
+	Expired bool
 }
 
 // Error implements error.
@@ -111,6 +120,15 @@ type Verifier struct {
 	// signing many requests a day costs four HMACs once, not per request
 	// (the AWS SDKs cache it on their side for the same reason).
 	Keys *SigningKeys
+	// PresignedLifetime, when > 0, replaces X-Amz-Expires for presigned
+	// URLs: they are valid from X-Amz-Date-Skew until
+	// X-Amz-Date+PresignedLifetime whatever X-Amz-Expires says, and
+	// X-Amz-Expires=0 is accepted. This is STS's rule for presigned
+	// GetCallerIdentity URLs (they live 15 minutes), on which EKS bearer
+	// tokens rely: `aws eks get-token` signs X-Amz-Expires=60 and the
+	// token is used for up to 15 minutes. When zero, X-Amz-Expires (1 s
+	// to 7 days) bounds the URL, as for every other AWS service.
+	PresignedLifetime time.Duration
 }
 
 // SigningKeys is a bounded memo of derived signing keys, safe for
@@ -240,7 +258,7 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, payload []byte) 
 	var p parsed
 	var err *Error
 	if presign {
-		p, err = parsePresigned(query)
+		p, err = parsePresigned(query, v.PresignedLifetime > 0)
 	} else {
 		p, err = parseAuthorization(authz[0])
 		if err == nil {
@@ -255,7 +273,7 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, payload []byte) 
 	}
 	// Dates are checked before the key lookup so that replayed or stale
 	// requests are refused without touching the key store.
-	if err := checkTime(&p, now, skew); err != nil {
+	if err := checkTime(&p, now, skew, v.PresignedLifetime); err != nil {
 		return Result{}, err
 	}
 
@@ -377,7 +395,9 @@ func parseAuthorization(h string) (parsed, *Error) {
 }
 
 // parsePresigned reads the X-Amz-* query parameters of a presigned URL.
-func parsePresigned(q url.Values) (parsed, *Error) {
+// zeroExpires allows X-Amz-Expires=0, meaningful only when a fixed
+// lifetime replaces it (see Verifier.PresignedLifetime).
+func parsePresigned(q url.Values, zeroExpires bool) (parsed, *Error) {
 	p := parsed{presigned: true}
 	get := func(name string) (string, *Error) {
 		vs := q[name]
@@ -401,9 +421,13 @@ func parsePresigned(q url.Values) (parsed, *Error) {
 		return p, err
 	}
 	p.amzDate = vals[2]
+	minExpires := int64(1)
+	if zeroExpires {
+		minExpires = 0
+	}
 	n, perr := strconv.ParseInt(vals[3], 10, 64)
-	if perr != nil || n < 1 || n > maxPresignExpires || vals[3][0] == '+' {
-		return p, invalid("X-Amz-Expires must be an integer between 1 and %d.", maxPresignExpires)
+	if perr != nil || n < minExpires || n > maxPresignExpires || vals[3][0] == '+' {
+		return p, invalid("X-Amz-Expires must be an integer between %d and %d.", minExpires, maxPresignExpires)
 	}
 	p.expires = n
 	if err := p.setSignedHeaders(vals[4]); err != nil {
@@ -493,8 +517,9 @@ func checkScope(p *parsed, service string) *Error {
 }
 
 // checkTime enforces the skew window (header form) or the presigned
-// validity window [date-skew, date+expires].
-func checkTime(p *parsed, now time.Time, skew time.Duration) *Error {
+// validity window [date-skew, date+expires], where lifetime, when > 0,
+// stands in for expires.
+func checkTime(p *parsed, now time.Time, skew, lifetime time.Duration) *Error {
 	t, ok := parseAmzDate(p.amzDate)
 	if !ok {
 		return invalid("X-Amz-Date must have the form yyyymmddThhmmssZ.")
@@ -502,18 +527,29 @@ func checkTime(p *parsed, now time.Time, skew time.Duration) *Error {
 	f := func(t time.Time) string { return t.UTC().Format(timeFormat) }
 	mins := int64(skew / time.Minute)
 	if t.After(now.Add(skew)) {
-		return invalid("Signature not yet current: %s is still later than %s (%s + %d min.)", p.amzDate, f(now.Add(skew)), f(now), mins)
+		return expired("Signature not yet current: %s is still later than %s (%s + %d min.)", p.amzDate, f(now.Add(skew)), f(now), mins)
 	}
 	if p.presigned {
-		if end := t.Add(time.Duration(p.expires) * time.Second); now.After(end) {
-			return invalid("Signature expired: %s is now earlier than %s (%s - %d sec.)", f(end), f(now), p.amzDate, p.expires)
+		valid := time.Duration(p.expires) * time.Second
+		if lifetime > 0 {
+			valid = lifetime
+		}
+		if end := t.Add(valid); now.After(end) {
+			return expired("Signature expired: %s is now earlier than %s (%s - %d sec.)", f(end), f(now), p.amzDate, int64(valid/time.Second))
 		}
 		return nil
 	}
 	if t.Before(now.Add(-skew)) {
-		return invalid("Signature expired: %s is now earlier than %s (%s - %d min.)", p.amzDate, f(now.Add(-skew)), f(now), mins)
+		return expired("Signature expired: %s is now earlier than %s (%s - %d min.)", p.amzDate, f(now.Add(-skew)), f(now), mins)
 	}
 	return nil
+}
+
+// expired is invalid for a date outside the validity window.
+func expired(format string, args ...any) *Error {
+	e := invalid(format, args...)
+	e.Expired = true
+	return e
 }
 
 // parseAmzDate accepts exactly yyyymmddThhmmssZ. time.Parse alone would

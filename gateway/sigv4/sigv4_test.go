@@ -71,6 +71,16 @@ func wantException(t *testing.T, err error, exception string) {
 	}
 }
 
+// wantExpired checks that err is (or is not) refused for its date alone.
+func wantExpired(t *testing.T, err error, want bool) {
+	t.Helper()
+	var e *Error
+	got := errors.As(err, &e) && e.Expired
+	if got != want {
+		t.Fatalf("Verify: Expired = %v, want %v (err %v)", got, want, err)
+	}
+}
+
 // serverSide round-trips a client request through the HTTP/1.1 wire
 // format, so Verify sees it as a server does: Host moved to r.Host, URL
 // parsed from the request line (RawPath kept), Content-Length handled the
@@ -250,7 +260,9 @@ func TestSignHTTP(t *testing.T) {
 		signAt    time.Time
 		opts      []func(*v4.SignerOptions)
 		mutate    func(r *http.Request) // after signing, before the wire
+		lifetime  time.Duration         // Verifier.PresignedLifetime
 		exception string
+		expired   bool // refused for its date alone
 	}{
 		{name: "post-json-valid", spec: addonPost},
 		{name: "get-valid", spec: addonGet},
@@ -262,8 +274,11 @@ func TestSignHTTP(t *testing.T) {
 		{name: "unsigned", spec: addonGet, mutate: func(r *http.Request) {
 			r.Header.Del("Authorization")
 		}, exception: MissingAuthenticationToken},
-		{name: "date-20min-old", spec: addonGet, signAt: signTime.Add(-20 * time.Minute), exception: InvalidSignature},
-		{name: "date-20min-future", spec: addonGet, signAt: signTime.Add(20 * time.Minute), exception: InvalidSignature},
+		{name: "date-20min-old", spec: addonGet, signAt: signTime.Add(-20 * time.Minute), exception: InvalidSignature, expired: true},
+		{name: "date-20min-future", spec: addonGet, signAt: signTime.Add(20 * time.Minute), exception: InvalidSignature, expired: true},
+		// PresignedLifetime is for presigned URLs only; the header form
+		// keeps its ±Skew window.
+		{name: "presigned-lifetime-ignored-for-header-form", spec: addonGet, signAt: signTime.Add(-20 * time.Minute), lifetime: time.Hour, exception: InvalidSignature, expired: true},
 		{name: "date-14min-old", spec: addonGet, signAt: signTime.Add(-14 * time.Minute)},
 		{name: "date-14min-future", spec: addonGet, signAt: signTime.Add(14 * time.Minute)},
 		{name: "tampered-body", spec: addonPost, mutate: func(r *http.Request) {
@@ -331,8 +346,11 @@ func TestSignHTTP(t *testing.T) {
 				c.mutate(req)
 			}
 			sr, body := serverSide(t, req)
-			res, err := verifierAt(signTime).Verify(context.Background(), sr, body)
+			v := verifierAt(signTime)
+			v.PresignedLifetime = c.lifetime
+			res, err := v.Verify(context.Background(), sr, body)
 			wantException(t, err, c.exception)
+			wantExpired(t, err, c.expired)
 			if c.exception == "" && res != (Result{AccessKeyID: testKey, Region: testRegion}) {
 				t.Fatalf("result %+v", res)
 			}
@@ -348,8 +366,10 @@ func TestPresignHTTP(t *testing.T) {
 		expires   string
 		service   string
 		now       time.Time
+		lifetime  time.Duration // Verifier.PresignedLifetime
 		mutate    func(r *http.Request)
 		exception string
+		expired   bool // refused for its date alone
 	}{
 		{name: "valid-unsigned-payload", spec: addonGet, payload: "UNSIGNED-PAYLOAD", expires: "300", now: signTime.Add(time.Minute)},
 		{name: "valid-body-hash", spec: addonGet, expires: "300", now: signTime.Add(4 * time.Minute)},
@@ -357,8 +377,9 @@ func TestPresignHTTP(t *testing.T) {
 		{name: "valid-arn-path", spec: tagsGet, payload: "UNSIGNED-PAYLOAD", expires: "60", now: signTime.Add(59 * time.Second)},
 		{name: "valid-repeated-query", spec: versions, expires: "60", now: signTime},
 		{name: "post-unsigned-payload-refused", spec: addonPost, payload: "UNSIGNED-PAYLOAD", expires: "300", now: signTime, exception: InvalidSignature},
-		{name: "expired", spec: addonGet, payload: "UNSIGNED-PAYLOAD", expires: "300", now: signTime.Add(6 * time.Minute), exception: InvalidSignature},
-		{name: "not-yet-valid", spec: addonGet, expires: "300", now: signTime.Add(-20 * time.Minute), exception: InvalidSignature},
+		{name: "expired", spec: addonGet, payload: "UNSIGNED-PAYLOAD", expires: "300", now: signTime.Add(6 * time.Minute), exception: InvalidSignature, expired: true},
+		{name: "not-yet-valid", spec: addonGet, expires: "300", now: signTime.Add(-20 * time.Minute), exception: InvalidSignature, expired: true},
+		{name: "expires-zero-refused-by-default", spec: addonGet, expires: "0", now: signTime, exception: InvalidSignature},
 		{name: "missing-expires", spec: addonGet, now: signTime, exception: InvalidSignature},
 		{name: "expires-too-long", spec: addonGet, expires: "604801", now: signTime, exception: InvalidSignature},
 		{name: "wrong-service", spec: addonGet, expires: "300", service: "sts", now: signTime, exception: InvalidSignature},
@@ -367,6 +388,20 @@ func TestPresignHTTP(t *testing.T) {
 		}, exception: InvalidSignature},
 		{name: "extended-expiry", spec: addonGet, expires: "300", now: signTime, mutate: func(r *http.Request) {
 			r.URL.RawQuery = strings.Replace(r.URL.RawQuery, "X-Amz-Expires=300", "X-Amz-Expires=3000", 1)
+		}, exception: InvalidSignature},
+		// PresignedLifetime: STS's rule for GetCallerIdentity (15 minutes
+		// from X-Amz-Date whatever X-Amz-Expires says).
+		{name: "lifetime-outlives-expires", spec: addonGet, expires: "60", lifetime: 15 * time.Minute, now: signTime.Add(10 * time.Minute)},
+		{name: "lifetime-last-second", spec: addonGet, expires: "60", lifetime: 15 * time.Minute, now: signTime.Add(15 * time.Minute)},
+		{name: "lifetime-over", spec: addonGet, expires: "60", lifetime: 15 * time.Minute, now: signTime.Add(15*time.Minute + time.Second), exception: InvalidSignature, expired: true},
+		{name: "lifetime-caps-longer-expires", spec: addonGet, expires: "3600", lifetime: 15 * time.Minute, now: signTime.Add(20 * time.Minute), exception: InvalidSignature, expired: true},
+		{name: "lifetime-expires-zero-accepted", spec: addonGet, expires: "0", lifetime: 15 * time.Minute, now: signTime.Add(time.Minute)},
+		{name: "lifetime-within-skew-before-date", spec: addonGet, expires: "60", lifetime: 15 * time.Minute, now: signTime.Add(-14 * time.Minute)},
+		{name: "lifetime-not-yet-valid", spec: addonGet, expires: "60", lifetime: 15 * time.Minute, now: signTime.Add(-20 * time.Minute), exception: InvalidSignature, expired: true},
+		{name: "lifetime-expires-negative", spec: addonGet, expires: "-1", lifetime: 15 * time.Minute, now: signTime, exception: InvalidSignature},
+		{name: "lifetime-expires-too-long", spec: addonGet, expires: "604801", lifetime: 15 * time.Minute, now: signTime, exception: InvalidSignature},
+		{name: "lifetime-tampered-query", spec: addonDelete, expires: "60", lifetime: 15 * time.Minute, now: signTime.Add(10 * time.Minute), mutate: func(r *http.Request) {
+			r.URL.RawQuery = strings.Replace(r.URL.RawQuery, "preserve=true", "preserve=false", 1)
 		}, exception: InvalidSignature},
 		{name: "plus-authorization-header", spec: addonGet, expires: "300", now: signTime, mutate: func(r *http.Request) {
 			r.Header.Set("Authorization", "AWS4-HMAC-SHA256 x")
@@ -402,8 +437,11 @@ func TestPresignHTTP(t *testing.T) {
 				c.mutate(out)
 			}
 			sr, body := serverSide(t, out)
-			res, err := verifierAt(c.now).Verify(context.Background(), sr, body)
+			v := verifierAt(c.now)
+			v.PresignedLifetime = c.lifetime
+			res, err := v.Verify(context.Background(), sr, body)
 			wantException(t, err, c.exception)
+			wantExpired(t, err, c.expired)
 			if c.exception == "" && res.AccessKeyID != testKey {
 				t.Fatalf("result %+v", res)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"
@@ -134,6 +135,14 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (
 		return nil, err
 	}
 	txn := store.NewTxn().Create(key, rec)
+	if rec.GetAccessConfig().GetBootstrapClusterCreatorAdminPermissions() {
+		// The creator's admin entry is written with the cluster, never
+		// after it: no entry for the creator can exist yet to be
+		// overwritten (entries live under the new uid).
+		if entryKey, entry, ok := access.CreatorEntry(s.cfg.Region, who, rec); ok {
+			txn.Create(entryKey, entry)
+		}
+	}
 	tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, now)
 	if _, err := s.store.Commit(ctx, txn); err != nil {
 		if !errors.Is(err, store.ErrExists) {

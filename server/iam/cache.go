@@ -270,3 +270,16 @@ func (c *Cache) document(key string, text func([]byte) (string, error)) (*policy
 	c.mu.Unlock()
 	return doc, kv.ModRev, true, nil
 }
+
+// PrincipalExists is Service.PrincipalExists from memory; a principal the
+// mirror does not hold (made an instant ago) is looked up in etcd.
+func (c *Cache) PrincipalExists(ctx context.Context, arn string) (bool, error) {
+	account, err := ParsePrincipal(arn)
+	if err != nil {
+		return false, nil
+	}
+	if _, ok, ready := c.raw(principalKey(account, arn)); ok && ready {
+		return true, nil
+	}
+	return c.svc.PrincipalExists(ctx, arn)
+}

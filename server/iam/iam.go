@@ -404,3 +404,19 @@ func newSecret() string {
 	_, _ = rand.Read(b)
 	return base64.StdEncoding.EncodeToString(b)
 }
+
+// PrincipalExists reports whether an IAM user or role is recorded (by its
+// exact ARN, path included, as it was created).
+func (s *Service) PrincipalExists(ctx context.Context, arn string) (bool, error) {
+	account, err := ParsePrincipal(arn)
+	if err != nil {
+		return false, nil
+	}
+	if _, err := s.store.Get(ctx, principalKey(account, arn), &storagev1.PrincipalRecord{}); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("principal %s: %w", arn, err)
+	}
+	return true, nil
+}

@@ -288,3 +288,22 @@ func WithReadinessInterval(d time.Duration) Option {
 func WithConfig(f func(*server.Config)) Option {
 	return Option(f)
 }
+
+// AgentConn returns a gRPC connection presenting a guest agent's
+// certificate for instance of cluster incarnation clusterUID, issued by
+// the server's CA; closed when the test ends.
+func (s *Server) AgentConn(tb testing.TB, clusterUID, instance string) *grpc.ClientConn {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	certPEM, keyPEM, _, err := s.Authority().IssueLocal(ctx, identity.AgentID(clusterUID, instance), time.Hour)
+	if err != nil {
+		tb.Fatalf("issue agent certificate: %v", err)
+	}
+	bundle, _ := s.Authority().Bundle()
+	cfg, err := pki.ClientTLSConfig(bundle, certPEM, keyPEM, "127.0.0.1")
+	if err != nil {
+		tb.Fatalf("agent TLS: %v", err)
+	}
+	return s.GRPCWith(tb, cfg, "")
+}

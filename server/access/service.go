@@ -1,0 +1,212 @@
+// Package access owns EKS access entries and their access-policy
+// associations (DESIGN §4.3): the records under
+// clusters/{uid}/access/{sha256(principal)}, AWS's rules for entry types,
+// usernames and groups, the creator-admin entry CreateCluster seeds, and
+// the narrow view token review and authorization read (Binding).
+//
+// Every entry belongs to one cluster incarnation, so a cluster recreated
+// with the same name starts with none, and entries go with their cluster
+// in the purge transaction. Creates are exclusive, updates are
+// compare-and-swap, and every write is guarded by the cluster record's
+// revision, so nothing is written to a cluster that turned DELETING or
+// FAILED after it was read. The gRPC shell in grpc.go converts errors to
+// the wire once.
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/saltbush/saltbush/errdefs"
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/accesspolicy"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Config is the access-entry service's configuration.
+type Config struct {
+	// Region appears in ARNs.
+	Region string
+	// IdempotencyTTL is how long a clientRequestToken is remembered.
+	IdempotencyTTL time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the configuration `saltbush serve` starts with.
+func DefaultConfig() Config {
+	return Config{Region: "us-east-1", IdempotencyTTL: 8 * time.Hour}
+}
+
+// Validate checks the configuration at start.
+func (c Config) Validate() error {
+	switch {
+	case c.Region == "":
+		return errors.New("access config: region required")
+	case c.IdempotencyTTL < time.Minute:
+		return fmt.Errorf("access config: idempotency TTL %s is shorter than a minute", c.IdempotencyTTL)
+	}
+	return nil
+}
+
+// Clusters is what the access service needs of the cluster service: a
+// cluster record and its mod revision, which writes are guarded on.
+type Clusters interface {
+	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+}
+
+// Principals says whether an IAM user or role exists (the key store).
+type Principals interface {
+	PrincipalExists(ctx context.Context, arn string) (bool, error)
+}
+
+// Service is the access-entry domain logic. It is safe for concurrent use.
+type Service struct {
+	store      *store.Store
+	clusters   Clusters
+	principals Principals
+	policies   *accesspolicy.Catalog
+	cfg        Config
+	log        *slog.Logger
+}
+
+// NewService returns the access-entry service.
+func NewService(st *store.Store, clusters Clusters, principals Principals, policies *accesspolicy.Catalog, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{store: st, clusters: clusters, principals: principals, policies: policies, cfg: cfg, log: log}, nil
+}
+
+// Policies returns the access-policy catalogue.
+func (s *Service) Policies() *accesspolicy.Catalog { return s.policies }
+
+func caller(ctx context.Context) (identity.Caller, error) {
+	c, ok := identity.FromContext(ctx)
+	if !ok {
+		// Every edge sets a caller; reaching here without one is a wiring bug.
+		return identity.Caller{}, errors.New("request has no authenticated caller")
+	}
+	if c.AccountID == "" {
+		return identity.Caller{}, errdefs.AccessDenied("%s acts for no account; EKS operations need one.", c.PrincipalARN)
+	}
+	return c, nil
+}
+
+// ClusterARN is the ARN of a cluster of account.
+func (s *Service) ClusterARN(account, cluster string) string {
+	return fmt.Sprintf("arn:aws:eks:%s:%s:cluster/%s", s.cfg.Region, account, cluster)
+}
+
+// ARN is the access-entry ARN of one entry incarnation:
+// access-entry/{cluster}/{user|role|root}/{principal account}/{name}/{uuid}.
+func (s *Service) ARN(account, cluster string, p Principal, uid string) string {
+	return entryARN(s.cfg.Region, account, cluster, p, uid)
+}
+
+func entryARN(region, account, cluster string, p Principal, uid string) string {
+	return fmt.Sprintf("arn:aws:eks:%s:%s:access-entry/%s/%s/%s/%s/%s", region, account, cluster, p.Kind, p.Account, p.Name, uid)
+}
+
+// Errors AWS answers with, carrying the cluster's name.
+
+func entryNotFound(cluster string) *errdefs.Error {
+	return errdefs.NotFound("The specified principalArn could not be found. You can view your available access entries with 'list-access-entries'.").
+		WithField("clusterName", cluster)
+}
+
+func invalid(cluster, format string, args ...any) *errdefs.Error {
+	return errdefs.InvalidParameter(format, args...).WithField("clusterName", cluster)
+}
+
+func invalidRequest(cluster, format string, args ...any) *errdefs.Error {
+	return errdefs.InvalidRequest(format, args...).WithField("clusterName", cluster)
+}
+
+func withCluster(err error, cluster string) error {
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		return e.WithField("clusterName", cluster)
+	}
+	return err
+}
+
+// wrapUnlessAPI adds context to internal errors; API errors pass as they
+// are, since their message is what the caller sees.
+func wrapUnlessAPI(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
+
+// cluster reads the caller's cluster linearizably and checks that its
+// access entries may be used: the cluster's authentication mode must
+// include access entries, and, for a write, the cluster must not be
+// DELETING or FAILED (a FAILED cluster never becomes usable; a DELETING
+// one is going away with its entries).
+func (s *Service) cluster(ctx context.Context, who identity.Caller, name string, forWrite bool) (*storagev1.ClusterRecord, int64, error) {
+	c, rev, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
+	if err != nil {
+		return nil, 0, err
+	}
+	if !UsesAccessEntries(c) {
+		return nil, 0, invalidRequest(name,
+			"The cluster's authentication mode must be set to one of [API, API_AND_CONFIG_MAP] to perform this operation.")
+	}
+	if forWrite {
+		switch c.GetStatus() {
+		case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
+			return nil, 0, invalidRequest(name, "Cluster %s is in %s state; its access entries cannot be changed.",
+				name, clusterStatusName(c.GetStatus()))
+		}
+	}
+	return c, rev, nil
+}
+
+// UsesAccessEntries reports whether a cluster's authentication mode
+// includes access entries (API or API_AND_CONFIG_MAP).
+func UsesAccessEntries(c *storagev1.ClusterRecord) bool {
+	switch c.GetAccessConfig().GetAuthenticationMode() {
+	case "API", "API_AND_CONFIG_MAP":
+		return true
+	}
+	return false
+}
+
+func clusterStatusName(st storagev1.ClusterStatus) string {
+	return st.String()[len("CLUSTER_STATUS_"):]
+}
+
+// retryConflicts runs attempt until it does not fail with store.ErrConflict
+// (a guard on the cluster record failed because the cluster changed in
+// between: read again and retry) or the context ends.
+func retryConflicts(ctx context.Context, attempt func() error) error {
+	for i := 0; ; i++ {
+		err := attempt()
+		if !errors.Is(err, store.ErrConflict) || i >= 20 {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Duration(i+1) * time.Millisecond)
+	}
+}
+
+func clusterRef(account, name string) *controlv1.ClusterRef {
+	return &controlv1.ClusterRef{AccountId: account, Name: name}
+}
