@@ -65,11 +65,13 @@ unit:
 	$(GOTEST) $(TESTFLAGS) ./...
 
 ## fuzz-short: explore the untrusted-input parsers briefly (SigV4, policy
-## documents); `make fuzz FUZZTIME=10m` explores longer by hand.
+## documents, get-token bearer tokens); `make fuzz FUZZTIME=10m` explores
+## longer by hand.
 FUZZTIME ?= 10s
 fuzz-short:
 	$(GOTEST) -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./gateway/sigv4/
 	$(GOTEST) -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./server/policy/
+	$(GOTEST) -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./server/token/
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$(FUZZTIME)

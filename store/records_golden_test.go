@@ -139,6 +139,23 @@ func revokedCertificateRecordV1() proto.Message {
 		RevokedAt: goldenT, NotAfter: timestamppb.New(goldenT.AsTime().Add(90 * 24 * time.Hour))}
 }
 
+func accessEntryRecordV1() proto.Message {
+	return &storagev1.AccessEntryRecord{
+		ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", AccountId: "000000000000", ClusterName: "prod",
+		PrincipalArn: "arn:aws:iam::000000000000:role/ops/deployer", Uid: "5b3a3a4e-9d1f-4c7e-8a55-0c1d2e3f4a5b",
+		Arn:  "arn:aws:eks:us-east-1:000000000000:access-entry/prod/role/000000000000/deployer/5b3a3a4e-9d1f-4c7e-8a55-0c1d2e3f4a5b",
+		Type: storagev1.AccessEntryType_ACCESS_ENTRY_TYPE_STANDARD, Username: "ops:{{SessionName}}",
+		KubernetesGroups: []string{"deployers"}, Tags: map[string]string{"team": "ops"}, CreatedAt: goldenT, ModifiedAt: goldenT,
+		Policies: []*storagev1.AssociatedPolicyRecord{
+			{PolicyArn: "arn:aws:eks::aws:cluster-access-policy/AmazonEKSEditPolicy", ScopeType: storagev1.AccessScopeType_ACCESS_SCOPE_TYPE_NAMESPACE,
+				Namespaces: []string{"dev", "team-*"}, AssociatedAt: goldenT, ModifiedAt: goldenT},
+			{PolicyArn: "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy", ScopeType: storagev1.AccessScopeType_ACCESS_SCOPE_TYPE_CLUSTER,
+				AssociatedAt: goldenT, ModifiedAt: goldenT},
+		},
+		ClientRequestToken: "tok", ClusterCreator: true,
+	}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -158,6 +175,7 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"CertificateAuthorityState.v1.binpb", certificateAuthorityStateV1},
 		{"IssuedCertificateRecord.v1.binpb", issuedCertificateRecordV1},
 		{"RevokedCertificateRecord.v1.binpb", revokedCertificateRecordV1},
+		{"AccessEntryRecord.v1.binpb", accessEntryRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
