@@ -139,7 +139,9 @@ func TestReviewTokenRealTokens(t *testing.T) {
 		{"expired", func(t *testing.T) string {
 			return servertest.Token(t, h.dev, h.cluster, servertest.TokenOptions{At: time.Now().Add(-16 * time.Minute)})
 		}, "expired"},
-		{"wrong cluster", func(t *testing.T) string { return servertest.Token(t, h.dev, "another-cluster", servertest.TokenOptions{}) }, "signature"},
+		{"wrong cluster", func(t *testing.T) string {
+			return servertest.Token(t, h.dev, "another-cluster", servertest.TokenOptions{})
+		}, "signature"},
 		{"tampered signature", func(t *testing.T) string {
 			return retoken(t, servertest.Token(t, h.dev, h.cluster, servertest.TokenOptions{}), func(u string) string {
 				i := strings.Index(u, "X-Amz-Signature=") + len("X-Amz-Signature=")
