@@ -72,6 +72,7 @@ func newServeCommand() *cobra.Command {
 	f.IntVar(&cfg.ThrottleBurst, "throttle-burst", cfg.ThrottleBurst, "burst each account may make above --throttle-rate")
 	f.StringVar(&cfg.AuditLog, "audit-log", "", "file that receives audit records as JSON lines (default: the log)")
 	f.StringSliceVar(&cfg.GRPCServerNames, "grpc-server-names", nil, "extra DNS names or IPs in the gRPC port's certificate")
+	f.StringSliceVar(&cfg.STSHosts, "sts-host", nil, "extra STS host names accepted in get-token bearer tokens (besides AWS's sts.{region}.amazonaws.com)")
 	f.DurationVar(&cfg.CertTTL, "cert-ttl", cfg.CertTTL, "default validity of issued client certificates")
 	f.StringVar(&cfg.Cluster.Region, "region", cfg.Cluster.Region, "region named in ARNs")
 	f.StringSliceVar(&cfg.Cluster.KubernetesVersions, "kubernetes-versions", cfg.Cluster.KubernetesVersions, "Kubernetes minors clusters may run")
