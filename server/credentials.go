@@ -108,7 +108,11 @@ func writeAWSProfile(dir string, res iam.BootstrapResult, region, endpoint strin
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	config := fmt.Sprintf("# saltbush development profile (account %s)\n[profile saltbush]\nregion = %s\nendpoint_url = %s\noutput = json\n",
+	// The endpoint is set for EKS only (a services section), not for every
+	// service: `aws eks get-token` presigns an STS URL, which must name
+	// STS, not saltbush, for the cluster to accept the token.
+	config := fmt.Sprintf("# saltbush development profile (account %s)\n[profile saltbush]\nregion = %s\nservices = saltbush\noutput = json\n\n"+
+		"[services saltbush]\neks =\n  endpoint_url = %s\n",
 		res.AccountID, region, endpoint)
 	creds := fmt.Sprintf("# %s\n[saltbush]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
 		res.UserARN, res.AccessKeyID, res.SecretAccessKey)
