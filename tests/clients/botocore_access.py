@@ -17,9 +17,10 @@ Steps:
             filtered by associatedPolicyArn; update-access-entry (groups and
             username); tag-resource / list-tags-for-resource / untag-resource
             on the entry's ARN
-  policies  associate-access-policy on namespace scope (a trailing *) then on
-            cluster scope (`"namespaces": []` checked in the raw JSON through
-            an after-call hook, too), list-associated-access-policies through
+  policies  associate-access-policy on namespace scope (a trailing *), the
+            same policy again on cluster scope (the scope replaced;
+            `"namespaces": []` checked in the raw JSON through an after-call
+            hook, too), a second policy; list-associated-access-policies through
             the paginator, list-access-entries filtered by a policy,
             disassociate-access-policy (twice: ResourceNotFoundException),
             list-access-policies through the paginator (the 19 policies)
@@ -30,6 +31,11 @@ Steps:
             (ResourceInUseException)
   delete    delete-access-entry; describe / delete / list-tags-for-resource
             of the deleted entry fail; list-access-entries no longer has it
+  token     (needs only --cluster) prints the ExecCredential `aws eks
+            get-token --cluster-name {cluster}` prints, made the way the CLI
+            makes it: an STS client presigns GetCallerIdentity for 60 s with
+            the x-k8s-aws-id header added on before-sign; for a CLI without
+            get-token
 
 Every step checks the shapes botocore parsed (datetimes, lists, maps),
 prints progress to stderr and, on success, one JSON object on the last
@@ -37,6 +43,7 @@ line of stdout. It exits 1 listing every failed check.
 """
 
 import argparse
+import base64
 import datetime
 import json
 import re
@@ -329,21 +336,32 @@ def step_policies(eks, c, args):
                                       accessScope=ns_scope)
     c.eq(out.get("clusterName"), cl, "associate-access-policy clusterName")
     c.eq(out.get("principalArn"), args.role, "associate-access-policy principalArn")
-    check_association(c, out.get("associatedAccessPolicy"), EDIT_POLICY, ns_scope,
-                      "associate-access-policy (namespace) associatedAccessPolicy")
+    first = out.get("associatedAccessPolicy") or {}
+    check_association(c, first, EDIT_POLICY, ns_scope, "associate-access-policy (namespace) associatedAccessPolicy")
 
-    # Cluster scope: AWS answers "namespaces": [].
+    # The same policy again on cluster scope replaces the scope: AWS
+    # answers "namespaces": [], associatedAt stays and modifiedAt moves.
     cluster_scope = {"type": "cluster", "namespaces": []}
-    out = eks.associate_access_policy(clusterName=cl, principalArn=args.role, policyArn=VIEW_POLICY,
+    out = eks.associate_access_policy(clusterName=cl, principalArn=args.role, policyArn=EDIT_POLICY,
                                       accessScope={"type": "cluster"})
-    check_association(c, out.get("associatedAccessPolicy"), VIEW_POLICY, cluster_scope,
-                      "associate-access-policy (cluster) associatedAccessPolicy")
+    again = out.get("associatedAccessPolicy") or {}
+    check_association(c, again, EDIT_POLICY, cluster_scope, "associate-access-policy (cluster) associatedAccessPolicy")
+    c.eq(again.get("associatedAt"), first.get("associatedAt"), "re-associated policy associatedAt")
+    c.check(isinstance(again.get("modifiedAt"), datetime.datetime) and isinstance(first.get("modifiedAt"), datetime.datetime)
+            and again["modifiedAt"] > first["modifiedAt"],
+            "re-associated policy modifiedAt %r did not move past %r", again.get("modifiedAt"), first.get("modifiedAt"))
     body = raw.last("AssociateAccessPolicy")
     wire_scope = ((body or {}).get("associatedAccessPolicy") or {}).get("accessScope")
     c.eq(wire_scope, cluster_scope, "associate-access-policy (cluster): the raw JSON accessScope")
     c.check(isinstance(wire_scope, dict) and wire_scope.get("namespaces") == [],
             "associate-access-policy (cluster): raw JSON %r has no \"namespaces\": []", body)
     log("cluster-scope association on the wire: %s", json.dumps(body, sort_keys=True))
+
+    view_scope = {"type": "namespace", "namespaces": ["prod-*"]}
+    out = eks.associate_access_policy(clusterName=cl, principalArn=args.role, policyArn=VIEW_POLICY,
+                                      accessScope=view_scope)
+    check_association(c, out.get("associatedAccessPolicy"), VIEW_POLICY, view_scope,
+                      "associate-access-policy (View) associatedAccessPolicy")
 
     # The paginator, one association a page.
     pages = paged(c, eks, "list_associated_access_policies", "list-associated-access-policies",
@@ -359,13 +377,14 @@ def step_policies(eks, c, args):
     c.eq(sorted(assoc), sorted([EDIT_POLICY, VIEW_POLICY]), "list-associated-access-policies policies")
     c.check(len(pages) >= 2, "list-associated-access-policies with maxResults 1: %d pages, want at least 2", len(pages))
     if EDIT_POLICY in assoc:
-        check_association(c, assoc[EDIT_POLICY], EDIT_POLICY, ns_scope, "listed Edit association")
+        check_association(c, assoc[EDIT_POLICY], EDIT_POLICY, cluster_scope, "listed Edit association")
+        c.eq(assoc[EDIT_POLICY].get("associatedAt"), first.get("associatedAt"), "listed Edit association associatedAt")
     if VIEW_POLICY in assoc:
-        check_association(c, assoc[VIEW_POLICY], VIEW_POLICY, cluster_scope, "listed View association")
-    for body in raw.all("ListAssociatedAccessPolicies"):
-        for a in (body or {}).get("associatedAccessPolicies", []):
-            if a.get("policyArn") == VIEW_POLICY:
-                c.eq(a.get("accessScope"), cluster_scope, "list-associated-access-policies: the raw JSON View scope")
+        check_association(c, assoc[VIEW_POLICY], VIEW_POLICY, view_scope, "listed View association")
+    wire = [a for body in raw.all("ListAssociatedAccessPolicies")
+            for a in (body or {}).get("associatedAccessPolicies", []) if a.get("policyArn") == EDIT_POLICY]
+    c.eq([a.get("accessScope") for a in wire], [cluster_scope],
+         "list-associated-access-policies: the raw JSON scope of the cluster-scoped Edit")
 
     # The entry is listed under each associated policy.
     for pol in (EDIT_POLICY, VIEW_POLICY):
@@ -379,8 +398,8 @@ def step_policies(eks, c, args):
     c.error(eks, lambda: eks.disassociate_access_policy(clusterName=cl, principalArn=args.role, policyArn=VIEW_POLICY),
             "ResourceNotFoundException", 404, "disassociate-access-policy of a policy no longer associated")
     left = eks.list_associated_access_policies(clusterName=cl, principalArn=args.role)
-    c.eq([a.get("policyArn") for a in left.get("associatedAccessPolicies", [])], [EDIT_POLICY],
-         "list-associated-access-policies after disassociate")
+    c.eq([(a.get("policyArn"), a.get("accessScope")) for a in left.get("associatedAccessPolicies", [])],
+         [(EDIT_POLICY, cluster_scope)], "list-associated-access-policies after disassociate")
 
     # The catalogue, 7 a page.
     pages = paged(c, eks, "list_access_policies", "list-access-policies", PaginationConfig={"PageSize": 7})
@@ -451,19 +470,56 @@ def step_delete(eks, c, args):
     c.finish({"deleted": arn})
 
 
-STEPS = {"entries": step_entries, "policies": step_policies, "errors": step_errors, "delete": step_delete}
+def step_token(_eks, c, args):
+    """What awscli/customizations/eks/get_token.py does, in botocore only."""
+    header = "x-k8s-aws-id"
+    sts = botocore.session.get_session().create_client("sts", region_name=REGION)
+
+    def keep_id(params, context, **kwargs):
+        if header in params:
+            context[header] = params.pop(header)
+
+    def add_header(request, **kwargs):
+        if header in request.context:
+            request.headers[header] = request.context[header]
+
+    sts.meta.events.register("provide-client-params.sts.GetCallerIdentity", keep_id)
+    sts.meta.events.register("before-sign.sts.GetCallerIdentity", add_header)
+    presigned = sts.generate_presigned_url("get_caller_identity", Params={header: args.cluster},
+                                           ExpiresIn=60, HttpMethod="GET")
+    token = "k8s-aws-v1." + base64.urlsafe_b64encode(presigned.encode()).decode().rstrip("=")
+    expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=14)
+    c.check(sts.meta.endpoint_url.startswith("https://sts."), "STS endpoint %s", sts.meta.endpoint_url)
+    if c.failures:
+        c.finish({})
+    print(json.dumps({
+        "kind": "ExecCredential",
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "spec": {},
+        "status": {"expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "token": token},
+    }))
+
+
+STEPS = {"entries": step_entries, "policies": step_policies, "errors": step_errors, "delete": step_delete,
+         "token": step_token}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--endpoint", required=True, help="the façade's base URL")
+    p.add_argument("--endpoint", help="the façade's base URL")
     p.add_argument("--cluster", required=True, help="an ACTIVE cluster's name, authentication mode API")
     p.add_argument("--step", required=True, choices=sorted(STEPS))
-    p.add_argument("--role", required=True, help="an IAM role ARN (may have a path) for the STANDARD entry")
-    p.add_argument("--user", required=True, help="an IAM user ARN for a second STANDARD entry")
-    p.add_argument("--node-role", required=True, help="an IAM role ARN for an EC2_LINUX entry")
-    p.add_argument("--spare-role", required=True, help="an IAM role ARN that never gets an entry")
+    p.add_argument("--role", help="an IAM role ARN (may have a path) for the STANDARD entry")
+    p.add_argument("--user", help="an IAM user ARN for a second STANDARD entry")
+    p.add_argument("--node-role", help="an IAM role ARN for an EC2_LINUX entry")
+    p.add_argument("--spare-role", help="an IAM role ARN that never gets an entry")
     args = p.parse_args()
+    if args.step == "token":
+        step_token(None, Checks(args.step), args)
+        return
+    for flag in ("endpoint", "role", "user", "node_role", "spare_role"):
+        if not getattr(args, flag):
+            p.error("--%s is required for step %s" % (flag.replace("_", "-"), args.step))
     log("botocore %s, step %s against %s", botocore.__version__, args.step, args.endpoint)
     STEPS[args.step](new_client(args.endpoint), Checks(args.step), args)
 

@@ -188,8 +188,8 @@ func TestClusterControl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FinalizeDeletion: %v", err)
 	}
-	if fin.GetDeletedKeys() != 2 {
-		t.Errorf("deleted keys = %d, want 2 (record and child)", fin.GetDeletedKeys())
+	if fin.GetDeletedKeys() != 3 {
+		t.Errorf("deleted keys = %d, want 3 (record, the creator's access entry and the placeholder child)", fin.GetDeletedKeys())
 	}
 	if _, err := srv.Store().Get(ctx, child, &storagev1.StoreMeta{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("child after purge: %v, want ErrNotFound", err)
