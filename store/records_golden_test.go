@@ -156,6 +156,10 @@ func accessEntryRecordV1() proto.Message {
 	}
 }
 
+func principalNameRecordV1() proto.Message {
+	return &storagev1.PrincipalNameRecord{Arn: "arn:aws:iam::000000000000:role/ops/deployer"}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -176,6 +180,7 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"IssuedCertificateRecord.v1.binpb", issuedCertificateRecordV1},
 		{"RevokedCertificateRecord.v1.binpb", revokedCertificateRecordV1},
 		{"AccessEntryRecord.v1.binpb", accessEntryRecordV1},
+		{"PrincipalNameRecord.v1.binpb", principalNameRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

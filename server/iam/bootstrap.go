@@ -70,6 +70,7 @@ func (s *Service) Bootstrap(ctx context.Context, b Bootstrap) (res BootstrapResu
 		Create(principalKey(b.AccountID, userARN), &storagev1.PrincipalRecord{
 			Arn: userARN, AccountId: b.AccountID, PolicyNames: []string{policyName}, CreatedAt: now,
 		}).
+		Create(nameKey(b.AccountID, "user", b.UserName), &storagev1.PrincipalNameRecord{Arn: userARN}).
 		Create(accessKeyKey(akid), &storagev1.AccessKeyRecord{
 			AccessKeyId: akid, AccountId: b.AccountID, PrincipalArn: userARN, SealedSecret: sealed,
 			Status: KeyActive, CreatedAt: now,

@@ -168,7 +168,7 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 // Policies is Service.Policies from memory.
 func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
 	// A role session has the policies of its role.
-	arn = EffectivePrincipal(arn)
+	arn = c.effectivePrincipal(arn)
 	c.mu.RLock()
 	m, ok := c.principals[arn]
 	if ok && c.ready && c.current(m) {
@@ -282,4 +282,21 @@ func (c *Cache) PrincipalExists(ctx context.Context, arn string) (bool, error) {
 		return true, nil
 	}
 	return c.svc.PrincipalExists(ctx, arn)
+}
+
+// effectivePrincipal is Service.effectivePrincipal from memory: a
+// session's role found by name in the mirror (so a role with a path is
+// found), or the role without a path when the index has no entry.
+func (c *Cache) effectivePrincipal(arn string) string {
+	account, role, _, ok := AssumedRole(arn)
+	if !ok {
+		return arn
+	}
+	if kv, ok, _ := c.raw(nameKey(account, "role", role)); ok {
+		rec := &storagev1.PrincipalNameRecord{}
+		if store.Decode(kv.Value, rec) == nil {
+			return rec.GetArn()
+		}
+	}
+	return EffectivePrincipal(arn)
 }

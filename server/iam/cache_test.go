@@ -245,3 +245,46 @@ func TestCacheBoundsUnknownKeyReads(t *testing.T) {
 		return err == nil && ok
 	})
 }
+
+// TestRoleWithPathSessions: a session names its role without the path;
+// the role is found by name, for its keys and its policies (through the
+// service and the cache), and IAM names stay unique whatever the path.
+func TestRoleWithPathSessions(t *testing.T) {
+	svc, _ := newTestService(t)
+	ctx := ctxT(t)
+	c := startCache(t, svc)
+	const role = "arn:aws:iam::111122223333:role/ops/ci/deployer"
+	const session = "arn:aws:sts::111122223333:assumed-role/deployer/ci-run-7"
+	if _, err := svc.CreateAccount(ctx, "111122223333", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CreatePrincipal(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	for _, dup := range []string{"arn:aws:iam::111122223333:role/deployer", "arn:aws:iam::111122223333:role/other/deployer"} {
+		if _, err := svc.CreatePrincipal(ctx, dup); !isException(err, "ResourceInUseException") {
+			t.Errorf("second role named deployer (%s): %v, want ResourceInUseException", dup, err)
+		}
+	}
+	// A user may share a role's name: they are different kinds.
+	if _, err := svc.CreatePrincipal(ctx, "arn:aws:iam::111122223333:user/deployer"); err != nil {
+		t.Errorf("user named like a role: %v", err)
+	}
+	if _, err := svc.PutPolicy(ctx, "111122223333", "deploy", `{"Statement":{"Effect":"Allow","Action":"eks:CreateAddon","Resource":"*"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.AttachPolicy(ctx, role, "deploy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.CreateAccessKey(ctx, session); err != nil {
+		t.Fatalf("key for a session of a role with a path: %v", err)
+	}
+	docs, err := svc.Policies(ctx, session)
+	if err != nil || policy.Evaluate(docs, "eks:CreateAddon", "*") != policy.Allowed {
+		t.Errorf("service: the session lacks its role's policies: %v", err)
+	}
+	eventually(t, "the cache gives the session its role's policies", func() bool {
+		docs, err := c.Policies(ctx, session)
+		return err == nil && policy.Evaluate(docs, "eks:CreateAddon", "*") == policy.Allowed
+	})
+}

@@ -3,6 +3,7 @@ package iam
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/saltbush/saltbush/errdefs"
@@ -80,7 +81,8 @@ func (s *ControlServer) CreateAccessKey(ctx context.Context, req *controlv1.Crea
 	if err != nil {
 		return nil, s.wire(ctx, "CreateAccessKey", err)
 	}
-	account, _, _ := keyOwner(req.GetPrincipalArn())
+	// The ARN was valid (the key was made): its fifth field is the account.
+	account := strings.Split(req.GetPrincipalArn(), ":")[4]
 	return &controlv1.CreateAccessKeyResponse{
 		AccessKeyId: akid, SecretAccessKey: secret, AccountId: account, PrincipalArn: req.GetPrincipalArn(),
 	}, nil

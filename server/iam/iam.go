@@ -46,6 +46,12 @@ func principalKey(account, arn string) string {
 	return accountKey(account) + "/principals/" + hex.EncodeToString(sum[:])
 }
 
+// nameKey indexes a user or role by name (unique in the account whatever
+// the path).
+func nameKey(account, kind, name string) string {
+	return accountKey(account) + "/names/" + kind + "/" + name
+}
+
 func policyKey(account, name string) string { return accountKey(account) + "/policies/" + name }
 
 func accessKeyKey(akid string) string { return "iam/keys/" + akid }
@@ -131,10 +137,14 @@ func (s *Service) CreatePrincipal(ctx context.Context, arn string) (*storagev1.P
 		return nil, err
 	}
 	rec := &storagev1.PrincipalRecord{Arn: arn, AccountId: account, CreatedAt: timestamppb.New(s.now())}
-	_, err = s.store.Commit(ctx, store.NewTxn().Create(principalKey(account, arn), rec).RequireExists(accountKey(account)))
+	m := principalARN.FindStringSubmatch(arn)
+	_, err = s.store.Commit(ctx, store.NewTxn().
+		Create(principalKey(account, arn), rec).
+		Create(nameKey(account, m[2], m[4]), &storagev1.PrincipalNameRecord{Arn: arn}).
+		RequireExists(accountKey(account)))
 	switch {
 	case errors.Is(err, store.ErrExists):
-		return nil, errdefs.ResourceInUse("Principal %s already exists.", arn)
+		return nil, errdefs.ResourceInUse("Principal %s already exists: a %s named %s exists in account %s (names are unique whatever the path).", arn, m[2], m[4], account)
 	case errors.Is(err, store.ErrConflict):
 		return nil, errdefs.NotFound("Account %s does not exist.", account)
 	case err != nil:
@@ -213,7 +223,10 @@ func (s *Service) AttachPolicy(ctx context.Context, arn, name string) error {
 // deleted since it was attached is skipped.
 func (s *Service) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
 	// A role session has the policies of its role.
-	arn = EffectivePrincipal(arn)
+	arn, err := s.effectivePrincipal(ctx, arn)
+	if err != nil {
+		return nil, err
+	}
 	account, err := ParsePrincipal(arn)
 	if err != nil {
 		return nil, err
@@ -261,9 +274,10 @@ func AssumedRole(arn string) (account, role, session string, ok bool) {
 	return m[1], m[2], m[3], true
 }
 
-// EffectivePrincipal is the principal whose policies apply to arn: the
-// role of an assumed-role session (a role recorded without a path), arn
-// itself otherwise.
+// EffectivePrincipal is the principal whose policies apply to arn when
+// its role has no path: the role of an assumed-role session, arn itself
+// otherwise. A session names its role without the path; the role's full
+// ARN is in the name index (see effectivePrincipal).
 func EffectivePrincipal(arn string) string {
 	if account, role, _, ok := AssumedRole(arn); ok {
 		return "arn:aws:iam::" + account + ":role/" + role
@@ -271,15 +285,41 @@ func EffectivePrincipal(arn string) string {
 	return arn
 }
 
+// effectivePrincipal is EffectivePrincipal with the session's role looked
+// up by name, so a role with a path is found. A role missing from the
+// index (recorded before the index existed) is taken to have no path.
+func (s *Service) effectivePrincipal(ctx context.Context, arn string) (string, error) {
+	account, role, _, ok := AssumedRole(arn)
+	if !ok {
+		return arn, nil
+	}
+	rec := &storagev1.PrincipalNameRecord{}
+	if _, err := s.store.Get(ctx, nameKey(account, "role", role), rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return EffectivePrincipal(arn), nil
+		}
+		return "", fmt.Errorf("role of session %s: %w", arn, err)
+	}
+	return rec.GetArn(), nil
+}
+
 // keyOwner returns the account of a principal that may hold access keys (an
 // IAM user or role, or the account root) and the key its existence is
 // checked against.
-func keyOwner(arn string) (account, mustExist string, err error) {
+func (s *Service) keyOwner(ctx context.Context, arn string) (account, mustExist string, err error) {
 	if m := rootARN.FindStringSubmatch(arn); m != nil {
 		return m[1], accountKey(m[1]), nil
 	}
 	// A key of a role session signs as the session; the role must exist.
-	role := EffectivePrincipal(arn)
+	if _, _, _, ok := AssumedRole(arn); !ok {
+		if _, err := ParsePrincipal(arn); err != nil {
+			return "", "", errdefs.InvalidParameter("%q is not an IAM user or role ARN, an assumed-role session or an account root.", arn)
+		}
+	}
+	role, err := s.effectivePrincipal(ctx, arn)
+	if err != nil {
+		return "", "", err
+	}
 	account, err = ParsePrincipal(role)
 	if err != nil {
 		return "", "", errdefs.InvalidParameter("%q is not an IAM user or role ARN, an assumed-role session or an account root.", arn)
@@ -292,7 +332,7 @@ func keyOwner(arn string) (account, mustExist string, err error) {
 // returns its id and secret. The secret is returned only here; the store
 // keeps it sealed.
 func (s *Service) CreateAccessKey(ctx context.Context, arn string) (akid, secret string, err error) {
-	account, owner, err := keyOwner(arn)
+	account, owner, err := s.keyOwner(ctx, arn)
 	if err != nil {
 		return "", "", err
 	}

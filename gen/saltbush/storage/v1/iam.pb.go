@@ -157,6 +157,56 @@ func (x *PrincipalRecord) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// PrincipalNameRecord is stored at iam/accounts/{account}/names/{user|role}/{name},
+// created with its principal: IAM names a user or role uniquely in its
+// account whatever its path, and an assumed-role session
+// (arn:aws:sts::{account}:assumed-role/{name}/{session}) names its role
+// without the path, so the session's role is found here.
+type PrincipalNameRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal's ARN, path included.
+	Arn           string `protobuf:"bytes,1,opt,name=arn,proto3" json:"arn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrincipalNameRecord) Reset() {
+	*x = PrincipalNameRecord{}
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrincipalNameRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrincipalNameRecord) ProtoMessage() {}
+
+func (x *PrincipalNameRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrincipalNameRecord.ProtoReflect.Descriptor instead.
+func (*PrincipalNameRecord) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PrincipalNameRecord) GetArn() string {
+	if x != nil {
+		return x.Arn
+	}
+	return ""
+}
+
 // AccessKeyRecord is stored at iam/keys/{access-key-id}: looked up by the
 // key id of every signed request, so it is not under the account. The
 // secret is sealed (AES-256-GCM with the master key; the key id and account
@@ -176,7 +226,7 @@ type AccessKeyRecord struct {
 
 func (x *AccessKeyRecord) Reset() {
 	*x = AccessKeyRecord{}
-	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -188,7 +238,7 @@ func (x *AccessKeyRecord) String() string {
 func (*AccessKeyRecord) ProtoMessage() {}
 
 func (x *AccessKeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -201,7 +251,7 @@ func (x *AccessKeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessKeyRecord.ProtoReflect.Descriptor instead.
 func (*AccessKeyRecord) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AccessKeyRecord) GetAccessKeyId() string {
@@ -261,7 +311,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[3]
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +323,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[3]
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +336,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PolicyRecord) GetAccountId() string {
@@ -342,7 +392,7 @@ type ServiceRecord struct {
 
 func (x *ServiceRecord) Reset() {
 	*x = ServiceRecord{}
-	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[4]
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +404,7 @@ func (x *ServiceRecord) String() string {
 func (*ServiceRecord) ProtoMessage() {}
 
 func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[4]
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +417,7 @@ func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRecord.ProtoReflect.Descriptor instead.
 func (*ServiceRecord) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ServiceRecord) GetName() string {
@@ -415,7 +465,9 @@ const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
 	"account_id\x18\x02 \x01(\tR\taccountId\x12!\n" +
 	"\fpolicy_names\x18\x03 \x03(\tR\vpolicyNames\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xf1\x01\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"'\n" +
+	"\x13PrincipalNameRecord\x12\x10\n" +
+	"\x03arn\x18\x01 \x01(\tR\x03arn\"\xf1\x01\n" +
 	"\x0fAccessKeyRecord\x12\"\n" +
 	"\raccess_key_id\x18\x01 \x01(\tR\vaccessKeyId\x12\x1d\n" +
 	"\n" +
@@ -454,23 +506,24 @@ func file_saltbush_storage_v1_iam_proto_rawDescGZIP() []byte {
 	return file_saltbush_storage_v1_iam_proto_rawDescData
 }
 
-var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_saltbush_storage_v1_iam_proto_goTypes = []any{
 	(*AccountRecord)(nil),         // 0: saltbush.storage.v1.AccountRecord
 	(*PrincipalRecord)(nil),       // 1: saltbush.storage.v1.PrincipalRecord
-	(*AccessKeyRecord)(nil),       // 2: saltbush.storage.v1.AccessKeyRecord
-	(*PolicyRecord)(nil),          // 3: saltbush.storage.v1.PolicyRecord
-	(*ServiceRecord)(nil),         // 4: saltbush.storage.v1.ServiceRecord
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*PrincipalNameRecord)(nil),   // 2: saltbush.storage.v1.PrincipalNameRecord
+	(*AccessKeyRecord)(nil),       // 3: saltbush.storage.v1.AccessKeyRecord
+	(*PolicyRecord)(nil),          // 4: saltbush.storage.v1.PolicyRecord
+	(*ServiceRecord)(nil),         // 5: saltbush.storage.v1.ServiceRecord
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_iam_proto_depIdxs = []int32{
-	5, // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
-	5, // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
-	5, // 2: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
-	5, // 3: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
-	5, // 4: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
-	5, // 5: saltbush.storage.v1.ServiceRecord.created_at:type_name -> google.protobuf.Timestamp
-	5, // 6: saltbush.storage.v1.ServiceRecord.modified_at:type_name -> google.protobuf.Timestamp
+	6, // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
+	6, // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
+	6, // 2: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
+	6, // 3: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
+	6, // 4: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
+	6, // 5: saltbush.storage.v1.ServiceRecord.created_at:type_name -> google.protobuf.Timestamp
+	6, // 6: saltbush.storage.v1.ServiceRecord.modified_at:type_name -> google.protobuf.Timestamp
 	7, // [7:7] is the sub-list for method output_type
 	7, // [7:7] is the sub-list for method input_type
 	7, // [7:7] is the sub-list for extension type_name
@@ -489,7 +542,7 @@ func file_saltbush_storage_v1_iam_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_iam_proto_rawDesc), len(file_saltbush_storage_v1_iam_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
