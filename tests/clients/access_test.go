@@ -529,26 +529,24 @@ func TestGetTokenReviewWithAWSCLI(t *testing.T) {
 			accessOperator, session, "list", "dev", "list", "prod"},
 	}
 	// A session of a role with a path names the role without it, and so
-	// does the canonical ARN token review matches entries by. saltbush's
-	// key store records a role by its exact ARN and finds a session's role
-	// by name only, so it refuses keys for sessions of roles with a path;
-	// the case runs once it makes them.
+	// does the canonical ARN token review matches entries by; the key
+	// store finds the session's role by name (its path included).
 	const pathSession = "arn:aws:sts::000000000000:assumed-role/deployer/ci-run-7"
-	if akid, secret, err := h.srv.IAM().CreateAccessKey(ctx, pathSession); err != nil {
-		t.Logf("known divergence: no key for %s, a session of %s: %v", pathSession, accessRole, err)
-	} else {
-		cases = append(cases, struct {
-			name                    string
-			creds                   servertest.Creds
-			username                string
-			groups                  []string
-			idPrefix                string
-			canonical, sessionName  string
-			allowedVerb, allowedNS  string
-			noOpinionVerb, noOpinNS string
-		}{"session of a role with a path", servertest.Creds{AccessKeyID: akid, SecretAccessKey: secret, AccountID: "000000000000", PrincipalARN: pathSession},
-			"deploy:ci-run-7", []string{"deployers"}, "AROA", "arn:aws:iam::000000000000:role/deployer", "ci-run-7", "", "", "get", "default"})
+	akid, secret, err := h.srv.IAM().CreateAccessKey(ctx, pathSession)
+	if err != nil {
+		t.Fatalf("key for %s, a session of %s: %v", pathSession, accessRole, err)
 	}
+	cases = append(cases, struct {
+		name                    string
+		creds                   servertest.Creds
+		username                string
+		groups                  []string
+		idPrefix                string
+		canonical, sessionName  string
+		allowedVerb, allowedNS  string
+		noOpinionVerb, noOpinNS string
+	}{"session of a role with a path", servertest.Creds{AccessKeyID: akid, SecretAccessKey: secret, AccountID: "000000000000", PrincipalARN: pathSession},
+		"deploy:ci-run-7", []string{"deployers"}, "AROA", "arn:aws:iam::000000000000:role/deployer", "ci-run-7", "", "", "get", "default"})
 	ids := map[string]string{}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
