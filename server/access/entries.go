@@ -31,7 +31,7 @@ const (
 // ResourceInUseException), and the write is guarded by the cluster
 // record's revision. With a clientRequestToken the request is idempotent.
 func (s *Service) Create(ctx context.Context, req *eksv1.CreateAccessEntryRequest) (*storagev1.AccessEntryRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, principal
 
 // Describe returns one entry of the caller's cluster.
 func (s *Service) Describe(ctx context.Context, cluster, principalArn string) (*storagev1.AccessEntryRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func (s *Service) Describe(ctx context.Context, cluster, principalArn string) (*
 // page may hold fewer than maxResults entries (even none) and still have a
 // nextToken: the filter runs over one page of the store.
 func (s *Service) List(ctx context.Context, cluster, policyArn string, maxResults *int32, nextToken string) ([]string, string, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -261,7 +261,7 @@ func (s *Service) List(ctx context.Context, cluster, policyArn string, maxResult
 // swap. modifiedAt moves only when something changed; an absent field is
 // left as it is, and an empty group list removes every group.
 func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryRequest) (*storagev1.AccessEntryRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +345,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 // Delete removes an entry and its associations, guarded by the entry's
 // and the cluster's revisions.
 func (s *Service) Delete(ctx context.Context, cluster, principalArn string) error {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/authz"
+	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -52,7 +53,7 @@ func pathARN(s string) string {
 // (CreateAccessEntry, ListAccessEntries, as in AWS's service
 // authorization reference).
 func (s *EKSServer) authorizeCluster(ctx context.Context, action, cluster string) error {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func (s *EKSServer) authorizeCluster(ctx context.Context, action, cluster string
 // that does not exist, so a caller without permission gets
 // AccessDeniedException whether or not the entry exists.
 func (s *EKSServer) authorizeEntry(ctx context.Context, action, cluster, principalArn string) error {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return err
 	}
@@ -197,7 +198,7 @@ func (s *EKSServer) ListAssociatedAccessPolicies(ctx context.Context, req *eksv1
 
 // ListAccessPolicies implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) ListAccessPolicies(ctx context.Context, req *eksv1.ListAccessPoliciesRequest) (*eksv1.ListAccessPoliciesResponse, error) {
-	if _, err := caller(ctx); err != nil {
+	if _, err := identity.AccountCaller(ctx); err != nil {
 		return nil, s.wire(ctx, "ListAccessPolicies", err)
 	}
 	if err := s.authz.Authorize(ctx, "eks:ListAccessPolicies", "*"); err != nil {

@@ -14,6 +14,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/accesspolicy"
+	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
@@ -46,7 +47,7 @@ func scopeFromAPI(cluster string, s *eksv1.AccessScope) (storagev1.AccessScopeTy
 // scope of the association it already has (one per policy). associatedAt
 // is kept; modifiedAt moves only when the scope changed.
 func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolicyRequest) (*storagev1.AccessEntryRecord, *storagev1.AssociatedPolicyRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,7 +129,7 @@ func associable(cluster string, t storagev1.AccessEntryType, policyArn string) e
 // Disassociate removes one association; a policy that is not associated
 // is a ResourceNotFoundException.
 func (s *Service) Disassociate(ctx context.Context, cluster, principalArn, policyArn string) error {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return err
 	}

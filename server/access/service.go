@@ -90,18 +90,6 @@ func NewService(st *store.Store, clusters Clusters, principals Principals, polic
 // Policies returns the access-policy catalogue.
 func (s *Service) Policies() *accesspolicy.Catalog { return s.policies }
 
-func caller(ctx context.Context) (identity.Caller, error) {
-	c, ok := identity.FromContext(ctx)
-	if !ok {
-		// Every edge sets a caller; reaching here without one is a wiring bug.
-		return identity.Caller{}, errors.New("request has no authenticated caller")
-	}
-	if c.AccountID == "" {
-		return identity.Caller{}, errdefs.AccessDenied("%s acts for no account; EKS operations need one.", c.PrincipalARN)
-	}
-	return c, nil
-}
-
 // ClusterARN is the ARN of a cluster of account.
 func (s *Service) ClusterARN(account, cluster string) string {
 	return fmt.Sprintf("arn:aws:eks:%s:%s:cluster/%s", s.cfg.Region, account, cluster)

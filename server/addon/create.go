@@ -31,7 +31,7 @@ const (
 // recreated, after it was read. With a clientRequestToken the request is
 // idempotent (see package idempotency).
 func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*storagev1.AddonRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}

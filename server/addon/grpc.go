@@ -8,6 +8,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/authz"
+	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/store"
 )
@@ -33,7 +34,7 @@ func NewEKSServer(svc *Service, az *authz.Authorizer) *EKSServer {
 // authorizeCluster checks an action whose resource is the cluster
 // (CreateAddon, ListAddons, as in AWS's service authorization reference).
 func (s *EKSServer) authorizeCluster(ctx context.Context, action, cluster string) error {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func (s *EKSServer) authorizeCluster(ctx context.Context, action, cluster string
 // that does not exist, "*" stands in, so a caller without permission gets
 // AccessDeniedException whether or not the add-on exists.
 func (s *EKSServer) authorizeAddon(ctx context.Context, action, cluster, addon string) error {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/idempotency"
+	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/store"
 )
@@ -25,7 +26,7 @@ import (
 // add-on that is CREATING, UPDATING or DELETING is refused with AWS's
 // ResourceInUseException.
 func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*storagev1.UpdateRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +241,7 @@ func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *cat
 // in-progress update is Cancelled in the same transaction. Deleting an
 // add-on that is DELETING already returns it unchanged.
 func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve bool) (*storagev1.AddonRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -129,19 +129,6 @@ func NewService(st *store.Store, clusters Clusters, cat *catalog.Catalog, cfg Co
 // Catalog returns the add-on catalogue the service validates against.
 func (s *Service) Catalog() *catalog.Catalog { return s.catalog }
 
-func caller(ctx context.Context) (identity.Caller, error) {
-	c, ok := identity.FromContext(ctx)
-	if !ok {
-		// Every edge sets a caller; reaching here without one is a wiring bug.
-		return identity.Caller{}, errors.New("request has no authenticated caller")
-	}
-	if c.AccountID == "" {
-		// A service identity that did not name an account to act for.
-		return identity.Caller{}, errdefs.AccessDenied("%s acts for no account; EKS operations need one.", c.PrincipalARN)
-	}
-	return c, nil
-}
-
 // ClusterARN is the ARN of a cluster of account.
 func (s *Service) ClusterARN(account, cluster string) string {
 	return fmt.Sprintf("arn:aws:eks:%s:%s:cluster/%s", s.cfg.Region, account, cluster)
@@ -216,7 +203,7 @@ func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWri
 }
 
 func (s *Service) callerCluster(ctx context.Context, name string, forWrite, quick bool) (identity.Caller, *storagev1.ClusterRecord, int64, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return identity.Caller{}, nil, 0, err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"
 )
 
@@ -15,7 +16,7 @@ import (
 // unlisted add-ons). With kubernetesVersion only compatible versions are
 // listed, each with that Kubernetes version's compatibility only.
 func (s *Service) DescribeVersions(ctx context.Context, req *eksv1.DescribeAddonVersionsRequest) ([]*eksv1.AddonInfo, string, error) {
-	if _, err := caller(ctx); err != nil {
+	if _, err := identity.AccountCaller(ctx); err != nil {
 		return nil, "", err
 	}
 	limit, err := paging.Limit(req.MaxResults)
@@ -98,7 +99,7 @@ func ptr[T any](v T) *T { return &v }
 // DescribeConfiguration returns a version's configuration schema and pod
 // identity configuration.
 func (s *Service) DescribeConfiguration(ctx context.Context, addonName, version string) (*eksv1.DescribeAddonConfigurationResponse, error) {
-	if _, err := caller(ctx); err != nil {
+	if _, err := identity.AccountCaller(ctx); err != nil {
 		return nil, err
 	}
 	switch {

@@ -7,6 +7,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/authz"
+	"github.com/saltbush/saltbush/server/identity"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to
@@ -31,7 +32,7 @@ func NewEKSServer(svc *Service, az *authz.Authorizer) *EKSServer {
 // ListClusters names no cluster: it is authorized on all of the account's
 // (cluster/*), the resource AWS names for it.
 func (s *EKSServer) authorize(ctx context.Context, action, name string) error {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return err
 	}

@@ -85,19 +85,6 @@ func NewService(st *store.Store, cfg Config, log *slog.Logger) (*Service, error)
 
 const opCreateCluster = "CreateCluster"
 
-func caller(ctx context.Context) (identity.Caller, error) {
-	c, ok := identity.FromContext(ctx)
-	if !ok {
-		// Every edge sets a caller; reaching here without one is a wiring bug.
-		return identity.Caller{}, errors.New("request has no authenticated caller")
-	}
-	if c.AccountID == "" {
-		// A service identity that did not name an account to act for.
-		return identity.Caller{}, errdefs.AccessDenied("%s acts for no account; EKS operations need one.", c.PrincipalARN)
-	}
-	return c, nil
-}
-
 func notFound(name string) *errdefs.Error {
 	return errdefs.NotFound("No cluster found for name: %s.", name).WithField("clusterName", name)
 }
@@ -108,7 +95,7 @@ func notFound(name string) *errdefs.Error {
 // a retry with the same parameters returns the cluster it created, and a
 // retry with different parameters is refused.
 func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (*storagev1.ClusterRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +176,7 @@ func (s *Service) replay(ctx context.Context, tok idempotency.Token, name string
 
 // Describe returns the caller's cluster name.
 func (s *Service) Describe(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +195,7 @@ func (s *Service) Describe(ctx context.Context, name string) (*storagev1.Cluster
 
 // List returns one page of the caller's cluster names.
 func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string) ([]string, string, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -240,7 +227,7 @@ func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string)
 // provisioner confirms teardown (FinalizeDeletion). Deleting a cluster that
 // is already DELETING returns it unchanged.
 func (s *Service) Delete(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
-	who, err := caller(ctx)
+	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,12 @@ package identity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/saltbush/saltbush/errdefs"
 )
 
 // Caller is who a request acts for.
@@ -130,4 +133,19 @@ func FromSPIFFE(id string) (Caller, error) {
 	default:
 		return Caller{}, fmt.Errorf("SPIFFE id %q: not a saltbush service or agent id", id)
 	}
+}
+
+// AccountCaller returns the caller of ctx for an operation on an
+// account's resources: it must act for an account (a service identity
+// that named none is refused with AccessDeniedException).
+func AccountCaller(ctx context.Context) (Caller, error) {
+	c, ok := FromContext(ctx)
+	if !ok {
+		// Every edge sets a caller; reaching here without one is a wiring bug.
+		return Caller{}, errors.New("request has no authenticated caller")
+	}
+	if c.AccountID == "" {
+		return Caller{}, errdefs.AccessDenied("%s acts for no account; EKS operations need one.", c.PrincipalARN)
+	}
+	return c, nil
 }
