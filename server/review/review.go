@@ -162,13 +162,21 @@ func (i identityOf) username(template string) string {
 		return template
 	}
 	session := i.signer.SessionName
-	return strings.NewReplacer(
-		"{{AccountID}}", i.signer.Principal.Account,
-		"{{SessionName}}", strings.ReplaceAll(session, "@", "-"),
-		"{{SessionNameRaw}}", session,
-		"{{AccessKeyID}}", i.accessKeyID,
-		"{{EC2PrivateDNSName}}", session,
-	).Replace(template)
+	// One pass per template present; the values (account ids, key ids,
+	// session names of [\w+=,.@-]) hold no braces, so no replacement makes
+	// another template appear.
+	for _, r := range [...]struct{ template, value string }{
+		{"{{AccountID}}", i.signer.Principal.Account},
+		{"{{SessionName}}", strings.ReplaceAll(session, "@", "-")},
+		{"{{SessionNameRaw}}", session},
+		{"{{AccessKeyID}}", i.accessKeyID},
+		{"{{EC2PrivateDNSName}}", session},
+	} {
+		if strings.Contains(template, r.template) {
+			template = strings.ReplaceAll(template, r.template, r.value)
+		}
+	}
+	return template
 }
 
 // ReviewToken authenticates a bearer token for the calling agent's cluster.
