@@ -328,7 +328,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	eksAccess := access.NewEKSServer(entries, authorizer)
 	reviews, err := review.NewService(clusters, keyCache, entries, &token.Verifier{
-		Hosts:  token.DefaultHosts(cfg.STSHosts...),
+		// AWS's STS hosts, saltbush's own region's (a private cloud may
+		// name its region anything), and the configured ones.
+		Hosts:  token.DefaultHosts(append([]string{"sts." + cfg.Cluster.Region + ".amazonaws.com"}, cfg.STSHosts...)...),
 		Lookup: secretLookup(keyCache),
 		Keys:   sigv4.NewSigningKeys(),
 	}, policies, s.registry, log.With("service", "review"))

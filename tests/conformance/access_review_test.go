@@ -15,6 +15,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/servertest"
 )
@@ -33,9 +34,9 @@ type reviewHarness struct {
 	session servertest.Creds
 }
 
-func newReviewHarness(t *testing.T) *reviewHarness {
+func newReviewHarness(t *testing.T, opts ...servertest.Option) *reviewHarness {
 	t.Helper()
-	h := &reviewHarness{accessHarness: newAccessHarness(t, controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE)}
+	h := &reviewHarness{accessHarness: newAccessHarness(t, controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE, opts...)}
 	h.uid = h.addMember(t, h.cluster, agentInstance)
 	h.review = deliveryv1.NewAccessReviewServiceClient(h.srv.AgentConn(t, h.uid, agentInstance))
 	h.dev = h.srv.Dev(t)
@@ -356,4 +357,32 @@ func TestReviewAccessDecisions(t *testing.T) {
 			t.Errorf("after disassociation: %v %v", got, err)
 		}
 	})
+}
+
+// TestReviewTokenSTSHosts: tokens for saltbush's own region's STS host and
+// for a configured private STS host are accepted; others are not.
+func TestReviewTokenSTSHosts(t *testing.T) {
+	h := newReviewHarness(t, servertest.WithConfig(func(c *server.Config) {
+		c.Cluster.Region, c.Addon.Region = "onprem-1", "onprem-1"
+		c.STSHosts = []string{"sts.cloud.internal"}
+	}))
+	cases := []struct {
+		name string
+		o    servertest.TokenOptions
+		ok   bool
+	}{
+		{"the server's own region", servertest.TokenOptions{Region: "onprem-1"}, true},
+		{"an AWS region", servertest.TokenOptions{Region: "eu-central-1"}, true},
+		{"a configured host", servertest.TokenOptions{Region: "onprem-1", Endpoint: "https://sts.cloud.internal"}, true},
+		{"another private region", servertest.TokenOptions{Region: "onprem-2"}, false},
+		{"a host like the configured one", servertest.TokenOptions{Endpoint: "https://sts.cloud.internal.example"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := h.token(t, h.dev, tc.o)
+			if got.GetAuthenticated() != tc.ok {
+				t.Errorf("authenticated = %v (%s), want %v", got.GetAuthenticated(), got.GetError(), tc.ok)
+			}
+		})
+	}
 }

@@ -42,9 +42,9 @@ type accessHarness struct {
 	account string
 }
 
-func newAccessHarness(t *testing.T, status controlv1.ClusterStatus) *accessHarness {
+func newAccessHarness(t *testing.T, status controlv1.ClusterStatus, opts ...servertest.Option) *accessHarness {
 	t.Helper()
-	srv := servertest.Start(t)
+	srv := servertest.Start(t, opts...)
 	h := &accessHarness{srv: srv, eks: srv.EKS(t), cluster: "access-1", account: srv.Config.DevAccount}
 	ctx := ctxT(t)
 	in := createInput(h.cluster)
