@@ -302,7 +302,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		auditSink = s.auditLog
 	}
 
-	clusters, err := cluster.NewService(s.store, cfg.Cluster, log.With("service", "cluster"))
+	clusterCfg := cfg.Cluster
+	clusterCfg.RoleOfSession = keyCache.EffectivePrincipal
+	clusters, err := cluster.NewService(s.store, clusterCfg, log.With("service", "cluster"))
 	if err != nil {
 		return nil, err
 	}

@@ -49,9 +49,12 @@ func (s *Service) Binding(ctx context.Context, clusterUID string, p Principal) (
 	return b, true, nil
 }
 
+// scopeOf is an association's scope. A record with no known scope type
+// (none is written so) gets a namespace scope naming no namespace: it
+// fails closed, never to cluster-wide.
 func scopeOf(a *storagev1.AssociatedPolicyRecord) accesspolicy.Scope {
-	if a.GetScopeType() == storagev1.AccessScopeType_ACCESS_SCOPE_TYPE_NAMESPACE {
-		return accesspolicy.Scope{Type: accesspolicy.ScopeNamespace, Namespaces: a.GetNamespaces()}
+	if a.GetScopeType() == storagev1.AccessScopeType_ACCESS_SCOPE_TYPE_CLUSTER {
+		return accesspolicy.Scope{Type: accesspolicy.ScopeCluster}
 	}
-	return accesspolicy.Scope{Type: accesspolicy.ScopeCluster}
+	return accesspolicy.Scope{Type: accesspolicy.ScopeNamespace, Namespaces: a.GetNamespaces()}
 }

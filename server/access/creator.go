@@ -10,23 +10,37 @@ import (
 // ClusterAdminPolicy is the policy the cluster creator's entry gets.
 const ClusterAdminPolicy = accesspolicy.ARNPrefix + "AmazonEKSClusterAdminPolicy"
 
-// CreatorEntry returns the entry CreateCluster seeds, in its own
-// transaction, when bootstrapClusterCreatorAdminPermissions is set: a
-// STANDARD entry for the creating principal (a role session's role) with
-// AmazonEKSClusterAdminPolicy on cluster scope. Seeding in the cluster's
-// create transaction means no entry can exist yet to be overwritten (the
-// cluster key did not exist, and entries live under the new uid). ok is
-// false when the creator is not an IAM principal (a saltbush service
-// acting for the account): nobody is seeded.
-func CreatorEntry(region string, who identity.Caller, c *storagev1.ClusterRecord) (key string, rec *storagev1.AccessEntryRecord, ok bool) {
+// Creator is the principal CreateCluster seeds an admin entry for: the
+// signing IAM user, the account root, or the role of an assumed-role
+// session — with its path, which roleOf finds (the key store's name
+// index; a session ARN names its role without the path). ok is false
+// when the caller is not an IAM principal (a saltbush service acting for
+// the account): nobody is seeded.
+func Creator(who identity.Caller, roleOf func(sessionARN string) string) (Principal, bool) {
 	if who.Service != "" || who.Agent != nil {
-		return "", nil, false
+		return Principal{}, false
 	}
 	signer, ok := ParseSigner(who.PrincipalARN)
 	if !ok {
-		return "", nil, false
+		return Principal{}, false
 	}
-	p := signer.Principal
+	if signer.SessionName == "" || roleOf == nil {
+		return signer.Principal, true
+	}
+	p, err := ParsePrincipal(roleOf(who.PrincipalARN))
+	if err != nil || p.Canonical() != signer.Principal.Canonical() {
+		return signer.Principal, true
+	}
+	return p, true
+}
+
+// CreatorEntry returns the entry CreateCluster seeds, in its own
+// transaction, for its creator p when bootstrapClusterCreatorAdminPermissions
+// is set: a STANDARD entry with AmazonEKSClusterAdminPolicy on cluster
+// scope. Seeding in the cluster's create transaction means no entry can
+// exist yet to be overwritten (the cluster key did not exist, and entries
+// live under the new uid).
+func CreatorEntry(region string, p Principal, c *storagev1.ClusterRecord) (key string, rec *storagev1.AccessEntryRecord) {
 	uid := newUID()
 	t := storagev1.AccessEntryType_ACCESS_ENTRY_TYPE_STANDARD
 	rec = &storagev1.AccessEntryRecord{
@@ -48,5 +62,5 @@ func CreatorEntry(region string, who identity.Caller, c *storagev1.ClusterRecord
 		}},
 		ClusterCreator: true,
 	}
-	return store.AccessEntryKey(c.GetUid(), p.Canonical()), rec, true
+	return store.AccessEntryKey(c.GetUid(), p.Canonical()), rec
 }

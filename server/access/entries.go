@@ -188,7 +188,22 @@ func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, principal
 	if err != nil {
 		return nil, 0, fmt.Errorf("cluster %q access entry %q: %w", c.GetName(), principalArn, err)
 	}
+	if rec.GetPrincipalArn() != principalArn {
+		// The same user or role under another path is another ARN: it
+		// names no entry (the key is path-free so that one role cannot
+		// have two entries).
+		return nil, 0, entryNotFound(c.GetName())
+	}
 	return rec, rev, nil
+}
+
+// sameEntry refuses an update of the entry stored at a principal's key
+// when the request named it by another path.
+func sameEntry(cluster string, r *storagev1.AccessEntryRecord, principalArn string) error {
+	if r.GetPrincipalArn() != principalArn {
+		return entryNotFound(cluster)
+	}
+	return nil
 }
 
 // Describe returns one entry of the caller's cluster.
@@ -280,6 +295,10 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 		}
 	}
 	if req.Username != nil {
+		if req.GetUsername() == "" {
+			// Kubernetes needs a name for every user; "" is not "keep".
+			return nil, invalid(cn, "The username must be 1 to %d characters.", maxUsernameLen)
+		}
 		if err := validateUsername(cn, req.GetUsername()); err != nil {
 			return nil, err
 		}
@@ -303,6 +322,9 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 		}
 		_, err = s.store.GuaranteedUpdate(ctx, key, rec, func(cur proto.Message, txn *store.Txn) error {
 			r := cur.(*storagev1.AccessEntryRecord)
+			if err := sameEntry(cn, r, req.GetPrincipalArn()); err != nil {
+				return err
+			}
 			if r.GetType() != storagev1.AccessEntryType_ACCESS_ENTRY_TYPE_STANDARD && (setGroups || req.Username != nil) {
 				return standardOnly(cn)
 			}

@@ -72,6 +72,9 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 		}
 		_, err = s.store.GuaranteedUpdate(ctx, key, rec, func(cur proto.Message, txn *store.Txn) error {
 			r := cur.(*storagev1.AccessEntryRecord)
+			if err := sameEntry(cn, r, req.GetPrincipalArn()); err != nil {
+				return err
+			}
 			if err := associable(cn, r.GetType(), req.GetPolicyArn()); err != nil {
 				return err
 			}
@@ -91,7 +94,7 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 				r.Policies = append(r.Policies, assoc)
 			} else {
 				assoc = r.GetPolicies()[i]
-				if assoc.GetScopeType() != scopeType || !slices.Equal(assoc.GetNamespaces(), namespaces) {
+				if assoc.GetScopeType() != scopeType || !sameSet(assoc.GetNamespaces(), namespaces) {
 					assoc.ScopeType, assoc.Namespaces, assoc.ModifiedAt = scopeType, namespaces, now
 				}
 			}
@@ -144,6 +147,9 @@ func (s *Service) Disassociate(ctx context.Context, cluster, principalArn, polic
 		}
 		_, err = s.store.GuaranteedUpdate(ctx, key, &storagev1.AccessEntryRecord{}, func(cur proto.Message, txn *store.Txn) error {
 			r := cur.(*storagev1.AccessEntryRecord)
+			if err := sameEntry(cluster, r, principalArn); err != nil {
+				return err
+			}
 			i := slices.IndexFunc(r.GetPolicies(), func(p *storagev1.AssociatedPolicyRecord) bool { return p.GetPolicyArn() == policyArn })
 			if i < 0 {
 				return errdefs.NotFound("The policy %s is not associated with the access entry of %s.", clip(policyArn), clip(principalArn)).
@@ -226,4 +232,13 @@ func (s *Service) ListPolicies(maxResults *int32, nextToken string) ([]accesspol
 		next = s.store.SealPageToken(scope, all[end-1].ARN)
 	}
 	return all[start:end], next, nil
+}
+
+// sameSet reports whether two namespace lists name the same namespaces:
+// re-associating a scope in another order changes nothing.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

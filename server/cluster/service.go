@@ -36,6 +36,10 @@ type Config struct {
 	DefaultKubernetesVersion string
 	// IdempotencyTTL is how long a clientRequestToken is remembered.
 	IdempotencyTTL time.Duration
+	// RoleOfSession returns the ARN, path included, of an assumed-role
+	// session's role (the key store's name index), for the creator's
+	// access entry; when nil the role is taken to have no path.
+	RoleOfSession func(sessionARN string) string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -126,8 +130,8 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (
 		// The creator's admin entry is written with the cluster, never
 		// after it: no entry for the creator can exist yet to be
 		// overwritten (entries live under the new uid).
-		if entryKey, entry, ok := access.CreatorEntry(s.cfg.Region, who, rec); ok {
-			txn.Create(entryKey, entry)
+		if creator, ok := access.Creator(who, s.cfg.RoleOfSession); ok {
+			txn.Create(access.CreatorEntry(s.cfg.Region, creator, rec))
 		}
 	}
 	tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, now)

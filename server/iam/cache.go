@@ -168,7 +168,7 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 // Policies is Service.Policies from memory.
 func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
 	// A role session has the policies of its role.
-	arn = c.effectivePrincipal(arn)
+	arn = c.EffectivePrincipal(arn)
 	c.mu.RLock()
 	m, ok := c.principals[arn]
 	if ok && c.ready && c.current(m) {
@@ -284,10 +284,11 @@ func (c *Cache) PrincipalExists(ctx context.Context, arn string) (bool, error) {
 	return c.svc.PrincipalExists(ctx, arn)
 }
 
-// effectivePrincipal is Service.effectivePrincipal from memory: a
+// EffectivePrincipal is Service.effectivePrincipal from memory: a
 // session's role found by name in the mirror (so a role with a path is
-// found), or the role without a path when the index has no entry.
-func (c *Cache) effectivePrincipal(arn string) string {
+// found), or the role without a path when the index has no entry; any
+// other ARN unchanged.
+func (c *Cache) EffectivePrincipal(arn string) string {
 	account, role, _, ok := AssumedRole(arn)
 	if !ok {
 		return arn

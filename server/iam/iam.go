@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -46,10 +47,10 @@ func principalKey(account, arn string) string {
 	return accountKey(account) + "/principals/" + hex.EncodeToString(sum[:])
 }
 
-// nameKey indexes a user or role by name (unique in the account whatever
-// the path).
+// nameKey indexes a user or role by name: IAM names are unique in an
+// account whatever the path and whatever the case.
 func nameKey(account, kind, name string) string {
-	return accountKey(account) + "/names/" + kind + "/" + name
+	return accountKey(account) + "/names/" + kind + "/" + strings.ToLower(name)
 }
 
 func policyKey(account, name string) string { return accountKey(account) + "/policies/" + name }
@@ -144,7 +145,7 @@ func (s *Service) CreatePrincipal(ctx context.Context, arn string) (*storagev1.P
 		RequireExists(accountKey(account)))
 	switch {
 	case errors.Is(err, store.ErrExists):
-		return nil, errdefs.ResourceInUse("Principal %s already exists: a %s named %s exists in account %s (names are unique whatever the path).", arn, m[2], m[4], account)
+		return nil, errdefs.ResourceInUse("Principal %s already exists: a %s named %s exists in account %s (names are unique whatever the path and case).", arn, m[2], m[4], account)
 	case errors.Is(err, store.ErrConflict):
 		return nil, errdefs.NotFound("Account %s does not exist.", account)
 	case err != nil:
@@ -323,6 +324,11 @@ func (s *Service) keyOwner(ctx context.Context, arn string) (account, mustExist 
 	account, err = ParsePrincipal(role)
 	if err != nil {
 		return "", "", errdefs.InvalidParameter("%q is not an IAM user or role ARN, an assumed-role session or an account root.", arn)
+	}
+	if _, name, _, ok := AssumedRole(arn); ok && !strings.HasSuffix(role, "/"+name) {
+		// The index matches names in any case; a session names its role
+		// exactly as the role is named.
+		return "", "", errdefs.NotFound("Principal %s does not exist: its role is named %s.", arn, role)
 	}
 	return account, principalKey(account, role), nil
 }

@@ -192,7 +192,10 @@ func (s *Service) ReviewToken(ctx context.Context, req *deliveryv1.ReviewTokenRe
 	if err != nil {
 		return nil, err
 	}
-	resp.Audiences = req.GetAudiences()
+	// No audiences in the answer: a webhook's audiences are trusted by the
+	// apiserver over its own, and an EKS token is bound to no audience
+	// (aws-iam-authenticator returns none), so the apiserver's implicit
+	// audiences apply.
 	result := "unauthenticated"
 	if resp.GetAuthenticated() {
 		result = "authenticated"
@@ -305,13 +308,28 @@ func attributes(req *deliveryv1.ReviewAccessRequest) (accesspolicy.Attributes, e
 	}, nil
 }
 
-// one returns the single value of an extra attribute ("" when absent or
-// repeated: an ambiguous attribute names nothing).
+// one returns the single value of an extra attribute ("" when absent,
+// repeated, or given under two spellings: an ambiguous attribute names
+// nothing). Keys match case-insensitively: an aggregated API server (e.g.
+// metrics-server) receives the user's extras as X-Remote-Extra- headers
+// and asks its delegated SubjectAccessReview with the keys lowercased.
 func one(extra map[string]*deliveryv1.ExtraValue, key string) string {
-	if v := extra[key].GetValues(); len(v) == 1 {
-		return v[0]
+	value, found := "", 0
+	for k, v := range extra {
+		if !strings.EqualFold(k, key) {
+			continue
+		}
+		found++
+		if vs := v.GetValues(); len(vs) == 1 {
+			value = vs[0]
+		} else {
+			value = ""
+		}
 	}
-	return ""
+	if found != 1 {
+		return ""
+	}
+	return value
 }
 
 func (s *Service) reviewAccess(ctx context.Context, c *storagev1.ClusterRecord, req *deliveryv1.ReviewAccessRequest, attrs accesspolicy.Attributes) (*deliveryv1.ReviewAccessResponse, error) {

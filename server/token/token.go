@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -257,7 +258,29 @@ func (v *Verifier) Verify(ctx context.Context, token, clusterName string) (Ident
 		// carry it.
 		return Identity{}, &Error{Reason: reason, Message: "sts getCallerIdentity failed: " + se.Message}
 	}
+	if want, ok := hostRegion(u.Host); ok && res.Region != want {
+		// STS answers a signature scoped to another region than its
+		// endpoint's with an error; so does saltbush.
+		return Identity{}, &Error{Reason: BadSignature, Message: fmt.Sprintf(
+			"sts getCallerIdentity failed: Credential should be scoped to a valid region, not '%s'.", clip(res.Region))}
+	}
 	return Identity{AccessKeyID: res.AccessKeyID, Region: res.Region, Date: signedAt}, nil
+}
+
+// awsSTSHost is an AWS regional STS endpoint name.
+var awsSTSHost = regexp.MustCompile(`^sts(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com$`)
+
+// hostRegion is the region an AWS STS endpoint takes signatures for: its
+// own, or us-east-1 for the global endpoint. Other hosts (--sts-host) are
+// not constrained.
+func hostRegion(host string) (string, bool) {
+	if host == "sts.amazonaws.com" {
+		return "us-east-1", true
+	}
+	if m := awsSTSHost.FindStringSubmatch(host); m != nil {
+		return m[1], true
+	}
+	return "", false
 }
 
 // signsClusterID reports whether the X-Amz-SignedHeaders value names the

@@ -223,3 +223,42 @@ func TestAccessEntryClientRequestToken(t *testing.T) {
 	_, err = h.eks.UpdateAccessEntry(ctx, up)
 	checkTyped(t, err, &types.InvalidParameterException{}, "clientRequestToken")
 }
+
+// TestAccessEntryCreatorIsTheSessionsRole: a cluster created by an
+// assumed-role session seeds an entry for the role — with the role's path,
+// which the session ARN leaves out — and a token of any session of that
+// role then authenticates as the creator.
+func TestAccessEntryCreatorIsTheSessionsRole(t *testing.T) {
+	h := newAccessHarness(t, controlv1.ClusterStatus_CLUSTER_STATUS_UNSPECIFIED)
+	ctx := ctxT(t)
+	const role = "arn:aws:iam::000000000000:role/platform/creator"
+	if _, err := h.srv.IAM().CreatePrincipal(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.IAM().AttachPolicy(ctx, role, "AdministratorAccess"); err != nil {
+		t.Fatal(err)
+	}
+	session := h.srv.EKSAs(t, h.srv.NewKey(t, "arn:aws:sts::000000000000:assumed-role/creator/build-42"))
+	in := createInput("by-session")
+	in.AccessConfig = &types.CreateAccessConfigRequest{AuthenticationMode: types.AuthenticationModeApi}
+	if _, err := session.CreateCluster(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.eks.ListAccessEntries(ctx, &eks.ListAccessEntriesInput{ClusterName: aws.String("by-session")})
+	if err != nil || len(out.AccessEntries) != 1 || out.AccessEntries[0] != role {
+		t.Fatalf("entries = %v, %v; want the role with its path", out, err)
+	}
+	d, err := h.eks.DescribeAccessEntry(ctx, &eks.DescribeAccessEntryInput{ClusterName: aws.String("by-session"), PrincipalArn: aws.String(role)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := aws.ToString(d.AccessEntry.Username); got != "arn:aws:sts::000000000000:assumed-role/creator/{{SessionName}}" {
+		t.Errorf("username = %s", got)
+	}
+	// The role without its path names no entry.
+	var nf *types.ResourceNotFoundException
+	if _, err := h.eks.DescribeAccessEntry(ctx, &eks.DescribeAccessEntryInput{ClusterName: aws.String("by-session"),
+		PrincipalArn: aws.String("arn:aws:iam::000000000000:role/creator")}); !errors.As(err, &nf) {
+		t.Errorf("the role's ARN without its path: %v, want ResourceNotFoundException", err)
+	}
+}

@@ -81,7 +81,8 @@ type ReviewTokenRequest struct {
 	// The bearer token: `k8s-aws-v1.` + base64url of a presigned STS
 	// GetCallerIdentity URL. At most 4 KiB.
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
-	// The audiences the apiserver asked for (echoed; EKS tokens carry none).
+	// The audiences the apiserver asked for. EKS tokens are bound to none,
+	// so the answer names none and the apiserver applies its own.
 	Audiences     []string `protobuf:"bytes,3,rep,name=audiences,proto3" json:"audiences,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -144,7 +145,8 @@ type ReviewTokenResponse struct {
 	Authenticated bool                   `protobuf:"varint,1,opt,name=authenticated,proto3" json:"authenticated,omitempty"`
 	User          *UserInfo              `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
 	// Why the token did not authenticate; never echoes the token.
-	Error         string   `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// Always empty (see ReviewTokenRequest.audiences).
 	Audiences     []string `protobuf:"bytes,4,rep,name=audiences,proto3" json:"audiences,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -157,9 +157,9 @@ func (x *PrincipalRecord) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// PrincipalNameRecord is stored at iam/accounts/{account}/names/{user|role}/{name},
+// PrincipalNameRecord is stored at iam/accounts/{account}/names/{user|role}/{lowercased name},
 // created with its principal: IAM names a user or role uniquely in its
-// account whatever its path, and an assumed-role session
+// account whatever its path and case, and an assumed-role session
 // (arn:aws:sts::{account}:assumed-role/{name}/{session}) names its role
 // without the path, so the session's role is found here.
 type PrincipalNameRecord struct {
