@@ -60,7 +60,6 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 		return nil, nil, err
 	}
 	rec := &storagev1.AccessEntryRecord{}
-	var assoc *storagev1.AssociatedPolicyRecord
 	err = retryConflicts(ctx, func() error {
 		c, clusterRev, err := s.cluster(ctx, who, cn, true)
 		if err != nil {
@@ -87,13 +86,12 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 					return errdefs.ResourceLimitExceeded("An access entry may have at most %d associated access policies.", maxAssociations).
 						WithField("clusterName", cn)
 				}
-				assoc = &storagev1.AssociatedPolicyRecord{
+				r.Policies = append(r.Policies, &storagev1.AssociatedPolicyRecord{
 					PolicyArn: req.GetPolicyArn(), ScopeType: scopeType, Namespaces: namespaces,
 					AssociatedAt: now, ModifiedAt: now,
-				}
-				r.Policies = append(r.Policies, assoc)
+				})
 			} else {
-				assoc = r.GetPolicies()[i]
+				assoc := r.GetPolicies()[i]
 				if assoc.GetScopeType() != scopeType || !sameSet(assoc.GetNamespaces(), namespaces) {
 					assoc.ScopeType, assoc.Namespaces, assoc.ModifiedAt = scopeType, namespaces, now
 				}
@@ -109,7 +107,6 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 	if err != nil {
 		return nil, nil, wrapUnlessAPI(err, "associate %q with access entry %q of cluster %q", req.GetPolicyArn(), req.GetPrincipalArn(), cn)
 	}
-	// assoc points into the last attempt's record, which rec now equals.
 	i := slices.IndexFunc(rec.GetPolicies(), func(p *storagev1.AssociatedPolicyRecord) bool { return p.GetPolicyArn() == req.GetPolicyArn() })
 	return rec, rec.GetPolicies()[i], nil
 }
