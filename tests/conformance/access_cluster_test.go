@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
@@ -241,8 +242,20 @@ func TestAccessEntryCreatorIsTheSessionsRole(t *testing.T) {
 	session := h.srv.EKSAs(t, h.srv.NewKey(t, "arn:aws:sts::000000000000:assumed-role/creator/build-42"))
 	in := createInput("by-session")
 	in.AccessConfig = &types.CreateAccessConfigRequest{AuthenticationMode: types.AuthenticationModeApi}
-	if _, err := session.CreateCluster(ctx, in); err != nil {
-		t.Fatal(err)
+	// The attachment reaches the key store's in-memory mirror through its
+	// etcd watch, within milliseconds: until then the role has no policy.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := session.CreateCluster(ctx, in)
+		var denied *types.AccessDeniedException
+		if errors.As(err, &denied) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
 	}
 	out, err := h.eks.ListAccessEntries(ctx, &eks.ListAccessEntriesInput{ClusterName: aws.String("by-session")})
 	if err != nil || len(out.AccessEntries) != 1 || out.AccessEntries[0] != role {
