@@ -46,6 +46,7 @@ import (
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster"
+	"github.com/saltbush/saltbush/server/delivery"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
@@ -117,6 +118,9 @@ type Config struct {
 	// STSHosts are host names accepted in `aws eks get-token` tokens
 	// besides AWS's STS endpoints (a private cloud's own STS name).
 	STSHosts []string
+	// Delivery is the agent streams' timing (validated: fence-after plus
+	// the safety margin must be below the session TTL).
+	Delivery delivery.Config
 	// ReplicaName names this replica in the add-on sweeper election.
 	ReplicaName string
 	// Catalog is the add-on catalogue; the embedded one (catalog.Load) when
@@ -146,6 +150,7 @@ func DefaultConfig() Config {
 		ReadinessInterval: 5 * time.Second,
 		Cluster:           cluster.DefaultConfig(),
 		Addon:             addon.DefaultConfig(),
+		Delivery:          delivery.DefaultConfig(),
 	}
 }
 
@@ -170,7 +175,7 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("max body bytes must be positive"))
 	}
-	errs = append(errs, c.Cluster.Validate(), c.Addon.Validate())
+	errs = append(errs, c.Cluster.Validate(), c.Addon.Validate(), c.Delivery.Validate())
 	if c.Addon.Region != c.Cluster.Region {
 		errs = append(errs, fmt.Errorf("add-on region %q differs from cluster region %q", c.Addon.Region, c.Cluster.Region))
 	}
@@ -350,6 +355,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		replica = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	s.sweeper = addons.NewSweeper(replica)
+	deliveryCfg := cfg.Delivery
+	deliveryCfg.Replica = replica
+	deliveries, err := delivery.NewService(s.store, clusters, addons, deliveryCfg, s.registry, log.With("service", "delivery"))
+	if err != nil {
+		return nil, err
+	}
 
 	// gRPC: the public port, mTLS only. Identity comes from the verified
 	// client certificate (the pki interceptor), never from metadata; access
@@ -378,6 +389,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	eksv1.RegisterTagServiceServer(s.grpcServer, eksTags)
 	eksv1.RegisterAccessEntryServiceServer(s.grpcServer, eksAccess)
 	deliveryv1.RegisterAccessReviewServiceServer(s.grpcServer, review.NewServer(reviews))
+	deliveryv1.RegisterDeliveryServiceServer(s.grpcServer, delivery.NewServer(deliveries))
 	controlv1.RegisterAddonControlServiceServer(s.grpcServer, addon.NewControlServer(addons))
 	controlv1.RegisterIdentityControlServiceServer(s.grpcServer, iam.NewControlServer(s.keys, s.ca))
 	s.health = health.NewServer()

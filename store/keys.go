@@ -63,6 +63,17 @@ func AccessEntryKey(clusterUID, principal string) string {
 	return AccessEntriesPrefix(clusterUID) + hex.EncodeToString(sum[:])
 }
 
+// ExecutorKey is where a cluster incarnation's delivery executor
+// {instance, epoch} lives.
+func ExecutorKey(clusterUID string) string { return ClusterChildrenPrefix(clusterUID) + "executor" }
+
+// SessionsPrefix is the prefix of a cluster incarnation's live agent
+// sessions.
+func SessionsPrefix(clusterUID string) string { return ClusterChildrenPrefix(clusterUID) + "sessions/" }
+
+// SessionKey is where one agent's session lives (attached to a lease).
+func SessionKey(clusterUID, instance string) string { return SessionsPrefix(clusterUID) + instance }
+
 // AddonDeadlinesPrefix is the prefix of the add-on deadline index.
 const AddonDeadlinesPrefix = "addon-deadlines/"
 

@@ -54,6 +54,7 @@ type op struct {
 	key   string
 	value []byte
 	ttl   time.Duration
+	lease clientv3.LeaseID
 }
 
 // NewTxn returns an empty transaction.
@@ -100,6 +101,26 @@ func (t *Txn) Update(key string, rec proto.Message, modRev int64) *Txn {
 // Put writes rec at key unconditionally.
 func (t *Txn) Put(key string, rec proto.Message) *Txn {
 	t.ops = append(t.ops, op{kind: opPut, key: key, value: t.encode(rec)})
+	return t
+}
+
+// PutWithLease writes rec at key attached to lease, which the caller
+// grants and keeps alive: the key lives exactly as long as the lease (a
+// guest agent's session).
+func (t *Txn) PutWithLease(key string, rec proto.Message, lease clientv3.LeaseID) *Txn {
+	t.ops = append(t.ops, op{kind: opPut, key: key, value: t.encode(rec), lease: lease})
+	return t
+}
+
+// Remove deletes key unconditionally (nothing when it is absent).
+func (t *Txn) Remove(key string) *Txn {
+	t.ops = append(t.ops, op{kind: opDelete, key: key})
+	return t
+}
+
+// RequireAbsent guards the transaction on key not existing.
+func (t *Txn) RequireAbsent(key string) *Txn {
+	t.cmps = append(t.cmps, cmp{kind: cmpAbsent, key: key})
 	return t
 }
 
@@ -185,6 +206,9 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 		switch o.kind {
 		case opPut:
 			var opts []clientv3.OpOption
+			if o.lease != 0 {
+				opts = append(opts, clientv3.WithLease(o.lease))
+			}
 			if o.ttl > 0 {
 				lease, err := s.leases.get(ctx, o.ttl)
 				if err != nil {

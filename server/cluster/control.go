@@ -81,19 +81,20 @@ func (s *Service) mutate(ctx context.Context, ref *controlv1.ClusterRef, op stri
 	}
 	rec := &storagev1.ClusterRecord{}
 	_, err := s.store.GuaranteedUpdate(ctx, store.ClusterKey(ref.GetAccountId(), ref.GetName()), rec,
-		func(cur proto.Message, _ *store.Txn) error {
+		func(cur proto.Message, txn *store.Txn) error {
 			c := cur.(*storagev1.ClusterRecord)
 			if ref.GetUid() != "" && ref.GetUid() != c.GetUid() {
 				return errdefs.NotFound("No cluster found for name: %s with id %s.", ref.GetName(), ref.GetUid()).
 					WithField("clusterName", ref.GetName())
 			}
-			before := proto.Clone(c)
+			before := proto.Clone(c).(*storagev1.ClusterRecord)
 			if err := change(c); err != nil {
 				return err
 			}
 			if !proto.Equal(before, c) {
 				c.ModifiedAt = timestamppb.New(s.cfg.Now())
 			}
+			fenceDelivery(txn, before, c)
 			return nil
 		})
 	if err != nil {
@@ -105,6 +106,19 @@ func (s *Service) mutate(ctx context.Context, ref *controlv1.ClusterRef, op stri
 	s.log.InfoContext(ctx, "cluster changed", "op", op, "account", ref.GetAccountId(), "cluster", ref.GetName(),
 		"uid", rec.GetUid(), "status", StatusName(rec.GetStatus()))
 	return rec, nil
+}
+
+// fenceDelivery removes the cluster's delivery executor in the
+// transaction that turns it DELETING or FAILED: from that commit on no
+// report is accepted (reports compare the executor record), and no
+// executor is assigned again.
+func fenceDelivery(txn *store.Txn, before, after *storagev1.ClusterRecord) {
+	ends := func(st storagev1.ClusterStatus) bool {
+		return st == storagev1.ClusterStatus_CLUSTER_STATUS_DELETING || st == storagev1.ClusterStatus_CLUSTER_STATUS_FAILED
+	}
+	if ends(after.GetStatus()) && !ends(before.GetStatus()) {
+		txn.Remove(store.ExecutorKey(after.GetUid()))
+	}
 }
 
 func refusedWhileDeleting(c *storagev1.ClusterRecord, what string) error {

@@ -239,11 +239,13 @@ func (s *Service) Delete(ctx context.Context, name string) (*storagev1.ClusterRe
 		return nil, err
 	}
 	rec := &storagev1.ClusterRecord{}
-	_, err = s.store.GuaranteedUpdate(ctx, store.ClusterKey(who.AccountID, name), rec, func(cur proto.Message, _ *store.Txn) error {
+	_, err = s.store.GuaranteedUpdate(ctx, store.ClusterKey(who.AccountID, name), rec, func(cur proto.Message, txn *store.Txn) error {
 		c := cur.(*storagev1.ClusterRecord)
 		if c.GetStatus() == storagev1.ClusterStatus_CLUSTER_STATUS_DELETING {
 			return nil
 		}
+		before := proto.Clone(c).(*storagev1.ClusterRecord)
+		defer fenceDelivery(txn, before, c)
 		if c.GetSpec().GetDeletionProtection() {
 			return errdefs.InvalidRequest("Cannot delete cluster %s because deletion protection is enabled.", name).
 				WithField("clusterName", name)

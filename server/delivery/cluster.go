@@ -1,0 +1,267 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Clusters reads cluster records.
+type Clusters interface {
+	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+}
+
+// snapshot is one consistent read of what a cluster's streams act on, all
+// at one etcd revision.
+type snapshot struct {
+	revision int64
+	// cluster is nil when the incarnation is gone (purged or recreated).
+	cluster    *storagev1.ClusterRecord
+	clusterRev int64
+	// executor is nil when none is assigned.
+	executor    *storagev1.ExecutorRecord
+	executorRev int64
+	sessions    map[string]bool
+	desired     *deliveryv1.DesiredSet
+}
+
+// member reports whether instance is a member of the cluster.
+func (sn *snapshot) member(instance string) bool {
+	return sn.cluster != nil && slices.ContainsFunc(sn.cluster.GetMembers(), func(m *storagev1.ClusterMember) bool {
+		return m.GetInstanceId() == instance
+	})
+}
+
+// serving reports whether the cluster may have an executor at all.
+func (sn *snapshot) serving() bool {
+	if sn.cluster == nil {
+		return false
+	}
+	switch sn.cluster.GetStatus() {
+	case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
+		return false
+	}
+	return true
+}
+
+// clusterWatch is the one etcd watch of a cluster incarnation on this
+// replica, shared by the cluster's streams here. Every change under the
+// cluster's keys (or of its record) triggers one consistent re-read; the
+// streams are told, coalesced: each takes the latest snapshot when it gets
+// to it.
+type clusterWatch struct {
+	s                  *Service
+	uid, account, name string
+	cancel             context.CancelFunc
+	done               chan struct{}
+
+	mu    sync.Mutex
+	subs  map[chan struct{}]bool
+	state *snapshot
+	err   error
+}
+
+// subscribe returns the watch of c's incarnation (starting it if this is
+// the replica's first stream of it) and a channel that is signalled
+// whenever the snapshot changes; unsubscribe when the stream ends.
+func (s *Service) subscribe(c *storagev1.ClusterRecord) (*clusterWatch, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.watches[c.GetUid()]
+	if !ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		w = &clusterWatch{s: s, uid: c.GetUid(), account: c.GetAccountId(), name: c.GetName(), cancel: cancel,
+			done: make(chan struct{}), subs: map[chan struct{}]bool{}}
+		s.watches[c.GetUid()] = w
+		go w.run(ctx)
+	}
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.subs[ch] = true
+	w.mu.Unlock()
+	ch <- struct{}{}
+	return w, ch
+}
+
+func (s *Service) unsubscribe(w *clusterWatch, ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.mu.Lock()
+	delete(w.subs, ch)
+	last := len(w.subs) == 0
+	w.mu.Unlock()
+	if last && s.watches[w.uid] == w {
+		delete(s.watches, w.uid)
+		w.cancel()
+	}
+}
+
+// current returns the latest snapshot (nil until the first read) and the
+// last read error.
+func (w *clusterWatch) current() (*snapshot, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state, w.err
+}
+
+// run follows the cluster's keys until ctx ends: every event triggers a
+// re-read (coalesced), an assignment attempt when one is due, and a
+// signal to the streams.
+func (w *clusterWatch) run(ctx context.Context) {
+	defer close(w.done)
+	trigger := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	for _, prefix := range []string{store.ClusterChildrenPrefix(w.uid), store.ClusterKey(w.account, w.name)} {
+		go func() {
+			for range w.s.store.Watch(ctx, prefix, 0) {
+				poke()
+			}
+		}()
+	}
+	poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-trigger:
+		}
+		sn, err := w.s.read(ctx, w.uid, w.account, w.name)
+		if err == nil && sn.serving() {
+			if assigned, aerr := w.s.assign(ctx, sn); aerr != nil {
+				w.s.log.WarnContext(ctx, "executor assignment", "cluster_uid", w.uid, "err", aerr)
+			} else if assigned {
+				// The watch brings the new executor record; read again then.
+				continue
+			}
+		}
+		w.mu.Lock()
+		if err != nil {
+			w.err = err
+		} else {
+			w.state, w.err = sn, nil
+		}
+		for ch := range w.subs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		w.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			// etcd unreachable: try again shortly rather than wait for
+			// an event that a broken watch may not bring.
+			time.AfterFunc(200*time.Millisecond, poke)
+		}
+	}
+}
+
+// read takes one consistent snapshot of a cluster incarnation: its
+// record, executor, sessions and add-ons, in one etcd transaction.
+func (s *Service) read(ctx context.Context, uid, account, name string) (*snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := s.client.Txn(ctx).Then(
+		clientv3.OpGet(s.store.Key(store.ClusterKey(account, name))),
+		clientv3.OpGet(s.store.Key(store.ExecutorKey(uid))),
+		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.store.Key(store.AddonsPrefix(uid)), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("read cluster %s: %w", uid, err)
+	}
+	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]bool{}}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		c := &storagev1.ClusterRecord{}
+		if err := store.Decode(kvs[0].Value, c); err != nil {
+			return nil, fmt.Errorf("cluster %s/%s: %w", account, name, err)
+		}
+		if c.GetUid() == uid {
+			sn.cluster, sn.clusterRev = c, kvs[0].ModRevision
+		}
+	}
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		e := &storagev1.ExecutorRecord{}
+		if err := store.Decode(kvs[0].Value, e); err != nil {
+			return nil, fmt.Errorf("executor of cluster %s: %w", uid, err)
+		}
+		sn.executor, sn.executorRev = e, kvs[0].ModRevision
+	}
+	prefix := s.store.Key(store.SessionsPrefix(uid))
+	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
+		sn.sessions[string(kv.Key[len(prefix):])] = true
+	}
+	if sn.cluster != nil {
+		if sn.desired, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(), sn.revision); err != nil {
+			return nil, err
+		}
+	}
+	return sn, nil
+}
+
+// assign makes a live member the executor when the cluster has none, or
+// when the executor's session has expired: break before make. The
+// transaction checks what the decision rests on — the executor record
+// read, the old executor's session absent, the candidate's present, the
+// cluster record (status, members) unchanged — so of all replicas trying
+// at once exactly one wins, and never while the old executor's session
+// lives. It reports whether it committed.
+func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
+	e := sn.executor
+	if e != nil && sn.sessions[e.GetInstanceId()] {
+		// Live (a removed member's session still runs out first).
+		return false, nil
+	}
+	var candidates []string
+	for instance := range sn.sessions {
+		if sn.member(instance) {
+			candidates = append(candidates, instance)
+		}
+	}
+	if len(candidates) == 0 {
+		return false, nil
+	}
+	slices.Sort(candidates)
+	next := &storagev1.ExecutorRecord{InstanceId: candidates[0], Since: timestamppb.Now(), Reason: "first executor"}
+	uid := sn.cluster.GetUid()
+	txn := store.NewTxn().
+		RequireExists(store.SessionKey(uid, next.GetInstanceId())).
+		RequireModRevision(store.ClusterKey(sn.cluster.GetAccountId(), sn.cluster.GetName()), sn.clusterRev)
+	if e == nil {
+		txn.RequireAbsent(store.ExecutorKey(uid))
+		next.Epoch = 1
+	} else {
+		txn.RequireModRevision(store.ExecutorKey(uid), sn.executorRev).
+			RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
+		next.Epoch = e.GetEpoch() + 1
+		next.Reason = "session of " + e.GetInstanceId() + " expired"
+	}
+	txn.Put(store.ExecutorKey(uid), next)
+	if _, err := s.store.Commit(ctx, txn); err != nil {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrExists) {
+			// Another replica decided, or something moved: the watch
+			// brings it.
+			return false, nil
+		}
+		return false, err
+	}
+	s.assignments.Inc()
+	s.log.InfoContext(ctx, "executor assigned", "cluster_uid", uid, "instance", next.GetInstanceId(),
+		"epoch", next.GetEpoch(), "reason", next.GetReason())
+	return true, nil
+}

@@ -1,0 +1,87 @@
+package delivery
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/store"
+)
+
+// desiredSet is the state of the world for cluster c from its add-on
+// records (kvs, read at revision rev): every add-on, rendered with its
+// configuration values and role ARNs, and those being deleted as
+// tombstones. The digest covers the content only, so the same add-ons
+// give the same digest on every replica and after every reconnect.
+func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs []*mvccpb.KeyValue, rev int64) (*deliveryv1.DesiredSet, error) {
+	set := &deliveryv1.DesiredSet{Version: rev, Addons: make([]*deliveryv1.DesiredAddon, 0, len(kvs))}
+	for _, kv := range kvs {
+		rec := &storagev1.AddonRecord{}
+		if err := store.Decode(kv.Value, rec); err != nil {
+			return nil, fmt.Errorf("add-on %s: %w", kv.Key, err)
+		}
+		a, err := s.desiredAddon(c, rec)
+		if err != nil {
+			// Validated at create and update, so this is a catalogue
+			// change the record predates: leave the add-on out (the agent
+			// keeps what it has) and say so.
+			s.log.Error("add-on cannot be rendered; left out of the desired set", "cluster_uid", c.GetUid(),
+				"addon", rec.GetName(), "generation", rec.GetGeneration(), "err", err)
+			continue
+		}
+		set.Addons = append(set.Addons, a)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&deliveryv1.DesiredSet{Addons: set.Addons})
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	set.Digest = hex.EncodeToString(sum[:])
+	return set, nil
+}
+
+func (s *Service) desiredAddon(c *storagev1.ClusterRecord, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {
+	spec := rec.GetSpec()
+	a := &deliveryv1.DesiredAddon{
+		Name: rec.GetName(), Uid: rec.GetUid(), Generation: rec.GetGeneration(), Version: spec.GetVersion(),
+		Namespace: spec.GetNamespace(), Deleting: spec.GetDeleted(), Preserve: spec.GetPreserve(),
+	}
+	if a.Deleting {
+		return a, nil
+	}
+	cat, ok := s.catalog.Addon(rec.GetName())
+	if !ok {
+		return nil, fmt.Errorf("add-on %q is not in the catalogue", rec.GetName())
+	}
+	v, ok := cat.Version(spec.GetVersion())
+	if !ok {
+		return nil, fmt.Errorf("add-on %q has no version %q in the catalogue", rec.GetName(), spec.GetVersion())
+	}
+	var values map[string]any
+	if cv := spec.GetConfigurationValues(); cv != "" {
+		// JSON or YAML, validated against the version's schema on write.
+		if err := yaml.Unmarshal([]byte(cv), &values); err != nil {
+			return nil, fmt.Errorf("configuration values: %w", err)
+		}
+	}
+	roles := map[string]string{}
+	for _, p := range spec.GetPodIdentityAssociations() {
+		roles[p.GetServiceAccount()] = p.GetRoleArn()
+	}
+	manifest, err := v.Render(catalog.RenderParams{
+		ClusterName: c.GetName(), Namespace: spec.GetNamespace(), ServiceAccountRoleARN: spec.GetServiceAccountRoleArn(),
+		PodIdentityRoles: roles, Values: values,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Manifest = manifest
+	return a, nil
+}

@@ -1,0 +1,136 @@
+// Package delivery is the host side of add-on delivery (DESIGN §6,
+// docs/delivery-protocol.md): guest agents hold one mutually authenticated
+// stream each (delivery.v1 DeliveryService/Connect); the host admits them
+// against their certificate and the cluster's members, assigns one
+// executor per cluster with an epoch (break before make, on etcd leases),
+// pushes the cluster's desired add-ons on change from an etcd watch, and
+// accepts reports only from the current executor at its epoch, in the
+// transaction that applies them.
+package delivery
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/server/addon"
+	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Config is delivery's timing, in one place: validated at start and sent
+// to every agent in its Assignment, so both sides agree.
+type Config struct {
+	// SessionTTL is the etcd lease of an agent's session: a successor
+	// executor may be assigned this long after the old one's last
+	// keepalive.
+	SessionTTL time.Duration
+	// HeartbeatInterval is how often each side sends a Heartbeat when
+	// idle.
+	HeartbeatInterval time.Duration
+	// FenceAfter is how long an agent applies without hearing from the
+	// host before it stops.
+	FenceAfter time.Duration
+	// SafetyMargin separates the agent's stop from the session's expiry.
+	SafetyMargin time.Duration
+	// HelloTimeout bounds the wait for a stream's first message.
+	HelloTimeout time.Duration
+	// Replica names this saltbush in session records.
+	Replica string
+}
+
+// DefaultConfig returns the timing `saltbush serve` starts with.
+func DefaultConfig() Config {
+	return Config{
+		SessionTTL:        15 * time.Second,
+		HeartbeatInterval: 3 * time.Second,
+		FenceAfter:        9 * time.Second,
+		SafetyMargin:      3 * time.Second,
+		HelloTimeout:      10 * time.Second,
+	}
+}
+
+// Validate checks the timing: the old executor must have stopped (after
+// FenceAfter, plus a margin for clock rates and scheduling) before its
+// session can expire and a successor be assigned.
+func (c Config) Validate() error {
+	switch {
+	case c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0:
+		return fmt.Errorf("delivery: session TTL %s must be whole seconds, at least 1s (an etcd lease)", c.SessionTTL)
+	case c.HeartbeatInterval <= 0 || c.FenceAfter <= 0 || c.SafetyMargin <= 0 || c.HelloTimeout <= 0:
+		return errors.New("delivery: heartbeat interval, fence-after, safety margin and hello timeout must be positive")
+	case c.FenceAfter+c.SafetyMargin >= c.SessionTTL:
+		return fmt.Errorf("delivery: fence-after %s + safety margin %s must be below the session TTL %s", c.FenceAfter, c.SafetyMargin, c.SessionTTL)
+	case 2*c.HeartbeatInterval > c.FenceAfter:
+		return fmt.Errorf("delivery: heartbeat interval %s must be at most half of fence-after %s, or one lost heartbeat fences the executor", c.HeartbeatInterval, c.FenceAfter)
+	}
+	return nil
+}
+
+func (c Config) timing() *deliveryv1.Timing {
+	return &deliveryv1.Timing{
+		SessionTtl:        durationpb.New(c.SessionTTL),
+		HeartbeatInterval: durationpb.New(c.HeartbeatInterval),
+		FenceAfter:        durationpb.New(c.FenceAfter),
+		SafetyMargin:      durationpb.New(c.SafetyMargin),
+	}
+}
+
+// Service is delivery's host side. It is safe for concurrent use.
+type Service struct {
+	store    *store.Store
+	client   *clientv3.Client
+	clusters Clusters
+	addons   *addon.Service
+	catalog  *catalog.Catalog
+	cfg      Config
+	log      *slog.Logger
+
+	rejected    *prometheus.CounterVec
+	streams     prometheus.Gauge
+	assignments prometheus.Counter
+
+	mu sync.Mutex
+	// watches holds one watch per cluster incarnation with streams on
+	// this replica, shared by them.
+	watches map[string]*clusterWatch
+}
+
+// NewService returns delivery's host side; its metrics are registered on
+// reg.
+func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{
+		store: st, client: st.Client(), clusters: clusters, addons: addons, catalog: addons.Catalog(), cfg: cfg, log: log,
+		watches: map[string]*clusterWatch{},
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "saltbush_delivery_reports_rejected_total",
+			Help: "Agent reports that changed nothing, by reason (not_executor, stale_epoch, stale_generation, stale_incarnation, unknown_addon, invalid).",
+		}, []string{"reason"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "saltbush_delivery_streams",
+			Help: "Agent streams admitted and open on this replica.",
+		}),
+		assignments: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "saltbush_delivery_assignments_total",
+			Help: "Executor assignments (epoch increments) this replica committed.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{s.rejected, s.streams, s.assignments} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("delivery metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}

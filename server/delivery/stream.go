@@ -1,0 +1,368 @@
+package delivery
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/saltbush/saltbush/errdefs"
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/addon"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Server serves saltbush.delivery.v1.DeliveryService.
+type Server struct {
+	deliveryv1.UnimplementedDeliveryServiceServer
+	svc *Service
+}
+
+var _ deliveryv1.DeliveryServiceServer = (*Server)(nil)
+
+// NewServer returns the gRPC service on svc.
+func NewServer(svc *Service) *Server { return &Server{svc: svc} }
+
+// Connect implements deliveryv1.DeliveryServiceServer; errors reach the
+// wire once, here.
+func (s *Server) Connect(stream deliveryv1.DeliveryService_ConnectServer) error {
+	err := s.svc.connect(stream)
+	if err == nil || status.Code(err) != codes.Unknown {
+		return err
+	}
+	return errdefs.Wire(stream.Context(), s.svc.log, "Connect", err)
+}
+
+// agentStream is one admitted stream.
+type agentStream struct {
+	s        *Service
+	stream   deliveryv1.DeliveryService_ConnectServer
+	cluster  *storagev1.ClusterRecord
+	instance string
+	out      chan *deliveryv1.HostMessage
+}
+
+func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error {
+	ctx := stream.Context()
+	who, ok := identity.FromContext(ctx)
+	if !ok || who.Agent == nil {
+		return errdefs.AccessDenied("Only guest agents may connect.")
+	}
+	hello, err := s.hello(ctx, stream)
+	if err != nil {
+		return err
+	}
+	c, clusterRev, err := s.admit(ctx, who.Agent, hello)
+	if err != nil {
+		s.log.WarnContext(ctx, "agent refused", "cluster_uid", who.Agent.ClusterUID, "instance", who.Agent.Instance,
+			"claimed_cluster", hello.GetCluster().GetName(), "claimed_instance", hello.GetInstanceId(), "err", err)
+		return err
+	}
+	stopSession, err := s.openSession(ctx, c, clusterRev, hello)
+	if err != nil {
+		return err
+	}
+	defer stopSession()
+	s.streams.Inc()
+	defer s.streams.Dec()
+	s.log.InfoContext(ctx, "agent connected", "cluster", c.GetName(), "cluster_uid", c.GetUid(), "instance", hello.GetInstanceId())
+
+	w, changed := s.subscribe(c)
+	defer s.unsubscribe(w, changed)
+	a := &agentStream{s: s, stream: stream, cluster: c, instance: hello.GetInstanceId(), out: make(chan *deliveryv1.HostMessage, 16)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- a.receive(ctx, w) }()
+	return a.send(ctx, w, changed, hello, recvErr)
+}
+
+// hello reads the stream's first message, which must be a Hello.
+func (s *Service) hello(ctx context.Context, stream deliveryv1.DeliveryService_ConnectServer) (*deliveryv1.Hello, error) {
+	first := make(chan *deliveryv1.AgentMessage, 1)
+	failed := make(chan error, 1)
+	go func() {
+		m, err := stream.Recv()
+		if err != nil {
+			failed <- err
+			return
+		}
+		first <- m
+	}()
+	select {
+	case m := <-first:
+		if m.GetHello() == nil {
+			return nil, errdefs.InvalidParameter("The first message of a delivery stream must be a Hello.")
+		}
+		return m.GetHello(), nil
+	case err := <-failed:
+		return nil, err
+	case <-time.After(s.cfg.HelloTimeout):
+		return nil, status.Error(codes.DeadlineExceeded, "no Hello within the hello timeout")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// admit checks a Hello against the certificate (no impersonation: the
+// cluster incarnation and the instance are the certificate's) and the
+// cluster (a member; not DELETING or FAILED).
+func (s *Service) admit(ctx context.Context, agent *identity.Agent, h *deliveryv1.Hello) (*storagev1.ClusterRecord, int64, error) {
+	refused := errdefs.AccessDenied("Agent %s of cluster %s may connect only as itself, to its own cluster.", agent.Instance, agent.ClusterUID)
+	if h.GetInstanceId() != agent.Instance || identity.ValidateAccountID(h.GetCluster().GetAccountId()) != nil || h.GetCluster().GetName() == "" {
+		return nil, 0, refused
+	}
+	c, rev, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: h.GetCluster().GetAccountId(), Name: h.GetCluster().GetName()})
+	var apiErr *errdefs.Error
+	switch {
+	case errors.As(err, &apiErr):
+		return nil, 0, refused.WithCause(err)
+	case err != nil:
+		return nil, 0, err
+	case c.GetUid() != agent.ClusterUID:
+		return nil, 0, refused
+	}
+	sn := &snapshot{cluster: c}
+	if !sn.member(agent.Instance) {
+		return nil, 0, errdefs.AccessDenied("Instance %s is not a member of cluster %s.", agent.Instance, c.GetName())
+	}
+	if !sn.serving() {
+		return nil, 0, errdefs.InvalidRequest("Cluster %s is %s: it takes no deliveries.", c.GetName(), c.GetStatus())
+	}
+	return c, rev, nil
+}
+
+// openSession records the agent's session on a lease of its own that this
+// replica keeps alive while the stream lives. The returned stop ends the
+// keepalives without revoking the lease: the session then lasts out its
+// TTL, which is the time the agent has to stop applying on its own before
+// a successor may be assigned.
+func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, h *deliveryv1.Hello) (func(), error) {
+	lease, err := s.client.Grant(ctx, int64(s.cfg.SessionTTL/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("session lease for %s: %w", h.GetInstanceId(), err)
+	}
+	rec := &storagev1.AgentSessionRecord{
+		InstanceId: h.GetInstanceId(), BootId: h.GetBootId(), AgentVersion: h.GetAgentVersion(),
+		Replica: s.cfg.Replica, ConnectedAt: timestamppb.Now(),
+	}
+	// Guarded by the cluster record read at admission: a member removed,
+	// or a cluster turned DELETING, in between gets no session.
+	_, err = s.store.Commit(ctx, store.NewTxn().
+		PutWithLease(store.SessionKey(c.GetUid(), h.GetInstanceId()), rec, lease.ID).
+		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev))
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, status.Error(codes.Aborted, "the cluster changed during admission; connect again")
+		}
+		return nil, fmt.Errorf("session of %s: %w", h.GetInstanceId(), err)
+	}
+	kaCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	ka, err := s.client.KeepAlive(kaCtx, lease.ID)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("session keepalive for %s: %w", h.GetInstanceId(), err)
+	}
+	go func() {
+		for range ka {
+		}
+	}()
+	return stop, nil
+}
+
+// send is the stream's only sender: assignments and desired sets as the
+// cluster's snapshot changes, fences, report results, heartbeats. It ends
+// the stream when the agent may no longer be connected (removed member,
+// cluster DELETING/FAILED or gone), after telling it to stop.
+func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan struct{}, hello *deliveryv1.Hello, recvErr <-chan error) error {
+	heartbeat := time.NewTicker(a.s.cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
+	var (
+		role       deliveryv1.Role
+		epoch      int64
+		digest     = hello.GetDesiredDigest()
+		sentRole   bool
+		lastSentAt = time.Now()
+	)
+	put := func(m *deliveryv1.HostMessage) error {
+		lastSentAt = time.Now()
+		return a.stream.Send(m)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		case m := <-a.out:
+			if err := put(m); err != nil {
+				return err
+			}
+		case <-heartbeat.C:
+			if time.Since(lastSentAt) >= a.s.cfg.HeartbeatInterval/2 {
+				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}); err != nil {
+					return err
+				}
+			}
+		case <-changed:
+			sn, err := w.current()
+			if sn == nil {
+				if err != nil {
+					a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.cluster.GetUid(), "err", err)
+				}
+				continue
+			}
+			if !sn.serving() || !sn.member(a.instance) {
+				reason := "the cluster is deleting, failed or gone"
+				if sn.serving() {
+					reason = "the instance is no longer a member"
+				}
+				_ = put(fence(epoch, reason))
+				return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
+			}
+			newRole, newEpoch := deliveryv1.Role_ROLE_STANDBY, sn.executor.GetEpoch()
+			if sn.executor.GetInstanceId() == a.instance {
+				newRole = deliveryv1.Role_ROLE_EXECUTOR
+			}
+			if !sentRole || newRole != role || newEpoch != epoch {
+				if sentRole && role == deliveryv1.Role_ROLE_EXECUTOR && (newRole != role || newEpoch != epoch) {
+					if err := put(fence(epoch, "another executor was assigned")); err != nil {
+						return err
+					}
+				}
+				role, epoch, sentRole = newRole, newEpoch, true
+				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{
+					Role: role, Epoch: epoch, ExecutorInstanceId: sn.executor.GetInstanceId(), Timing: a.s.cfg.timing(),
+				}}}); err != nil {
+					return err
+				}
+			}
+			if sn.desired.GetDigest() != digest {
+				set := &deliveryv1.DesiredSet{
+					Version: sn.desired.GetVersion(), Nonce: nonce(), Epoch: epoch, Digest: sn.desired.GetDigest(),
+					Addons: sn.desired.GetAddons(),
+				}
+				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_DesiredSet{DesiredSet: set}}); err != nil {
+					return err
+				}
+				digest = set.GetDigest()
+			}
+		}
+	}
+}
+
+func fence(epoch int64, reason string) *deliveryv1.HostMessage {
+	return &deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Fence{Fence: &deliveryv1.Fence{Epoch: epoch, Reason: reason}}}
+}
+
+func nonce() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// receive reads the agent's messages until the stream ends.
+func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
+	for {
+		m, err := a.stream.Recv()
+		if err != nil {
+			return err
+		}
+		switch msg := m.GetMessage().(type) {
+		case *deliveryv1.AgentMessage_Report:
+			results := a.report(ctx, w, msg.Report)
+			for _, r := range results {
+				select {
+				case a.out <- r:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		case *deliveryv1.AgentMessage_Ack, *deliveryv1.AgentMessage_Nack, *deliveryv1.AgentMessage_Heartbeat,
+			*deliveryv1.AgentMessage_FenceAck:
+			if n := m.GetNack(); n != nil {
+				a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.cluster.GetUid(),
+					"instance", a.instance, "version", n.GetVersion(), "error", n.GetError())
+			}
+		case *deliveryv1.AgentMessage_Hello:
+			return errdefs.InvalidParameter("Hello is only the first message of a stream.")
+		}
+	}
+}
+
+// phases maps the wire phases to the stored ones.
+var phases = map[deliveryv1.Phase]storagev1.AddonPhase{
+	deliveryv1.Phase_PHASE_APPLIED: storagev1.AddonPhase_ADDON_PHASE_APPLIED,
+	deliveryv1.Phase_PHASE_READY:   storagev1.AddonPhase_ADDON_PHASE_READY,
+	deliveryv1.Phase_PHASE_FAILED:  storagev1.AddonPhase_ADDON_PHASE_FAILED,
+	deliveryv1.Phase_PHASE_REMOVED: storagev1.AddonPhase_ADDON_PHASE_REMOVED,
+}
+
+// Why a report changed nothing, beyond the add-on lifecycle's reasons.
+const (
+	rejectNotExecutor = "not_executor"
+	rejectInvalid     = "invalid"
+)
+
+// report applies one report if this stream's instance is the executor at
+// the report's epoch — checked again, with the add-on's incarnation and
+// generation, in the transaction that applies it — and answers it; a
+// report from a stale epoch or a standby is also answered with a Fence.
+func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1.Report) []*deliveryv1.HostMessage {
+	result := &deliveryv1.ReportResult{Addon: r.GetAddon(), Generation: r.GetGeneration()}
+	answer := func(reason string, fenced bool) []*deliveryv1.HostMessage {
+		result.Reason = reason
+		out := []*deliveryv1.HostMessage{{Message: &deliveryv1.HostMessage_ReportResult{ReportResult: result}}}
+		if reason != addon.ReportAccepted {
+			a.s.rejected.WithLabelValues(reason).Inc()
+		}
+		if fenced {
+			out = append(out, fence(r.GetEpoch(), "reports from epoch "+fmt.Sprint(r.GetEpoch())+" are no longer accepted: "+reason))
+		}
+		return out
+	}
+	sn, _ := w.current()
+	if sn == nil || sn.executor.GetInstanceId() != a.instance {
+		return answer(rejectNotExecutor, true)
+	}
+	if r.GetEpoch() != sn.executor.GetEpoch() {
+		return answer(addon.ReportStaleEpoch, true)
+	}
+	issues := make([]*storagev1.AddonIssue, 0, len(r.GetIssues()))
+	for _, is := range r.GetIssues() {
+		issues = append(issues, &storagev1.AddonIssue{Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds()})
+	}
+	executorKey, executorRev := store.ExecutorKey(a.cluster.GetUid()), sn.executorRev
+	res, err := a.s.addons.ApplyReport(ctx, addon.Report{
+		ClusterUID: a.cluster.GetUid(), AddonName: r.GetAddon(), AddonUID: r.GetAddonUid(), Generation: r.GetGeneration(),
+		Phase: phases[r.GetPhase()], Issues: issues, ExecutorEpoch: r.GetEpoch(), InstanceID: a.instance,
+	}, func(txn *store.Txn) {
+		// The fence: the executor record is still the one that named
+		// this instance at this epoch.
+		txn.RequireModRevision(executorKey, executorRev)
+	})
+	var apiErr *errdefs.Error
+	switch {
+	case errors.As(err, &apiErr):
+		return answer(rejectInvalid, false)
+	case err != nil:
+		a.s.log.WarnContext(ctx, "report not applied", "cluster_uid", a.cluster.GetUid(), "addon", r.GetAddon(), "err", err)
+		return answer("unavailable", false)
+	}
+	result.Accepted = res.Accepted
+	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch)
+}
+

@@ -1,0 +1,366 @@
+package conformance
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/store"
+)
+
+// fastDelivery shortens delivery's timing for tests (the rule
+// fenceAfter + margin < TTL still holds).
+func fastDelivery(c *server.Config) {
+	c.Delivery.SessionTTL = 2 * time.Second
+	c.Delivery.HeartbeatInterval = 200 * time.Millisecond
+	c.Delivery.FenceAfter = time.Second
+	c.Delivery.SafetyMargin = 500 * time.Millisecond
+}
+
+// simAgent speaks the delivery protocol as a guest agent would, over real
+// gRPC with its own agent certificate; it renders nothing (that is the
+// agent's own issue), it only records what the host sends.
+type simAgent struct {
+	t        *testing.T
+	instance string
+	stream   deliveryv1.DeliveryService_ConnectClient
+	msgs     chan *deliveryv1.HostMessage
+	errc     chan error
+	cancel   context.CancelFunc
+}
+
+func connectAgent(t *testing.T, srv *servertest.Server, certUID, certInstance string, hello *deliveryv1.Hello) *simAgent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := deliveryv1.NewDeliveryServiceClient(srv.AgentConn(t, certUID, certInstance)).Connect(ctx)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	a := &simAgent{t: t, instance: certInstance, stream: stream, msgs: make(chan *deliveryv1.HostMessage, 256), errc: make(chan error, 1), cancel: cancel}
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				a.errc <- err
+				close(a.msgs)
+				return
+			}
+			a.msgs <- m
+		}
+	}()
+	if err := stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: hello}}); err != nil {
+		t.Fatalf("send Hello: %v", err)
+	}
+	return a
+}
+
+// next returns the first message (heartbeats skipped) that matches, or
+// fails after within.
+func (a *simAgent) next(within time.Duration, what string, match func(*deliveryv1.HostMessage) bool) *deliveryv1.HostMessage {
+	a.t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case m, ok := <-a.msgs:
+			if !ok {
+				a.t.Fatalf("%s: stream ended waiting for %s: %v", a.instance, what, <-a.errc)
+			}
+			if m.GetHeartbeat() == nil && match(m) {
+				return m
+			}
+		case <-deadline:
+			a.t.Fatalf("%s: no %s within %s", a.instance, what, within)
+		}
+	}
+}
+
+func (a *simAgent) assignment(role deliveryv1.Role, epoch int64) *deliveryv1.Assignment {
+	a.t.Helper()
+	return a.next(10*time.Second, role.String()+" assignment", func(m *deliveryv1.HostMessage) bool {
+		as := m.GetAssignment()
+		return as != nil && as.GetRole() == role && (epoch == 0 || as.GetEpoch() == epoch)
+	}).GetAssignment()
+}
+
+func (a *simAgent) desired(what string, match func(*deliveryv1.DesiredSet) bool) *deliveryv1.DesiredSet {
+	a.t.Helper()
+	return a.next(10*time.Second, what, func(m *deliveryv1.HostMessage) bool {
+		return m.GetDesiredSet() != nil && match(m.GetDesiredSet())
+	}).GetDesiredSet()
+}
+
+func (a *simAgent) send(m *deliveryv1.AgentMessage) {
+	a.t.Helper()
+	if err := a.stream.Send(m); err != nil {
+		a.t.Fatalf("%s: send: %v", a.instance, err)
+	}
+}
+
+func (a *simAgent) report(epoch int64, addon, uid string, gen int64, phase deliveryv1.Phase) *deliveryv1.ReportResult {
+	a.t.Helper()
+	a.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Report{Report: &deliveryv1.Report{
+		Epoch: epoch, Addon: addon, AddonUid: uid, Generation: gen, Phase: phase}}})
+	return a.next(10*time.Second, "report result", func(m *deliveryv1.HostMessage) bool {
+		return m.GetReportResult() != nil && m.GetReportResult().GetAddon() == addon
+	}).GetReportResult()
+}
+
+// ended waits for the stream to end and returns its status code.
+func (a *simAgent) ended(within time.Duration) codes.Code {
+	a.t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case _, ok := <-a.msgs:
+			if !ok {
+				return status.Code(<-a.errc)
+			}
+		case <-deadline:
+			a.t.Fatalf("%s: stream still open after %s", a.instance, within)
+		}
+	}
+}
+
+// deliveryHarness is an ACTIVE cluster (API mode) with members i-1, i-2.
+type deliveryHarness struct {
+	*accessHarness
+	uid string
+}
+
+func newDeliveryHarness(t *testing.T) *deliveryHarness {
+	t.Helper()
+	h := &deliveryHarness{accessHarness: newAccessHarness(t, controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE, servertest.WithConfig(fastDelivery))}
+	h.uid = h.addMember(t, h.cluster, "i-1")
+	h.addMember(t, h.cluster, "i-2")
+	return h
+}
+
+func (h *deliveryHarness) hello(instance string) *deliveryv1.Hello {
+	return &deliveryv1.Hello{Cluster: &deliveryv1.ClusterName{AccountId: h.account, Name: h.cluster}, InstanceId: instance, BootId: "boot-1", AgentVersion: "test"}
+}
+
+func (h *deliveryHarness) executorKV(t *testing.T) (string, int64, int64) {
+	t.Helper()
+	resp, err := h.srv.EtcdClient().Get(ctxT(t), h.srv.Store().Key(store.ExecutorKey(h.uid)))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("executor record: %v %v", resp, err)
+	}
+	return string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision, resp.Header.Revision
+}
+
+// TestDeliveryAdmission: only an agent naming itself and its own cluster,
+// as a member of a cluster that is neither DELETING nor FAILED, is
+// admitted.
+func TestDeliveryAdmission(t *testing.T) {
+	h := newDeliveryHarness(t)
+	ctx := ctxT(t)
+	other := createInput("other")
+	if _, err := h.eks.CreateCluster(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	otherUID := h.addMember(t, "other", "i-9")
+	failed := createInput("failed")
+	if _, err := h.eks.CreateCluster(ctx, failed); err != nil {
+		t.Fatal(err)
+	}
+	failedUID := h.addMember(t, "failed", "i-1")
+	cc := controlv1.NewClusterControlServiceClient(h.srv.GRPC(t))
+	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: &controlv1.ClusterRef{AccountId: h.account, Name: "failed"},
+		Status: controlv1.ClusterStatus_CLUSTER_STATUS_FAILED, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name              string
+		certUID, certInst string
+		hello             *deliveryv1.Hello
+		code              codes.Code
+	}{
+		{"a certificate of another cluster", otherUID, "i-1", h.hello("i-1"), codes.PermissionDenied},
+		{"impersonating another member", h.uid, "i-1", h.hello("i-2"), codes.PermissionDenied},
+		{"not a member", h.uid, "i-3", h.hello("i-3"), codes.PermissionDenied},
+		{"an earlier incarnation", "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", "i-1", h.hello("i-1"), codes.PermissionDenied},
+		{"a FAILED cluster", failedUID, "i-1", &deliveryv1.Hello{Cluster: &deliveryv1.ClusterName{AccountId: h.account, Name: "failed"}, InstanceId: "i-1"}, codes.FailedPrecondition},
+		{"another cluster's name with this cluster's certificate", h.uid, "i-1", &deliveryv1.Hello{Cluster: &deliveryv1.ClusterName{AccountId: h.account, Name: "other"}, InstanceId: "i-1"}, codes.PermissionDenied},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := connectAgent(t, h.srv, tc.certUID, tc.certInst, tc.hello)
+			if got := a.ended(10 * time.Second); got != tc.code {
+				t.Errorf("stream ended with %s, want %s", got, tc.code)
+			}
+		})
+	}
+	t.Run("a service certificate", func(t *testing.T) {
+		stream, err := deliveryv1.NewDeliveryServiceClient(h.srv.GRPC(t)).Connect(ctx)
+		if err == nil {
+			_ = stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: h.hello("i-1")}})
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("service certificate: %v, want PermissionDenied", err)
+		}
+	})
+	// None of the refused streams left a session or an executor behind.
+	resp, err := h.srv.EtcdClient().Get(ctx, h.srv.Store().Key("clusters/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if k := string(kv.Key); strings.Contains(k, "/sessions/") || strings.HasSuffix(k, "/executor") {
+			t.Errorf("a refused stream left %s", k)
+		}
+	}
+}
+
+// TestDeliveryConvergence: CreateAddon is pushed to the executor (no
+// polling), its READY report makes the add-on ACTIVE, and a reconnecting
+// agent that has the current set gets nothing resent.
+func TestDeliveryConvergence(t *testing.T) {
+	h := newDeliveryHarness(t)
+	ctx := ctxT(t)
+	a := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	as := a.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	if as.GetTiming().GetSessionTtl().AsDuration() != 2*time.Second || as.GetTiming().GetFenceAfter().AsDuration() != time.Second {
+		t.Errorf("timing = %v", as.GetTiming())
+	}
+	if _, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop"),
+		ConfigurationValues: aws.String(`{"message": "pushed"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	set := a.desired("the new add-on", func(s *deliveryv1.DesiredSet) bool { return len(s.GetAddons()) == 1 })
+	d := set.GetAddons()[0]
+	if d.GetName() != "saltbush-noop" || d.GetGeneration() != 1 || d.GetDeleting() || !strings.Contains(string(d.GetManifest()), "pushed") ||
+		set.GetEpoch() != 1 || set.GetNonce() == "" || len(set.GetDigest()) != 64 {
+		t.Fatalf("desired set = %v", set)
+	}
+	a.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Ack{Ack: &deliveryv1.Ack{Version: set.GetVersion(), Nonce: set.GetNonce()}}})
+	if r := a.report(1, d.GetName(), d.GetUid(), 1, deliveryv1.Phase_PHASE_READY); !r.GetAccepted() {
+		t.Fatalf("READY report: %v", r)
+	}
+	out, err := h.eks.DescribeAddon(ctx, &eks.DescribeAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop")})
+	if err != nil || out.Addon.Status != types.AddonStatusActive {
+		t.Fatalf("add-on after READY: %v %v", out, err)
+	}
+	// A report for another generation changes nothing.
+	if r := a.report(1, d.GetName(), d.GetUid(), 7, deliveryv1.Phase_PHASE_FAILED); r.GetAccepted() || r.GetReason() != "stale_generation" {
+		t.Errorf("stale generation report: %v", r)
+	}
+
+	// Reconnect knowing the current set: the same instance is still the
+	// executor at the same epoch (its session never lapsed), and the set is
+	// not sent again.
+	a.cancel()
+	b := connectAgent(t, h.srv, h.uid, "i-1", &deliveryv1.Hello{Cluster: h.hello("i-1").GetCluster(), InstanceId: "i-1",
+		DesiredVersion: set.GetVersion(), DesiredDigest: set.GetDigest()})
+	b.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	deadline := time.After(time.Second)
+	for done := false; !done; {
+		select {
+		case m := <-b.msgs:
+			if m.GetDesiredSet() != nil {
+				t.Fatalf("desired set resent to an agent that has it: %v", m.GetDesiredSet())
+			}
+		case <-deadline:
+			done = true
+		}
+	}
+}
+
+// TestDeliveryFailover: the executor's stream is cut; the standby becomes
+// executor only once the old session has expired (break before make), the
+// old executor's late report is rejected and fenced, and when it comes
+// back it is a standby.
+func TestDeliveryFailover(t *testing.T) {
+	h := newDeliveryHarness(t)
+	ctx := ctxT(t)
+	one := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	one.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	two := connectAgent(t, h.srv, h.uid, "i-2", h.hello("i-2"))
+	two.assignment(deliveryv1.Role_ROLE_STANDBY, 1)
+	if _, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop")}); err != nil {
+		t.Fatal(err)
+	}
+	d := one.desired("the add-on", func(s *deliveryv1.DesiredSet) bool { return len(s.GetAddons()) == 1 }).GetAddons()[0]
+	two.desired("the add-on (standbys get the set too)", func(s *deliveryv1.DesiredSet) bool { return len(s.GetAddons()) == 1 })
+
+	// A report the standby sends is not accepted, and fenced.
+	if r := two.report(1, d.GetName(), d.GetUid(), 1, deliveryv1.Phase_PHASE_READY); r.GetAccepted() || r.GetReason() != "not_executor" {
+		t.Errorf("standby's report: %v", r)
+	}
+	two.next(5*time.Second, "fence for the standby's report", func(m *deliveryv1.HostMessage) bool { return m.GetFence() != nil })
+
+	cutAt := time.Now()
+	one.cancel()
+	two.assignment(deliveryv1.Role_ROLE_EXECUTOR, 2)
+	if since := time.Since(cutAt); since < time.Second {
+		t.Errorf("successor assigned %s after the cut, before the old session (TTL 2s) could expire", since)
+	}
+	// The transaction that assigned epoch 2 saw no session of i-1.
+	_, execRev, _ := h.executorKV(t)
+	old, err := h.srv.EtcdClient().Get(ctx, h.srv.Store().Key(store.SessionKey(h.uid, "i-1")), clientv3.WithRev(execRev))
+	if err != nil || len(old.Kvs) != 0 {
+		t.Errorf("i-1's session existed when epoch 2 was assigned: %v %v", old.Kvs, err)
+	}
+
+	// i-1 comes back: a standby; a report it queued under epoch 1 is
+	// rejected and answered with a Fence.
+	back := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	back.assignment(deliveryv1.Role_ROLE_STANDBY, 2)
+	if r := back.report(1, d.GetName(), d.GetUid(), 1, deliveryv1.Phase_PHASE_READY); r.GetAccepted() {
+		t.Errorf("the old executor's late report was accepted: %v", r)
+	}
+	back.next(5*time.Second, "fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence().GetEpoch() == 1 })
+	out, err := h.eks.DescribeAddon(ctx, &eks.DescribeAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop")})
+	if err != nil || out.Addon.Status != types.AddonStatusCreating {
+		t.Fatalf("add-on after rejected reports: %v %v", out, err)
+	}
+	// The new executor's report counts.
+	if r := two.report(2, d.GetName(), d.GetUid(), 1, deliveryv1.Phase_PHASE_READY); !r.GetAccepted() {
+		t.Errorf("executor epoch 2 report: %v", r)
+	}
+}
+
+// TestDeliveryEndsWithTheCluster: a member removed, and then the cluster
+// deleted, end their streams after a Fence; deleting removes the executor
+// in the same transaction.
+func TestDeliveryEndsWithTheCluster(t *testing.T) {
+	h := newDeliveryHarness(t)
+	ctx := ctxT(t)
+	one := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	one.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	two := connectAgent(t, h.srv, h.uid, "i-2", h.hello("i-2"))
+	two.assignment(deliveryv1.Role_ROLE_STANDBY, 1)
+
+	if _, err := controlv1.NewClusterControlServiceClient(h.srv.GRPC(t)).RemoveMember(ctx, &controlv1.RemoveMemberRequest{Cluster: h.ref(), InstanceId: "i-2"}); err != nil {
+		t.Fatal(err)
+	}
+	two.next(5*time.Second, "fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence() != nil })
+	if got := two.ended(5 * time.Second); got != codes.FailedPrecondition {
+		t.Errorf("removed member's stream ended with %s", got)
+	}
+
+	if _, err := h.eks.DeleteCluster(ctx, &eks.DeleteClusterInput{Name: aws.String(h.cluster)}); err != nil {
+		t.Fatal(err)
+	}
+	one.next(5*time.Second, "fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence() != nil })
+	if got := one.ended(5 * time.Second); got != codes.FailedPrecondition {
+		t.Errorf("executor's stream ended with %s", got)
+	}
+	resp, err := h.srv.EtcdClient().Get(ctx, h.srv.Store().Key(store.ExecutorKey(h.uid)))
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("executor record after DeleteCluster: %v %v", resp.Kvs, err)
+	}
+}
