@@ -365,4 +365,3 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 	result.Accepted = res.Accepted
 	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch)
 }
-
