@@ -390,6 +390,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	eksv1.RegisterAccessEntryServiceServer(s.grpcServer, eksAccess)
 	deliveryv1.RegisterAccessReviewServiceServer(s.grpcServer, review.NewServer(reviews))
 	deliveryv1.RegisterDeliveryServiceServer(s.grpcServer, delivery.NewServer(deliveries))
+	controlv1.RegisterDeliveryControlServiceServer(s.grpcServer, delivery.NewControlServer(deliveries))
 	controlv1.RegisterAddonControlServiceServer(s.grpcServer, addon.NewControlServer(addons))
 	controlv1.RegisterIdentityControlServiceServer(s.grpcServer, iam.NewControlServer(s.keys, s.ca))
 	s.health = health.NewServer()

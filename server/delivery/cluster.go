@@ -36,6 +36,14 @@ type snapshot struct {
 	desired     *deliveryv1.DesiredSet
 }
 
+// executorOrNil is the executor of a snapshot that may be nil.
+func (sn *snapshot) executorOrNil() *storagev1.ExecutorRecord {
+	if sn == nil {
+		return nil
+	}
+	return sn.executor
+}
+
 // member reports whether instance is a member of the cluster.
 func (sn *snapshot) member(instance string) bool {
 	return sn.cluster != nil && slices.ContainsFunc(sn.cluster.GetMembers(), func(m *storagev1.ClusterMember) bool {
@@ -223,17 +231,23 @@ func (s *Service) read(ctx context.Context, uid, account, name string) (*snapsho
 // lives. It reports whether it committed.
 func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 	e := sn.executor
-	if e != nil && sn.sessions[e.GetInstanceId()] {
-		// Live (a removed member's session still runs out first).
+	acked := e.GetDraining() && e.GetFenceAcked()
+	if e != nil && sn.sessions[e.GetInstanceId()] && !acked {
+		// Live, and not known to have stopped (a removed member's
+		// session runs out first; a draining executor acknowledges).
 		return false, nil
 	}
 	var candidates []string
 	for instance := range sn.sessions {
-		if sn.member(instance) {
+		// A drained executor is passed over while anyone else can take
+		// over.
+		if sn.member(instance) && !(e.GetDraining() && instance == e.GetInstanceId()) {
 			candidates = append(candidates, instance)
 		}
 	}
 	if len(candidates) == 0 {
+		// A drained executor with nobody to take over stays fenced: the
+		// operator asked for it to stop.
 		return false, nil
 	}
 	slices.Sort(candidates)
@@ -246,10 +260,17 @@ func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 		txn.RequireAbsent(store.ExecutorKey(uid))
 		next.Epoch = 1
 	} else {
-		txn.RequireModRevision(store.ExecutorKey(uid), sn.executorRev).
-			RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
+		// Break before make: the old executor's session has expired, or
+		// it acknowledged the drain's fence (the guard on the record's
+		// revision checks that acknowledgement still stands).
+		txn.RequireModRevision(store.ExecutorKey(uid), sn.executorRev)
 		next.Epoch = e.GetEpoch() + 1
-		next.Reason = "session of " + e.GetInstanceId() + " expired"
+		if acked {
+			next.Reason = e.GetInstanceId() + " was drained and acknowledged the fence"
+		} else {
+			txn.RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
+			next.Reason = "session of " + e.GetInstanceId() + " expired"
+		}
 	}
 	txn.Put(store.ExecutorKey(uid), next)
 	if _, err := s.store.Commit(ctx, txn); err != nil {

@@ -9,7 +9,9 @@ import (
 	"io"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -49,7 +51,16 @@ type agentStream struct {
 	stream   deliveryv1.DeliveryService_ConnectServer
 	cluster  *storagev1.ClusterRecord
 	instance string
+	session  *session
 	out      chan *deliveryv1.HostMessage
+}
+
+// session is an admitted stream's session record and the lease it lives on.
+type session struct {
+	key   string
+	rec   *storagev1.AgentSessionRecord
+	lease clientv3.LeaseID
+	stop  func()
 }
 
 func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error {
@@ -68,18 +79,19 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 			"claimed_cluster", hello.GetCluster().GetName(), "claimed_instance", hello.GetInstanceId(), "err", err)
 		return err
 	}
-	stopSession, err := s.openSession(ctx, c, clusterRev, hello)
+	session, err := s.openSession(ctx, c, clusterRev, hello)
 	if err != nil {
 		return err
 	}
-	defer stopSession()
+	defer session.stop()
 	s.streams.Inc()
 	defer s.streams.Dec()
 	s.log.InfoContext(ctx, "agent connected", "cluster", c.GetName(), "cluster_uid", c.GetUid(), "instance", hello.GetInstanceId())
 
 	w, changed := s.subscribe(c)
 	defer s.unsubscribe(w, changed)
-	a := &agentStream{s: s, stream: stream, cluster: c, instance: hello.GetInstanceId(), out: make(chan *deliveryv1.HostMessage, 16)}
+	a := &agentStream{s: s, stream: stream, cluster: c, instance: hello.GetInstanceId(), session: session,
+		out: make(chan *deliveryv1.HostMessage, 16)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	recvErr := make(chan error, 1)
@@ -147,7 +159,7 @@ func (s *Service) admit(ctx context.Context, agent *identity.Agent, h *deliveryv
 // keepalives without revoking the lease: the session then lasts out its
 // TTL, which is the time the agent has to stop applying on its own before
 // a successor may be assigned.
-func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, h *deliveryv1.Hello) (func(), error) {
+func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, h *deliveryv1.Hello) (*session, error) {
 	lease, err := s.client.Grant(ctx, int64(s.cfg.SessionTTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("session lease for %s: %w", h.GetInstanceId(), err)
@@ -158,8 +170,9 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 	}
 	// Guarded by the cluster record read at admission: a member removed,
 	// or a cluster turned DELETING, in between gets no session.
+	key := store.SessionKey(c.GetUid(), h.GetInstanceId())
 	_, err = s.store.Commit(ctx, store.NewTxn().
-		PutWithLease(store.SessionKey(c.GetUid(), h.GetInstanceId()), rec, lease.ID).
+		PutWithLease(key, rec, lease.ID).
 		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev))
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
@@ -177,7 +190,7 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 		for range ka {
 		}
 	}()
-	return stop, nil
+	return &session{key: key, rec: rec, lease: lease.ID, stop: stop}, nil
 }
 
 // send is the stream's only sender: assignments and desired sets as the
@@ -191,8 +204,9 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 		role       deliveryv1.Role
 		epoch      int64
 		digest     = hello.GetDesiredDigest()
-		sentRole   bool
-		lastSentAt = time.Now()
+		sentRole    bool
+		drainFenced int64
+		lastSentAt  = time.Now()
 	)
 	put := func(m *deliveryv1.HostMessage) error {
 		lastSentAt = time.Now()
@@ -250,6 +264,12 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 					return err
 				}
 			}
+			if role == deliveryv1.Role_ROLE_EXECUTOR && sn.executor.GetDraining() && drainFenced != epoch {
+				drainFenced = epoch
+				if err := put(fence(epoch, "drained by an operator")); err != nil {
+					return err
+				}
+			}
 			if sn.desired.GetDigest() != digest {
 				set := &deliveryv1.DesiredSet{
 					Version: sn.desired.GetVersion(), Nonce: nonce(), Epoch: epoch, Digest: sn.desired.GetDigest(),
@@ -291,12 +311,18 @@ func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
 					return ctx.Err()
 				}
 			}
-		case *deliveryv1.AgentMessage_Ack, *deliveryv1.AgentMessage_Nack, *deliveryv1.AgentMessage_Heartbeat,
-			*deliveryv1.AgentMessage_FenceAck:
-			if n := m.GetNack(); n != nil {
-				a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.cluster.GetUid(),
-					"instance", a.instance, "version", n.GetVersion(), "error", n.GetError())
+		case *deliveryv1.AgentMessage_Ack:
+			if err := a.acked(ctx, msg.Ack); err != nil {
+				a.s.log.WarnContext(ctx, "record ack", "cluster_uid", a.cluster.GetUid(), "instance", a.instance, "err", err)
 			}
+		case *deliveryv1.AgentMessage_Nack:
+			a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.cluster.GetUid(),
+				"instance", a.instance, "version", msg.Nack.GetVersion(), "error", msg.Nack.GetError())
+		case *deliveryv1.AgentMessage_FenceAck:
+			if err := a.fenceAcked(ctx, w, msg.FenceAck.GetEpoch()); err != nil {
+				a.s.log.WarnContext(ctx, "fence acknowledgement", "cluster_uid", a.cluster.GetUid(), "instance", a.instance, "err", err)
+			}
+		case *deliveryv1.AgentMessage_Heartbeat:
 		case *deliveryv1.AgentMessage_Hello:
 			return errdefs.InvalidParameter("Hello is only the first message of a stream.")
 		}
@@ -314,6 +340,7 @@ var phases = map[deliveryv1.Phase]storagev1.AddonPhase{
 // Why a report changed nothing, beyond the add-on lifecycle's reasons.
 const (
 	rejectNotExecutor = "not_executor"
+	rejectDraining    = "draining"
 	rejectInvalid     = "invalid"
 )
 
@@ -341,6 +368,9 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 	if r.GetEpoch() != sn.executor.GetEpoch() {
 		return answer(addon.ReportStaleEpoch, true)
 	}
+	if sn.executor.GetDraining() {
+		return answer(rejectDraining, true)
+	}
 	issues := make([]*storagev1.AddonIssue, 0, len(r.GetIssues()))
 	for _, is := range r.GetIssues() {
 		issues = append(issues, &storagev1.AddonIssue{Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds()})
@@ -364,4 +394,35 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 	}
 	result.Accepted = res.Accepted
 	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch)
+}
+
+// acked records the desired set the agent applied in its session record
+// (on the session's lease), for the status RPC.
+func (a *agentStream) acked(ctx context.Context, ack *deliveryv1.Ack) error {
+	a.session.rec.AckedVersion = ack.GetVersion()
+	a.session.rec.AckedAt = timestamppb.Now()
+	_, err := a.s.store.Commit(ctx, store.NewTxn().RequireExists(a.session.key).PutWithLease(a.session.key, a.session.rec, a.session.lease))
+	if errors.Is(err, store.ErrConflict) {
+		return nil // the session expired: nothing to record
+	}
+	return err
+}
+
+// fenceAcked records that a draining executor stopped for its epoch, in a
+// transaction guarded by the executor record: the watch then assigns a
+// successor without waiting for the session to expire.
+func (a *agentStream) fenceAcked(ctx context.Context, w *clusterWatch, epoch int64) error {
+	sn, _ := w.current()
+	e := sn.executorOrNil()
+	if e == nil || e.GetInstanceId() != a.instance || e.GetEpoch() != epoch || !e.GetDraining() || e.GetFenceAcked() {
+		return nil
+	}
+	next := proto.Clone(e).(*storagev1.ExecutorRecord)
+	next.FenceAcked = true
+	key := store.ExecutorKey(a.cluster.GetUid())
+	_, err := a.s.store.Commit(ctx, store.NewTxn().Update(key, next, sn.executorRev))
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	return err
 }

@@ -364,3 +364,74 @@ func TestDeliveryEndsWithTheCluster(t *testing.T) {
 		t.Errorf("executor record after DeleteCluster: %v %v", resp.Kvs, err)
 	}
 }
+
+// TestDeliveryDrainAndStatus: a drained executor is fenced, and once it
+// acknowledges the fence a standby takes over at the next epoch without
+// waiting for the session to expire; the status RPC shows executor,
+// sessions, what they applied and the add-ons' reported generations.
+func TestDeliveryDrainAndStatus(t *testing.T) {
+	h := newDeliveryHarness(t)
+	ctx := ctxT(t)
+	dc := controlv1.NewDeliveryControlServiceClient(h.srv.GRPC(t))
+	one := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	one.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	two := connectAgent(t, h.srv, h.uid, "i-2", h.hello("i-2"))
+	two.assignment(deliveryv1.Role_ROLE_STANDBY, 1)
+	if _, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop")}); err != nil {
+		t.Fatal(err)
+	}
+	set := one.desired("the add-on", func(s *deliveryv1.DesiredSet) bool { return len(s.GetAddons()) == 1 })
+	d := set.GetAddons()[0]
+	one.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Ack{Ack: &deliveryv1.Ack{Version: set.GetVersion(), Nonce: set.GetNonce()}}})
+	if r := one.report(1, d.GetName(), d.GetUid(), 1, deliveryv1.Phase_PHASE_READY); !r.GetAccepted() {
+		t.Fatalf("READY: %v", r)
+	}
+
+	// Status: executor i-1 at epoch 1, two sessions, i-1 applied the set,
+	// the add-on reported READY at generation 1 by i-1 under epoch 1.
+	deadline := time.Now().Add(10 * time.Second)
+	var st *controlv1.GetDeliveryStatusResponse
+	for {
+		var err error
+		st, err = dc.GetDeliveryStatus(ctx, &controlv1.GetDeliveryStatusRequest{Cluster: h.ref()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked := false
+		for _, s := range st.GetSessions() {
+			acked = acked || (s.GetInstanceId() == "i-1" && s.GetAckedVersion() == set.GetVersion())
+		}
+		if acked || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.GetExecutor().GetInstanceId() != "i-1" || st.GetExecutor().GetEpoch() != 1 || len(st.GetSessions()) != 2 ||
+		st.GetDesiredDigest() != set.GetDigest() || len(st.GetAddons()) != 1 {
+		t.Fatalf("status = %v", st)
+	}
+	if a := st.GetAddons()[0]; a.GetObservedPhase() != "READY" || a.GetObservedGeneration() != 1 || a.GetReportedEpoch() != 1 || a.GetReportedBy() != "i-1" {
+		t.Errorf("add-on status = %v", a)
+	}
+
+	// Drain: i-1 is fenced; its reports are refused from then on.
+	if _, err := dc.DrainExecutor(ctx, &controlv1.DrainExecutorRequest{Cluster: h.ref()}); err != nil {
+		t.Fatal(err)
+	}
+	one.next(5*time.Second, "drain fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence().GetEpoch() == 1 })
+	if r := one.report(1, d.GetName(), d.GetUid(), 1, deliveryv1.Phase_PHASE_FAILED); r.GetAccepted() || r.GetReason() != "draining" {
+		t.Errorf("report of a draining executor: %v", r)
+	}
+	// Its acknowledgement hands over at once (well before the 2s TTL,
+	// since i-1's session stays live: its stream is still open).
+	one.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_FenceAck{FenceAck: &deliveryv1.FenceAck{Epoch: 1}}})
+	two.assignment(deliveryv1.Role_ROLE_EXECUTOR, 2)
+	one.assignment(deliveryv1.Role_ROLE_STANDBY, 2)
+	st, err := dc.GetDeliveryStatus(ctx, &controlv1.GetDeliveryStatusRequest{Cluster: h.ref()})
+	if err != nil || st.GetExecutor().GetInstanceId() != "i-2" || st.GetExecutor().GetEpoch() != 2 || st.GetExecutor().GetDraining() {
+		t.Fatalf("status after the drain = %v %v", st, err)
+	}
+	if !strings.Contains(st.GetExecutor().GetReason(), "drained") {
+		t.Errorf("reason = %q", st.GetExecutor().GetReason())
+	}
+}

@@ -34,7 +34,12 @@ type ExecutorRecord struct {
 	Since      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
 	// Why the executor changed (first member, session expired, member
 	// removed, drained, fence acknowledged).
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An operator asked the executor to stop: it is fenced, and a successor
+	// is assigned once it acknowledges (or its session expires).
+	Draining bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	// With draining: the executor acknowledged the fence for this epoch.
+	FenceAcked    bool `protobuf:"varint,6,opt,name=fence_acked,json=fenceAcked,proto3" json:"fence_acked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -97,6 +102,20 @@ func (x *ExecutorRecord) GetReason() string {
 	return ""
 }
 
+func (x *ExecutorRecord) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *ExecutorRecord) GetFenceAcked() bool {
+	if x != nil {
+		return x.FenceAcked
+	}
+	return false
+}
+
 // AgentSessionRecord is stored at clusters/{uid}/sessions/{instance},
 // attached to an etcd lease that the saltbush replica holding the agent's
 // stream keeps alive: the key exists exactly while the session is live.
@@ -106,8 +125,11 @@ type AgentSessionRecord struct {
 	BootId       string                 `protobuf:"bytes,2,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// The replica that holds the stream.
-	Replica       string                 `protobuf:"bytes,4,opt,name=replica,proto3" json:"replica,omitempty"`
-	ConnectedAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
+	Replica     string                 `protobuf:"bytes,4,opt,name=replica,proto3" json:"replica,omitempty"`
+	ConnectedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
+	// The last desired set the agent acknowledged, and when.
+	AckedVersion  int64                  `protobuf:"varint,6,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	AckedAt       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acked_at,json=ackedAt,proto3" json:"acked_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -177,24 +199,43 @@ func (x *AgentSessionRecord) GetConnectedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AgentSessionRecord) GetAckedVersion() int64 {
+	if x != nil {
+		return x.AckedVersion
+	}
+	return 0
+}
+
+func (x *AgentSessionRecord) GetAckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AckedAt
+	}
+	return nil
+}
+
 var File_saltbush_storage_v1_delivery_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_delivery_proto_rawDesc = "" +
 	"\n" +
-	"\"saltbush/storage/v1/delivery.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x01\n" +
+	"\"saltbush/storage/v1/delivery.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x01\n" +
 	"\x0eExecutorRecord\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xcc\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\x1f\n" +
+	"\vfence_acked\x18\x06 \x01(\bR\n" +
+	"fenceAcked\"\xa8\x02\n" +
 	"\x12AgentSessionRecord\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x18\n" +
 	"\areplica\x18\x04 \x01(\tR\areplica\x12=\n" +
-	"\fconnected_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAtB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
+	"\fconnected_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12#\n" +
+	"\racked_version\x18\x06 \x01(\x03R\fackedVersion\x125\n" +
+	"\backed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aackedAtB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
 
 var (
 	file_saltbush_storage_v1_delivery_proto_rawDescOnce sync.Once
@@ -217,11 +258,12 @@ var file_saltbush_storage_v1_delivery_proto_goTypes = []any{
 var file_saltbush_storage_v1_delivery_proto_depIdxs = []int32{
 	2, // 0: saltbush.storage.v1.ExecutorRecord.since:type_name -> google.protobuf.Timestamp
 	2, // 1: saltbush.storage.v1.AgentSessionRecord.connected_at:type_name -> google.protobuf.Timestamp
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2, // 2: saltbush.storage.v1.AgentSessionRecord.acked_at:type_name -> google.protobuf.Timestamp
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_storage_v1_delivery_proto_init() }
