@@ -11,8 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/saltbush/saltbush/errdefs"
@@ -201,9 +201,9 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 	heartbeat := time.NewTicker(a.s.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
 	var (
-		role       deliveryv1.Role
-		epoch      int64
-		digest     = hello.GetDesiredDigest()
+		role        deliveryv1.Role
+		epoch       int64
+		digest      = hello.GetDesiredDigest()
 		sentRole    bool
 		drainFenced int64
 		lastSentAt  = time.Now()
