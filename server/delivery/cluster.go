@@ -128,6 +128,11 @@ func (w *clusterWatch) current() (*snapshot, error) {
 // signal to the streams.
 func (w *clusterWatch) run(ctx context.Context) {
 	defer close(w.done)
+	defer func() {
+		for _, g := range []interface{ DeleteLabelValues(...string) bool }{w.s.epochs, w.s.sessions, w.s.desired} {
+			g.DeleteLabelValues(w.uid)
+		}
+	}()
 	trigger := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -157,6 +162,11 @@ func (w *clusterWatch) run(ctx context.Context) {
 				// The watch brings the new executor record; read again then.
 				continue
 			}
+		}
+		if err == nil {
+			w.s.epochs.WithLabelValues(w.uid).Set(float64(sn.executor.GetEpoch()))
+			w.s.sessions.WithLabelValues(w.uid).Set(float64(len(sn.sessions)))
+			w.s.desired.WithLabelValues(w.uid).Set(float64(sn.desired.GetVersion()))
 		}
 		w.mu.Lock()
 		if err != nil {

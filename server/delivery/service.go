@@ -96,6 +96,10 @@ type Service struct {
 	rejected    *prometheus.CounterVec
 	streams     prometheus.Gauge
 	assignments prometheus.Counter
+	// Per cluster with streams on this replica (labels go with the watch).
+	epochs   *prometheus.GaugeVec
+	sessions *prometheus.GaugeVec
+	desired  *prometheus.GaugeVec
 
 	mu sync.Mutex
 	// watches holds one watch per cluster incarnation with streams on
@@ -124,9 +128,21 @@ func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg C
 			Name: "saltbush_delivery_assignments_total",
 			Help: "Executor assignments (epoch increments) this replica committed.",
 		}),
+		epochs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "saltbush_delivery_executor_epoch",
+			Help: "Executor epoch of each cluster with agent streams on this replica (0: none assigned).",
+		}, []string{"cluster_uid"}),
+		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "saltbush_delivery_sessions",
+			Help: "Live agent sessions (connected members, on any replica) of each cluster with agent streams on this replica.",
+		}, []string{"cluster_uid"}),
+		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "saltbush_delivery_desired_version",
+			Help: "Version (etcd revision) of the desired set of each cluster with agent streams on this replica; compare with the versions agents applied (saltbush admin delivery status).",
+		}, []string{"cluster_uid"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.streams, s.assignments} {
+		for _, c := range []prometheus.Collector{s.rejected, s.streams, s.assignments, s.epochs, s.sessions, s.desired} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("delivery metrics: %w", err)
 			}
