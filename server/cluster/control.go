@@ -94,8 +94,7 @@ func (s *Service) mutate(ctx context.Context, ref *controlv1.ClusterRef, op stri
 			if !proto.Equal(before, c) {
 				c.ModifiedAt = timestamppb.New(s.cfg.Now())
 			}
-			fenceDelivery(txn, before, c)
-			return nil
+			return s.fenceDelivery(ctx, txn, before, c)
 		})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -108,17 +107,33 @@ func (s *Service) mutate(ctx context.Context, ref *controlv1.ClusterRef, op stri
 	return rec, nil
 }
 
-// fenceDelivery removes the cluster's delivery executor in the
-// transaction that turns it DELETING or FAILED: from that commit on no
-// report is accepted (reports compare the executor record), and no
-// executor is assigned again.
-func fenceDelivery(txn *store.Txn, before, after *storagev1.ClusterRecord) {
+// fenceDelivery ends the cluster's delivery executor in the transaction
+// that turns it DELETING or FAILED: the executor record becomes one that
+// names no instance but keeps the epoch (so a cluster made ACTIVE again
+// continues at a higher epoch). From that commit on no report is accepted
+// (reports compare the executor record) and nobody is assigned. The
+// record is read here and its revision checked in the transaction; the
+// cluster record changes too, so a lost race is retried on fresh state.
+func (s *Service) fenceDelivery(ctx context.Context, txn *store.Txn, before, after *storagev1.ClusterRecord) error {
 	ends := func(st storagev1.ClusterStatus) bool {
 		return st == storagev1.ClusterStatus_CLUSTER_STATUS_DELETING || st == storagev1.ClusterStatus_CLUSTER_STATUS_FAILED
 	}
-	if ends(after.GetStatus()) && !ends(before.GetStatus()) {
-		txn.Remove(store.ExecutorKey(after.GetUid()))
+	if !ends(after.GetStatus()) || ends(before.GetStatus()) {
+		return nil
 	}
+	key := store.ExecutorKey(after.GetUid())
+	e := &storagev1.ExecutorRecord{}
+	rev, err := s.store.Get(ctx, key, e)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		txn.RequireAbsent(key)
+		return nil
+	case err != nil:
+		return fmt.Errorf("fence the delivery of cluster %q: %w", after.GetName(), err)
+	}
+	txn.Update(key, &storagev1.ExecutorRecord{Epoch: e.GetEpoch(), Since: timestamppb.New(s.cfg.Now()),
+		Reason: "cluster " + StatusName(after.GetStatus())}, rev)
+	return nil
 }
 
 func refusedWhileDeleting(c *storagev1.ClusterRecord, what string) error {

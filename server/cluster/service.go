@@ -245,14 +245,13 @@ func (s *Service) Delete(ctx context.Context, name string) (*storagev1.ClusterRe
 			return nil
 		}
 		before := proto.Clone(c).(*storagev1.ClusterRecord)
-		defer fenceDelivery(txn, before, c)
 		if c.GetSpec().GetDeletionProtection() {
 			return errdefs.InvalidRequest("Cannot delete cluster %s because deletion protection is enabled.", name).
 				WithField("clusterName", name)
 		}
 		c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_DELETING
 		c.ModifiedAt = timestamppb.New(s.cfg.Now())
-		return nil
+		return s.fenceDelivery(ctx, txn, before, c)
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {

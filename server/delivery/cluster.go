@@ -74,10 +74,20 @@ type clusterWatch struct {
 	cancel             context.CancelFunc
 	done               chan struct{}
 
+	trigger chan struct{}
+
 	mu    sync.Mutex
 	subs  map[chan struct{}]bool
 	state *snapshot
 	err   error
+}
+
+// poke asks for a re-read (coalesced).
+func (w *clusterWatch) poke() {
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
 }
 
 // subscribe returns the watch of c's incarnation (starting it if this is
@@ -90,7 +100,7 @@ func (s *Service) subscribe(c *storagev1.ClusterRecord) (*clusterWatch, chan str
 	if !ok {
 		ctx, cancel := context.WithCancel(context.Background())
 		w = &clusterWatch{s: s, uid: c.GetUid(), account: c.GetAccountId(), name: c.GetName(), cancel: cancel,
-			done: make(chan struct{}), subs: map[chan struct{}]bool{}}
+			done: make(chan struct{}), subs: map[chan struct{}]bool{}, trigger: make(chan struct{}, 1)}
 		s.watches[c.GetUid()] = w
 		go w.run(ctx)
 	}
@@ -98,7 +108,9 @@ func (s *Service) subscribe(c *storagev1.ClusterRecord) (*clusterWatch, chan str
 	w.mu.Lock()
 	w.subs[ch] = true
 	w.mu.Unlock()
-	ch <- struct{}{}
+	// A new stream's session was just written: read again, so its first
+	// assignment comes from a view that includes it.
+	w.poke()
 	return w, ch
 }
 
@@ -128,18 +140,12 @@ func (w *clusterWatch) current() (*snapshot, error) {
 // signal to the streams.
 func (w *clusterWatch) run(ctx context.Context) {
 	defer close(w.done)
+	trigger, poke := w.trigger, w.poke
 	defer func() {
 		for _, g := range []interface{ DeleteLabelValues(...string) bool }{w.s.epochs, w.s.sessions, w.s.desired} {
 			g.DeleteLabelValues(w.uid)
 		}
 	}()
-	trigger := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case trigger <- struct{}{}:
-		default:
-		}
-	}
 	for _, prefix := range []string{store.ClusterChildrenPrefix(w.uid), store.ClusterKey(w.account, w.name)} {
 		go func() {
 			for range w.s.store.Watch(ctx, prefix, 0) {
@@ -242,7 +248,10 @@ func (s *Service) read(ctx context.Context, uid, account, name string) (*snapsho
 func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 	e := sn.executor
 	acked := e.GetDraining() && e.GetFenceAcked()
-	if e != nil && sn.sessions[e.GetInstanceId()] && !acked {
+	// A record naming no instance is a cluster's fenced executor (it was
+	// FAILED or DELETING): nobody holds the epoch, which goes on from it.
+	vacant := e != nil && e.GetInstanceId() == ""
+	if e != nil && !vacant && sn.sessions[e.GetInstanceId()] && !acked {
 		// Live, and not known to have stopped (a removed member's
 		// session runs out first; a draining executor acknowledges).
 		return false, nil
@@ -275,9 +284,12 @@ func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 		// revision checks that acknowledgement still stands).
 		txn.RequireModRevision(store.ExecutorKey(uid), sn.executorRev)
 		next.Epoch = e.GetEpoch() + 1
-		if acked {
+		switch {
+		case vacant:
+			next.Reason = "first executor after " + e.GetReason()
+		case acked:
 			next.Reason = e.GetInstanceId() + " was drained and acknowledged the fence"
-		} else {
+		default:
 			txn.RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
 			next.Reason = "session of " + e.GetInstanceId() + " expired"
 		}

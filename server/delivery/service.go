@@ -50,8 +50,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		SessionTTL:        15 * time.Second,
-		HeartbeatInterval: 3 * time.Second,
-		FenceAfter:        9 * time.Second,
+		HeartbeatInterval: 2 * time.Second,
+		FenceAfter:        8 * time.Second,
 		SafetyMargin:      3 * time.Second,
 		HelloTimeout:      10 * time.Second,
 	}
@@ -66,8 +66,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("delivery: session TTL %s must be whole seconds, at least 1s (an etcd lease)", c.SessionTTL)
 	case c.HeartbeatInterval <= 0 || c.FenceAfter <= 0 || c.SafetyMargin <= 0 || c.HelloTimeout <= 0:
 		return errors.New("delivery: heartbeat interval, fence-after, safety margin and hello timeout must be positive")
-	case c.FenceAfter+c.SafetyMargin >= c.SessionTTL:
-		return fmt.Errorf("delivery: fence-after %s + safety margin %s must be below the session TTL %s", c.FenceAfter, c.SafetyMargin, c.SessionTTL)
+	case c.FenceAfter+c.SafetyMargin+c.HeartbeatInterval >= c.SessionTTL:
+		// The session is renewed every heartbeat interval, and a stream
+		// speaks to its agent only while the last renewal leaves at least
+		// fence-after + margin: so the renewal period comes out of the TTL.
+		return fmt.Errorf("delivery: fence-after %s + safety margin %s + heartbeat interval %s must be below the session TTL %s",
+			c.FenceAfter, c.SafetyMargin, c.HeartbeatInterval, c.SessionTTL)
 	case 2*c.HeartbeatInterval > c.FenceAfter:
 		return fmt.Errorf("delivery: heartbeat interval %s must be at most half of fence-after %s, or one lost heartbeat fences the executor", c.HeartbeatInterval, c.FenceAfter)
 	}

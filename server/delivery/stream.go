@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,10 +59,21 @@ type agentStream struct {
 
 // session is an admitted stream's session record and the lease it lives on.
 type session struct {
-	key   string
-	rec   *storagev1.AgentSessionRecord
-	lease clientv3.LeaseID
-	stop  func()
+	key string
+	rec *storagev1.AgentSessionRecord
+	// written is the record as this stream last wrote it: a later write
+	// (an Ack) applies only if no newer stream of the instance has
+	// replaced it.
+	written *storagev1.AgentSessionRecord
+	lease   clientv3.LeaseID
+	// revision is the etcd revision the session was created at: the
+	// stream's first assignment comes from a snapshot at least that new.
+	revision int64
+	// renewed is when the last successful renewal was sent (unix nanos).
+	renewed atomic.Int64
+	// lost closes when etcd no longer has the lease.
+	lost chan struct{}
+	stop func()
 }
 
 func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error {
@@ -171,7 +184,8 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 	// Guarded by the cluster record read at admission: a member removed,
 	// or a cluster turned DELETING, in between gets no session.
 	key := store.SessionKey(c.GetUid(), h.GetInstanceId())
-	_, err = s.store.Commit(ctx, store.NewTxn().
+	granted := time.Now()
+	res, err := s.store.Commit(ctx, store.NewTxn().
 		PutWithLease(key, rec, lease.ID).
 		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev))
 	if err != nil {
@@ -181,16 +195,49 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 		return nil, fmt.Errorf("session of %s: %w", h.GetInstanceId(), err)
 	}
 	kaCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	ka, err := s.client.KeepAlive(kaCtx, lease.ID)
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("session keepalive for %s: %w", h.GetInstanceId(), err)
-	}
-	go func() {
-		for range ka {
+	ss := &session{key: key, rec: rec, written: proto.Clone(rec).(*storagev1.AgentSessionRecord), lease: lease.ID,
+		revision: res.Revision, stop: stop, lost: make(chan struct{})}
+	ss.renewed.Store(granted.UnixNano())
+	go s.renew(kaCtx, ss)
+	return ss, nil
+}
+
+// renew keeps a session's lease alive every heartbeat interval (etcd's
+// own keepalive waits a third of the TTL, too long for the freshness the
+// stream promises its agent), recording when each renewal was sent: the
+// lease then lasts at least a TTL from that moment. A lease etcd no
+// longer has closes lost.
+func (s *Service) renew(ctx context.Context, ss *session) {
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-	}()
-	return &session{key: key, rec: rec, lease: lease.ID, stop: stop}, nil
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.HeartbeatInterval)
+		_, err := s.client.KeepAliveOnce(rctx, ss.lease)
+		cancel()
+		switch {
+		case err == nil:
+			ss.renewed.Store(sent.UnixNano())
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			close(ss.lost)
+			return
+		}
+	}
+}
+
+// fresh reports whether the session is certain to outlive an agent that
+// hears from the host now: the lease was renewed recently enough that it
+// lasts at least fence-after plus the safety margin from now. A stream
+// whose session is not fresh says nothing more but a Fence (the agent may
+// be replaced once the lease runs out, and it must have stopped by then).
+func (ss *session) fresh(cfg Config) bool {
+	age := time.Since(time.Unix(0, ss.renewed.Load()))
+	return age < cfg.SessionTTL-cfg.FenceAfter-cfg.SafetyMargin
 }
 
 // send is the stream's only sender: assignments and desired sets as the
@@ -208,7 +255,13 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 		drainFenced int64
 		lastSentAt  = time.Now()
 	)
+	// put sends m if the session is fresh; otherwise the agent is told
+	// to stop and the stream ends (ErrSessionLost).
 	put := func(m *deliveryv1.HostMessage) error {
+		if m.GetFence() == nil && !a.session.fresh(a.s.cfg) {
+			_ = a.stream.Send(fence(epoch, "saltbush could not renew the session"))
+			return status.Error(codes.Unavailable, "delivery session not renewed in time; connect again")
+		}
 		lastSentAt = time.Now()
 		return a.stream.Send(m)
 	}
@@ -216,6 +269,9 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-a.session.lost:
+			_ = a.stream.Send(fence(epoch, "the session expired"))
+			return status.Error(codes.Unavailable, "delivery session expired; connect again")
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
@@ -233,7 +289,10 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 			}
 		case <-changed:
 			sn, err := w.current()
-			if sn == nil {
+			if sn == nil || sn.revision < a.session.revision {
+				// Nothing yet, or a view older than this stream's own
+				// session: wait for the watch (a reconnecting agent must
+				// not be told a role etcd has since given away).
 				if err != nil {
 					a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.cluster.GetUid(), "err", err)
 				}
@@ -399,11 +458,19 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 // acked records the desired set the agent applied in its session record
 // (on the session's lease), for the status RPC.
 func (a *agentStream) acked(ctx context.Context, ack *deliveryv1.Ack) error {
-	a.session.rec.AckedVersion = ack.GetVersion()
-	a.session.rec.AckedAt = timestamppb.Now()
-	_, err := a.s.store.Commit(ctx, store.NewTxn().RequireExists(a.session.key).PutWithLease(a.session.key, a.session.rec, a.session.lease))
+	next := proto.Clone(a.session.written).(*storagev1.AgentSessionRecord)
+	next.AckedVersion, next.AckedAt = ack.GetVersion(), timestamppb.Now()
+	// Only over this stream's own record: a newer stream of the instance
+	// owns the key (and its lease) now, and an Ack late on the old stream
+	// must not move the session back onto the old lease.
+	_, err := a.s.store.Commit(ctx, store.NewTxn().
+		RequireValue(a.session.key, a.session.written).
+		PutWithLease(a.session.key, next, a.session.lease))
 	if errors.Is(err, store.ErrConflict) {
-		return nil // the session expired: nothing to record
+		return nil // expired or replaced: nothing to record
+	}
+	if err == nil {
+		a.session.written = next
 	}
 	return err
 }

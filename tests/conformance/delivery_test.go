@@ -15,6 +15,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
@@ -23,9 +24,9 @@ import (
 // fastDelivery shortens delivery's timing for tests (the rule
 // fenceAfter + margin < TTL still holds).
 func fastDelivery(c *server.Config) {
-	c.Delivery.SessionTTL = 2 * time.Second
+	c.Delivery.SessionTTL = 3 * time.Second
 	c.Delivery.HeartbeatInterval = 200 * time.Millisecond
-	c.Delivery.FenceAfter = time.Second
+	c.Delivery.FenceAfter = 1500 * time.Millisecond
 	c.Delivery.SafetyMargin = 500 * time.Millisecond
 }
 
@@ -233,7 +234,7 @@ func TestDeliveryConvergence(t *testing.T) {
 	ctx := ctxT(t)
 	a := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
 	as := a.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
-	if as.GetTiming().GetSessionTtl().AsDuration() != 2*time.Second || as.GetTiming().GetFenceAfter().AsDuration() != time.Second {
+	if as.GetTiming().GetSessionTtl().AsDuration() != 3*time.Second || as.GetTiming().GetFenceAfter().AsDuration() != 1500*time.Millisecond {
 		t.Errorf("timing = %v", as.GetTiming())
 	}
 	if _, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop"),
@@ -305,8 +306,8 @@ func TestDeliveryFailover(t *testing.T) {
 	cutAt := time.Now()
 	one.cancel()
 	two.assignment(deliveryv1.Role_ROLE_EXECUTOR, 2)
-	if since := time.Since(cutAt); since < time.Second {
-		t.Errorf("successor assigned %s after the cut, before the old session (TTL 2s) could expire", since)
+	if since := time.Since(cutAt); since < 2*time.Second {
+		t.Errorf("successor assigned %s after the cut, before the old session (TTL 3s) could expire", since)
 	}
 	// The transaction that assigned epoch 2 saw no session of i-1.
 	_, execRev, _ := h.executorKV(t)
@@ -334,8 +335,8 @@ func TestDeliveryFailover(t *testing.T) {
 }
 
 // TestDeliveryEndsWithTheCluster: a member removed, and then the cluster
-// deleted, end their streams after a Fence; deleting removes the executor
-// in the same transaction.
+// deleted, end their streams after a Fence; deleting ends the executor
+// (a record naming nobody, the epoch kept) in the same transaction.
 func TestDeliveryEndsWithTheCluster(t *testing.T) {
 	h := newDeliveryHarness(t)
 	ctx := ctxT(t)
@@ -359,9 +360,11 @@ func TestDeliveryEndsWithTheCluster(t *testing.T) {
 	if got := one.ended(5 * time.Second); got != codes.FailedPrecondition {
 		t.Errorf("executor's stream ended with %s", got)
 	}
+	// The executor record names nobody now and keeps the epoch.
 	resp, err := h.srv.EtcdClient().Get(ctx, h.srv.Store().Key(store.ExecutorKey(h.uid)))
-	if err != nil || len(resp.Kvs) != 0 {
-		t.Errorf("executor record after DeleteCluster: %v %v", resp.Kvs, err)
+	e := &storagev1.ExecutorRecord{}
+	if err != nil || len(resp.Kvs) != 1 || store.Decode(resp.Kvs[0].Value, e) != nil || e.GetInstanceId() != "" || e.GetEpoch() != 1 {
+		t.Errorf("executor record after DeleteCluster: %v %v", e, err)
 	}
 }
 
