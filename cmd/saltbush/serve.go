@@ -85,7 +85,7 @@ func newServeCommand() *cobra.Command {
 	f.DurationVar(&cfg.Delivery.SessionTTL, "delivery-session-ttl", cfg.Delivery.SessionTTL, "etcd lease of a guest agent's session: a successor executor may be assigned this long after the old one's last keepalive")
 	f.DurationVar(&cfg.Delivery.HeartbeatInterval, "delivery-heartbeat-interval", cfg.Delivery.HeartbeatInterval, "how often each side of an agent stream sends a heartbeat when idle")
 	f.DurationVar(&cfg.Delivery.FenceAfter, "delivery-fence-after", cfg.Delivery.FenceAfter, "how long an agent applies without hearing from saltbush before it stops (sent to agents)")
-	f.DurationVar(&cfg.Delivery.SafetyMargin, "delivery-safety-margin", cfg.Delivery.SafetyMargin, "fence-after plus this margin must be below the session TTL")
+	f.DurationVar(&cfg.Delivery.SafetyMargin, "delivery-safety-margin", cfg.Delivery.SafetyMargin, "fence-after plus this margin plus the heartbeat interval must be below the session TTL")
 	f.StringVar(&cfg.ReplicaName, "replica-name", "", "this replica's name in elections (default host/pid)")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest accepted request body")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
