@@ -55,6 +55,8 @@ type agentStream struct {
 	instance string
 	session  *session
 	out      chan *deliveryv1.HostMessage
+	// heard is when the agent last sent anything (unix nanos).
+	heard atomic.Int64
 }
 
 // session is an admitted stream's session record and the lease it lives on.
@@ -105,6 +107,7 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	defer s.unsubscribe(w, changed)
 	a := &agentStream{s: s, stream: stream, cluster: c, instance: hello.GetInstanceId(), session: session,
 		out: make(chan *deliveryv1.HostMessage, 16)}
+	a.heard.Store(time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	recvErr := make(chan error, 1)
@@ -282,6 +285,14 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				return err
 			}
 		case <-heartbeat.C:
+			// An agent silent for fence-after has stopped applying (it
+			// sends heartbeats); its stream may be half-open. End it, so
+			// the session runs out and a standby can take over, instead of
+			// renewing the session of an agent nobody hears.
+			if time.Since(time.Unix(0, a.heard.Load())) > a.s.cfg.FenceAfter {
+				_ = a.stream.Send(fence(epoch, "saltbush heard nothing from the agent for fence-after"))
+				return status.Error(codes.Unavailable, "the agent was silent for fence-after; connect again")
+			}
 			if time.Since(lastSentAt) >= a.s.cfg.HeartbeatInterval/2 {
 				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}); err != nil {
 					return err
@@ -360,6 +371,7 @@ func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
 		if err != nil {
 			return err
 		}
+		a.heard.Store(time.Now().UnixNano())
 		switch msg := m.GetMessage().(type) {
 		case *deliveryv1.AgentMessage_Report:
 			results := a.report(ctx, w, msg.Report)

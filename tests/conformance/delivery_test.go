@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ func fastDelivery(c *server.Config) {
 type simAgent struct {
 	t        *testing.T
 	instance string
+	sendMu   sync.Mutex
 	stream   deliveryv1.DeliveryService_ConnectClient
 	msgs     chan *deliveryv1.HostMessage
 	errc     chan error
@@ -65,6 +67,25 @@ func connectAgent(t *testing.T, srv *servertest.Server, certUID, certInstance st
 	if err := stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		t.Fatalf("send Hello: %v", err)
 	}
+	// Agents send heartbeats: saltbush ends the stream of one that is
+	// silent for fence-after.
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				a.sendMu.Lock()
+				err := stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}})
+				a.sendMu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
 	return a
 }
 
@@ -105,6 +126,8 @@ func (a *simAgent) desired(what string, match func(*deliveryv1.DesiredSet) bool)
 
 func (a *simAgent) send(m *deliveryv1.AgentMessage) {
 	a.t.Helper()
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	if err := a.stream.Send(m); err != nil {
 		a.t.Fatalf("%s: send: %v", a.instance, err)
 	}

@@ -697,6 +697,9 @@ func (s *dlStream) process() {
 			}
 			s.handle(in.at, in.msg)
 		case <-tick.C:
+			// Agents send heartbeats: saltbush ends the stream of one
+			// that is silent for fence-after.
+			s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}})
 			s.reportAll()
 		case kind := <-s.inject:
 			s.injectStale(kind)

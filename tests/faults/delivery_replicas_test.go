@@ -634,7 +634,7 @@ func TestDeliveryLateAckKeepsTheLiveSession(t *testing.T) {
 	t.Logf("i-1's session is on lease %x (stream 2's)", live)
 
 	// A late Ack on stream 1, then stream 1 ends.
-	if err := first.cs.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Ack{Ack: &deliveryv1.Ack{Version: 1, Nonce: "late"}}}); err != nil {
+	if err := first.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Ack{Ack: &deliveryv1.Ack{Version: 1, Nonce: "late"}}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = waitFor(ctx, 5*time.Second, func() (bool, error) { return leaseOf() != live, nil })
@@ -673,6 +673,14 @@ type rawStream struct {
 	msgs   chan *deliveryv1.HostMessage
 	mu     sync.Mutex
 	heard  time.Time
+	sendMu sync.Mutex
+}
+
+// send sends m (heartbeats go out from another goroutine).
+func (s *rawStream) send(m *deliveryv1.AgentMessage) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.cs.Send(m)
 }
 
 func openRawStream(t *testing.T, ctx context.Context, env *dlEnv, r *dlReplica, uid, cluster, instance string) *rawStream {
@@ -715,10 +723,25 @@ func openRawStream(t *testing.T, ctx context.Context, env *dlEnv, r *dlReplica, 
 			}
 		}
 	}()
-	if err := cs.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: &deliveryv1.Hello{
+	if err := s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: &deliveryv1.Hello{
 		Cluster: &deliveryv1.ClusterName{AccountId: env.account, Name: cluster}, InstanceId: instance, BootId: "boot-1"}}}); err != nil {
 		t.Fatal(err)
 	}
+	// Heartbeats, as agents send them (saltbush ends a silent stream).
+	go func() {
+		tick := time.NewTicker(dlHeartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+				if s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}) != nil {
+					return
+				}
+			}
+		}
+	}()
 	return s
 }
 
