@@ -377,6 +377,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		),
 		grpc.ChainStreamInterceptor(s.ca.StreamInterceptor(), acc.stream),
 		grpc.MaxRecvMsgSize(int(cfg.MaxBodyBytes)),
+		// Every connection is TLS, and crypto/tls already buffers a whole
+		// decrypted record, so gRPC's own 32 KiB read buffer per
+		// connection only doubles the copy: with one long-lived stream per
+		// guest agent it was the largest part of an idle stream's memory
+		// (tests/bench: BenchmarkDeliveryStreams).
+		grpc.ReadBufferSize(0),
 		// Find dead peers (agents on VMs that vanished) within a minute,
 		// and refuse clients that ping more often than every 10s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),

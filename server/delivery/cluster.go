@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -34,6 +35,9 @@ type snapshot struct {
 	executorRev int64
 	sessions    map[string]bool
 	desired     *deliveryv1.DesiredSet
+	// lastReport is when the latest accepted report of any add-on was
+	// made (zero: none).
+	lastReport time.Time
 }
 
 // executorOrNil is the executor of a snapshot that may be nil.
@@ -75,6 +79,10 @@ type clusterWatch struct {
 	done               chan struct{}
 
 	trigger chan struct{}
+	// rendered is the desired set of the last snapshot (run's own):
+	// add-ons whose incarnation and generation are unchanged are not
+	// rendered again.
+	rendered *deliveryv1.DesiredSet
 
 	mu    sync.Mutex
 	subs  map[chan struct{}]bool
@@ -124,6 +132,9 @@ func (s *Service) unsubscribe(w *clusterWatch, ch chan struct{}) {
 	if last && s.watches[w.uid] == w {
 		delete(s.watches, w.uid)
 		w.cancel()
+		for _, g := range []*prometheus.GaugeVec{s.epochs, s.sessions, s.desired, s.lastReport, s.appliedVersion, s.inSync} {
+			g.DeleteLabelValues(w.uid)
+		}
 	}
 }
 
@@ -137,30 +148,48 @@ func (w *clusterWatch) current() (*snapshot, error) {
 
 // run follows the cluster's keys until ctx ends: every event triggers a
 // re-read (coalesced), an assignment attempt when one is due, and a
-// signal to the streams.
+// signal to the streams. The watches start after the first read, from
+// the revision after it, so no change between the two is missed; a
+// broken or compacted watch is started again after the next read.
 func (w *clusterWatch) run(ctx context.Context) {
 	defer close(w.done)
-	trigger, poke := w.trigger, w.poke
-	defer func() {
-		for _, g := range []interface{ DeleteLabelValues(...string) bool }{w.s.epochs, w.s.sessions, w.s.desired} {
-			g.DeleteLabelValues(w.uid)
-		}
-	}()
-	for _, prefix := range []string{store.ClusterChildrenPrefix(w.uid), store.ClusterKey(w.account, w.name)} {
-		go func() {
-			for range w.s.store.Watch(ctx, prefix, 0) {
-				poke()
-			}
-		}()
+	var (
+		children, record clientv3.WatchChan
+		stopWatches      = func() {}
+	)
+	defer func() { stopWatches() }()
+	startWatches := func(from int64) {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		stopWatches = cancel
+		children = w.s.client.Watch(wctx, w.s.store.Key(store.ClusterChildrenPrefix(w.uid)), clientv3.WithPrefix(), clientv3.WithRev(from))
+		record = w.s.client.Watch(wctx, w.s.store.Key(store.ClusterKey(w.account, w.name)), clientv3.WithRev(from))
 	}
-	poke()
+	watched := func(resp clientv3.WatchResponse, ok bool) {
+		if !ok || resp.Err() != nil {
+			// Broken (etcd unreachable, compacted, no leader): read
+			// again, then watch from that read.
+			stopWatches()
+			children, record, stopWatches = nil, nil, func() {}
+		}
+		w.poke()
+	}
+	w.poke()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-trigger:
+		case resp, ok := <-children:
+			watched(resp, ok)
+			continue
+		case resp, ok := <-record:
+			watched(resp, ok)
+			continue
+		case <-w.trigger:
 		}
-		sn, err := w.s.read(ctx, w.uid, w.account, w.name)
+		sn, err := w.s.read(ctx, w.uid, w.account, w.name, w.rendered)
+		if err == nil && children == nil {
+			startWatches(sn.revision + 1)
+		}
 		if err == nil && sn.serving() {
 			if assigned, aerr := w.s.assign(ctx, sn); aerr != nil {
 				w.s.log.WarnContext(ctx, "executor assignment", "cluster_uid", w.uid, "err", aerr)
@@ -170,9 +199,8 @@ func (w *clusterWatch) run(ctx context.Context) {
 			}
 		}
 		if err == nil {
-			w.s.epochs.WithLabelValues(w.uid).Set(float64(sn.executor.GetEpoch()))
-			w.s.sessions.WithLabelValues(w.uid).Set(float64(len(sn.sessions)))
-			w.s.desired.WithLabelValues(w.uid).Set(float64(sn.desired.GetVersion()))
+			w.rendered = sn.desired
+			w.s.observe(w, sn)
 		}
 		w.mu.Lock()
 		if err != nil {
@@ -190,14 +218,47 @@ func (w *clusterWatch) run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			// etcd unreachable: try again shortly rather than wait for
 			// an event that a broken watch may not bring.
-			time.AfterFunc(200*time.Millisecond, poke)
+			time.AfterFunc(200*time.Millisecond, w.poke)
 		}
 	}
 }
 
+// observe sets a cluster's metrics from its watch's latest snapshot, if
+// the watch is still the cluster's: an ending watch must not overwrite a
+// newer one's figures (or leave labels the unsubscribe removed).
+func (s *Service) observe(w *clusterWatch, sn *snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches[w.uid] != w {
+		return
+	}
+	s.epochs.WithLabelValues(w.uid).Set(float64(sn.executor.GetEpoch()))
+	s.sessions.WithLabelValues(w.uid).Set(float64(len(sn.sessions)))
+	s.desired.WithLabelValues(w.uid).Set(float64(sn.desired.GetVersion()))
+	if !sn.lastReport.IsZero() {
+		s.lastReport.WithLabelValues(w.uid).Set(float64(sn.lastReport.UnixNano()) / 1e9)
+	}
+}
+
+// observeExecutor sets the metrics of what a cluster's executor, whose
+// stream is on this replica, has applied against the desired set.
+func (s *Service) observeExecutor(w *clusterWatch, applied *deliveryv1.DesiredSet, desiredDigest string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches[w.uid] != w {
+		return
+	}
+	inSync := 0.0
+	if applied.GetDigest() == desiredDigest {
+		inSync = 1
+	}
+	s.appliedVersion.WithLabelValues(w.uid).Set(float64(applied.GetVersion()))
+	s.inSync.WithLabelValues(w.uid).Set(inSync)
+}
+
 // read takes one consistent snapshot of a cluster incarnation: its
 // record, executor, sessions and add-ons, in one etcd transaction.
-func (s *Service) read(ctx context.Context, uid, account, name string) (*snapshot, error) {
+func (s *Service) read(ctx context.Context, uid, account, name string, previous *deliveryv1.DesiredSet) (*snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := s.client.Txn(ctx).Then(
@@ -231,7 +292,7 @@ func (s *Service) read(ctx context.Context, uid, account, name string) (*snapsho
 		sn.sessions[string(kv.Key[len(prefix):])] = true
 	}
 	if sn.cluster != nil {
-		if sn.desired, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(), sn.revision); err != nil {
+		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {
 			return nil, err
 		}
 	}

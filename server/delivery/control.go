@@ -23,7 +23,7 @@ func (s *Service) Status(ctx context.Context, ref *controlv1.ClusterRef) (*contr
 	if err != nil {
 		return nil, err
 	}
-	sn, err := s.read(ctx, c.GetUid(), c.GetAccountId(), c.GetName())
+	sn, err := s.read(ctx, c.GetUid(), c.GetAccountId(), c.GetName(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func (s *Service) Status(ctx context.Context, ref *controlv1.ClusterRef) (*contr
 			}
 			out.Sessions = append(out.Sessions, &controlv1.AgentSession{
 				InstanceId: r.GetInstanceId(), Replica: r.GetReplica(), BootId: r.GetBootId(), AgentVersion: r.GetAgentVersion(),
-				ConnectedAt: r.GetConnectedAt(), AckedVersion: r.GetAckedVersion(), AckedAt: r.GetAckedAt(),
+				ConnectedAt: r.GetConnectedAt(), AckedVersion: r.GetAckedVersion(), AckedDigest: r.GetAckedDigest(), AckedAt: r.GetAckedAt(),
 			})
 			return nil
 		}},

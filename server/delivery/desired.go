@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
@@ -20,12 +22,32 @@ import (
 // configuration values and role ARNs, and those being deleted as
 // tombstones. The digest covers the content only, so the same add-ons
 // give the same digest on every replica and after every reconnect.
-func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs []*mvccpb.KeyValue, rev int64) (*deliveryv1.DesiredSet, error) {
+//
+// An add-on's rendering depends only on its spec, which changes only with
+// its generation, and on the cluster's name: so an add-on whose uid and
+// generation are those in previous (the set the watch computed last) is
+// taken from there, not rendered again — most writes under a cluster are
+// reports and acknowledgements, which change no spec. When no add-on
+// changed, the digest is previous's too. It also returns when the latest
+// accepted report of any add-on was made.
+func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs []*mvccpb.KeyValue, rev int64, previous *deliveryv1.DesiredSet) (*deliveryv1.DesiredSet, time.Time, error) {
+	var lastReport time.Time
 	set := &deliveryv1.DesiredSet{Version: rev, Addons: make([]*deliveryv1.DesiredAddon, 0, len(kvs))}
+	known := make(map[string]*deliveryv1.DesiredAddon, len(previous.GetAddons()))
+	for _, a := range previous.GetAddons() {
+		known[a.GetName()] = a
+	}
 	for _, kv := range kvs {
 		rec := &storagev1.AddonRecord{}
 		if err := store.Decode(kv.Value, rec); err != nil {
-			return nil, fmt.Errorf("add-on %s: %w", kv.Key, err)
+			return nil, time.Time{}, fmt.Errorf("add-on %s: %w", kv.Key, err)
+		}
+		if at := rec.GetObserved().GetObservedAt(); at != nil && at.AsTime().After(lastReport) {
+			lastReport = at.AsTime()
+		}
+		if a := known[rec.GetName()]; a != nil && a.GetUid() == rec.GetUid() && a.GetGeneration() == rec.GetGeneration() {
+			set.Addons = append(set.Addons, a)
+			continue
 		}
 		a, err := s.desiredAddon(c, rec)
 		if err != nil {
@@ -38,13 +60,17 @@ func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs []*mvccpb.KeyValue,
 		}
 		set.Addons = append(set.Addons, a)
 	}
+	if previous != nil && slices.Equal(set.Addons, previous.GetAddons()) {
+		set.Digest = previous.GetDigest()
+		return set, lastReport, nil
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&deliveryv1.DesiredSet{Addons: set.Addons})
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	sum := sha256.Sum256(b)
 	set.Digest = hex.EncodeToString(sum[:])
-	return set, nil
+	return set, lastReport, nil
 }
 
 func (s *Service) desiredAddon(c *storagev1.ClusterRecord, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {

@@ -104,6 +104,12 @@ type Service struct {
 	epochs   *prometheus.GaugeVec
 	sessions *prometheus.GaugeVec
 	desired  *prometheus.GaugeVec
+	// lastReport, appliedVersion and inSync: the latest accepted report,
+	// and what the executor (with its stream here) has applied.
+	lastReport, appliedVersion, inSync *prometheus.GaugeVec
+
+	// renewer keeps the sessions of this replica's streams alive.
+	renewer *renewer
 
 	mu sync.Mutex
 	// watches holds one watch per cluster incarnation with streams on
@@ -119,7 +125,7 @@ func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg C
 	}
 	s := &Service{
 		store: st, client: st.Client(), clusters: clusters, addons: addons, catalog: addons.Catalog(), cfg: cfg, log: log,
-		watches: map[string]*clusterWatch{},
+		watches: map[string]*clusterWatch{}, renewer: newRenewer(st.Client(), cfg.SessionTTL, cfg.HeartbeatInterval, log),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "saltbush_delivery_reports_rejected_total",
 			Help: "Agent reports that changed nothing, by reason (not_executor, stale_epoch, stale_generation, stale_incarnation, unknown_addon, invalid).",
@@ -144,9 +150,21 @@ func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg C
 			Name: "saltbush_delivery_desired_version",
 			Help: "Version (etcd revision) of the desired set of each cluster with agent streams on this replica; compare with the versions agents applied (saltbush admin delivery status).",
 		}, []string{"cluster_uid"}),
+		lastReport: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "saltbush_delivery_last_report_timestamp_seconds",
+			Help: "When the latest accepted report of any add-on of each cluster with agent streams on this replica was made (unix seconds).",
+		}, []string{"cluster_uid"}),
+		appliedVersion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "saltbush_delivery_executor_applied_version",
+			Help: "Version of the desired set the executor acknowledged, for each cluster whose executor's stream is on this replica.",
+		}, []string{"cluster_uid"}),
+		inSync: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "saltbush_delivery_executor_in_sync",
+			Help: "1 when the executor (its stream on this replica) has acknowledged the cluster's current desired add-ons (same content digest), else 0.",
+		}, []string{"cluster_uid"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.rejected, s.streams, s.assignments, s.epochs, s.sessions, s.desired} {
+		for _, c := range []prometheus.Collector{s.rejected, s.streams, s.assignments, s.epochs, s.sessions, s.desired, s.lastReport, s.appliedVersion, s.inSync} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("delivery metrics: %w", err)
 			}

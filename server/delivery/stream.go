@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -49,14 +47,26 @@ func (s *Server) Connect(stream deliveryv1.DeliveryService_ConnectServer) error 
 
 // agentStream is one admitted stream.
 type agentStream struct {
-	s        *Service
-	stream   deliveryv1.DeliveryService_ConnectServer
-	cluster  *storagev1.ClusterRecord
+	s      *Service
+	stream deliveryv1.DeliveryService_ConnectServer
+	// uid is the cluster incarnation's. The stream keeps no cluster
+	// record: the watch's snapshot has the current one, shared by the
+	// cluster's streams (a record with many members is large).
+	uid      string
 	instance string
 	session  *session
 	out      chan *deliveryv1.HostMessage
 	// heard is when the agent last sent anything (unix nanos).
 	heard atomic.Int64
+	// lastSet is the last desired set sent (its Addons left out), for
+	// the Ack that names its nonce.
+	lastSet atomic.Pointer[deliveryv1.DesiredSet]
+	// applied is the set the agent has (version and digest): what its
+	// Hello claimed, then what it acknowledged.
+	applied atomic.Pointer[deliveryv1.DesiredSet]
+	// executor is whether the stream's last assignment made it the
+	// executor (its acknowledgements are the cluster's metrics then).
+	executor atomic.Bool
 }
 
 // session is an admitted stream's session record and the lease it lives on.
@@ -64,18 +74,15 @@ type session struct {
 	key string
 	rec *storagev1.AgentSessionRecord
 	// written is the record as this stream last wrote it: a later write
-	// (an Ack) applies only if no newer stream of the instance has
-	// replaced it.
+	// (an Ack, the retirement at the end) applies only if no newer stream
+	// of the instance has replaced it. Only the stream's receiver writes
+	// it while the stream lives; retire reads it after the receiver ended.
 	written *storagev1.AgentSessionRecord
-	lease   clientv3.LeaseID
+	// lease is the replica's, while the stream lives.
+	lease *replicaLease
 	// revision is the etcd revision the session was created at: the
 	// stream's first assignment comes from a snapshot at least that new.
 	revision int64
-	// renewed is when the last successful renewal was sent (unix nanos).
-	renewed atomic.Int64
-	// lost closes when etcd no longer has the lease.
-	lost chan struct{}
-	stop func()
 }
 
 func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error {
@@ -98,20 +105,28 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	if err != nil {
 		return err
 	}
-	defer session.stop()
+	// The session is renewed while the stream lives, then lasts out its
+	// TTL: the time the agent has to stop applying on its own before a
+	// successor may be assigned.
+	received := make(chan struct{})
+	defer s.closeSession(session, received)
 	s.streams.Inc()
 	defer s.streams.Dec()
 	s.log.InfoContext(ctx, "agent connected", "cluster", c.GetName(), "cluster_uid", c.GetUid(), "instance", hello.GetInstanceId())
 
 	w, changed := s.subscribe(c)
 	defer s.unsubscribe(w, changed)
-	a := &agentStream{s: s, stream: stream, cluster: c, instance: hello.GetInstanceId(), session: session,
+	a := &agentStream{s: s, stream: stream, uid: c.GetUid(), instance: hello.GetInstanceId(), session: session,
 		out: make(chan *deliveryv1.HostMessage, 16)}
 	a.heard.Store(time.Now().UnixNano())
+	a.applied.Store(&deliveryv1.DesiredSet{Version: hello.GetDesiredVersion(), Digest: hello.GetDesiredDigest()})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- a.receive(ctx, w) }()
+	go func() {
+		defer close(received)
+		recvErr <- a.receive(ctx, w)
+	}()
 	return a.send(ctx, w, changed, hello, recvErr)
 }
 
@@ -170,67 +185,47 @@ func (s *Service) admit(ctx context.Context, agent *identity.Agent, h *deliveryv
 	return c, rev, nil
 }
 
-// openSession records the agent's session on a lease of its own that this
-// replica keeps alive while the stream lives. The returned stop ends the
-// keepalives without revoking the lease: the session then lasts out its
-// TTL, which is the time the agent has to stop applying on its own before
-// a successor may be assigned.
+// openSession records the agent's session on the replica's lease, which
+// is renewed while the stream lives; end it with closeSession.
 func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, h *deliveryv1.Hello) (*session, error) {
-	lease, err := s.client.Grant(ctx, int64(s.cfg.SessionTTL/time.Second))
+	lease, err := s.renewer.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("session lease for %s: %w", h.GetInstanceId(), err)
 	}
 	rec := &storagev1.AgentSessionRecord{
 		InstanceId: h.GetInstanceId(), BootId: h.GetBootId(), AgentVersion: h.GetAgentVersion(),
 		Replica: s.cfg.Replica, ConnectedAt: timestamppb.Now(),
+		// What the agent says it has applied (it resumes from it).
+		AckedVersion: h.GetDesiredVersion(), AckedDigest: h.GetDesiredDigest(),
+	}
+	if rec.AckedVersion != 0 {
+		rec.AckedAt = rec.ConnectedAt
 	}
 	// Guarded by the cluster record read at admission: a member removed,
 	// or a cluster turned DELETING, in between gets no session.
 	key := store.SessionKey(c.GetUid(), h.GetInstanceId())
-	granted := time.Now()
 	res, err := s.store.Commit(ctx, store.NewTxn().
-		PutWithLease(key, rec, lease.ID).
+		PutWithLease(key, rec, lease.id).
 		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev))
 	if err != nil {
+		s.renewer.release(lease)
 		if errors.Is(err, store.ErrConflict) {
 			return nil, status.Error(codes.Aborted, "the cluster changed during admission; connect again")
 		}
 		return nil, fmt.Errorf("session of %s: %w", h.GetInstanceId(), err)
 	}
-	kaCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	ss := &session{key: key, rec: rec, written: proto.Clone(rec).(*storagev1.AgentSessionRecord), lease: lease.ID,
-		revision: res.Revision, stop: stop, lost: make(chan struct{})}
-	ss.renewed.Store(granted.UnixNano())
-	go s.renew(kaCtx, ss)
-	return ss, nil
+	return &session{key: key, rec: rec, written: proto.Clone(rec).(*storagev1.AgentSessionRecord), lease: lease,
+		revision: res.Revision}, nil
 }
 
-// renew keeps a session's lease alive every heartbeat interval (etcd's
-// own keepalive waits a third of the TTL, too long for the freshness the
-// stream promises its agent), recording when each renewal was sent: the
-// lease then lasts at least a TTL from that moment. A lease etcd no
-// longer has closes lost.
-func (s *Service) renew(ctx context.Context, ss *session) {
-	t := time.NewTicker(s.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.HeartbeatInterval)
-		_, err := s.client.KeepAliveOnce(rctx, ss.lease)
-		cancel()
-		switch {
-		case err == nil:
-			ss.renewed.Store(sent.UnixNano())
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			close(ss.lost)
-			return
-		}
-	}
+// closeSession ends a stream's session once its receiver has stopped
+// (done closes): off the replica's lease, running out its TTL.
+func (s *Service) closeSession(ss *session, done <-chan struct{}) {
+	s.renewer.release(ss.lease)
+	go func() {
+		<-done
+		s.retire(ss)
+	}()
 }
 
 // fresh reports whether the session is certain to outlive an agent that
@@ -239,7 +234,7 @@ func (s *Service) renew(ctx context.Context, ss *session) {
 // whose session is not fresh says nothing more but a Fence (the agent may
 // be replaced once the lease runs out, and it must have stopped by then).
 func (ss *session) fresh(cfg Config) bool {
-	age := time.Since(time.Unix(0, ss.renewed.Load()))
+	age := time.Since(time.Unix(0, ss.lease.renewed.Load()))
 	return age < cfg.SessionTTL-cfg.FenceAfter-cfg.SafetyMargin
 }
 
@@ -272,7 +267,7 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-a.session.lost:
+		case <-a.session.lease.lost:
 			_ = a.stream.Send(fence(epoch, "the session expired"))
 			return status.Error(codes.Unavailable, "delivery session expired; connect again")
 		case err := <-recvErr:
@@ -305,7 +300,7 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				// session: wait for the watch (a reconnecting agent must
 				// not be told a role etcd has since given away).
 				if err != nil {
-					a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.cluster.GetUid(), "err", err)
+					a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.uid, "err", err)
 				}
 				continue
 			}
@@ -328,6 +323,7 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 					}
 				}
 				role, epoch, sentRole = newRole, newEpoch, true
+				a.executor.Store(role == deliveryv1.Role_ROLE_EXECUTOR)
 				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{
 					Role: role, Epoch: epoch, ExecutorInstanceId: sn.executor.GetInstanceId(), Timing: a.s.cfg.timing(),
 				}}}); err != nil {
@@ -345,10 +341,14 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 					Version: sn.desired.GetVersion(), Nonce: nonce(), Epoch: epoch, Digest: sn.desired.GetDigest(),
 					Addons: sn.desired.GetAddons(),
 				}
+				a.lastSet.Store(&deliveryv1.DesiredSet{Version: set.GetVersion(), Nonce: set.GetNonce(), Digest: set.GetDigest()})
 				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_DesiredSet{DesiredSet: set}}); err != nil {
 					return err
 				}
 				digest = set.GetDigest()
+			}
+			if role == deliveryv1.Role_ROLE_EXECUTOR {
+				a.s.observeExecutor(w, a.applied.Load(), sn.desired.GetDigest())
 			}
 		}
 	}
@@ -383,15 +383,15 @@ func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
 				}
 			}
 		case *deliveryv1.AgentMessage_Ack:
-			if err := a.acked(ctx, msg.Ack); err != nil {
-				a.s.log.WarnContext(ctx, "record ack", "cluster_uid", a.cluster.GetUid(), "instance", a.instance, "err", err)
+			if err := a.acked(ctx, w, msg.Ack); err != nil {
+				a.s.log.WarnContext(ctx, "record ack", "cluster_uid", a.uid, "instance", a.instance, "err", err)
 			}
 		case *deliveryv1.AgentMessage_Nack:
-			a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.cluster.GetUid(),
+			a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.uid,
 				"instance", a.instance, "version", msg.Nack.GetVersion(), "error", msg.Nack.GetError())
 		case *deliveryv1.AgentMessage_FenceAck:
 			if err := a.fenceAcked(ctx, w, msg.FenceAck.GetEpoch()); err != nil {
-				a.s.log.WarnContext(ctx, "fence acknowledgement", "cluster_uid", a.cluster.GetUid(), "instance", a.instance, "err", err)
+				a.s.log.WarnContext(ctx, "fence acknowledgement", "cluster_uid", a.uid, "instance", a.instance, "err", err)
 			}
 		case *deliveryv1.AgentMessage_Heartbeat:
 		case *deliveryv1.AgentMessage_Hello:
@@ -446,9 +446,9 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 	for _, is := range r.GetIssues() {
 		issues = append(issues, &storagev1.AddonIssue{Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds()})
 	}
-	executorKey, executorRev := store.ExecutorKey(a.cluster.GetUid()), sn.executorRev
+	executorKey, executorRev := store.ExecutorKey(a.uid), sn.executorRev
 	res, err := a.s.addons.ApplyReport(ctx, addon.Report{
-		ClusterUID: a.cluster.GetUid(), AddonName: r.GetAddon(), AddonUID: r.GetAddonUid(), Generation: r.GetGeneration(),
+		ClusterUID: a.uid, AddonName: r.GetAddon(), AddonUID: r.GetAddonUid(), Generation: r.GetGeneration(),
 		Phase: phases[r.GetPhase()], Issues: issues, ExecutorEpoch: r.GetEpoch(), InstanceID: a.instance,
 	}, func(txn *store.Txn) {
 		// The fence: the executor record is still the one that named
@@ -460,7 +460,7 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 	case errors.As(err, &apiErr):
 		return answer(rejectInvalid, false)
 	case err != nil:
-		a.s.log.WarnContext(ctx, "report not applied", "cluster_uid", a.cluster.GetUid(), "addon", r.GetAddon(), "err", err)
+		a.s.log.WarnContext(ctx, "report not applied", "cluster_uid", a.uid, "addon", r.GetAddon(), "err", err)
 		return answer("unavailable", false)
 	}
 	result.Accepted = res.Accepted
@@ -468,16 +468,27 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 }
 
 // acked records the desired set the agent applied in its session record
-// (on the session's lease), for the status RPC.
-func (a *agentStream) acked(ctx context.Context, ack *deliveryv1.Ack) error {
+// (on the session's lease), for the status RPC, and for an executor in
+// the cluster's metrics.
+func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv1.Ack) error {
+	set := a.lastSet.Load()
+	if set == nil || set.GetNonce() != ack.GetNonce() || set.GetVersion() != ack.GetVersion() {
+		// Not the last set this stream sent: the Ack of the one after it
+		// is on its way, or it is not an Ack of anything sent here.
+		return nil
+	}
+	a.applied.Store(set)
+	if sn, _ := w.current(); sn != nil && a.executor.Load() {
+		a.s.observeExecutor(w, set, sn.desired.GetDigest())
+	}
 	next := proto.Clone(a.session.written).(*storagev1.AgentSessionRecord)
-	next.AckedVersion, next.AckedAt = ack.GetVersion(), timestamppb.Now()
+	next.AckedVersion, next.AckedDigest, next.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
 	// Only over this stream's own record: a newer stream of the instance
 	// owns the key (and its lease) now, and an Ack late on the old stream
 	// must not move the session back onto the old lease.
 	_, err := a.s.store.Commit(ctx, store.NewTxn().
 		RequireValue(a.session.key, a.session.written).
-		PutWithLease(a.session.key, next, a.session.lease))
+		PutWithLease(a.session.key, next, a.session.lease.id))
 	if errors.Is(err, store.ErrConflict) {
 		return nil // expired or replaced: nothing to record
 	}
@@ -498,7 +509,7 @@ func (a *agentStream) fenceAcked(ctx context.Context, w *clusterWatch, epoch int
 	}
 	next := proto.Clone(e).(*storagev1.ExecutorRecord)
 	next.FenceAcked = true
-	key := store.ExecutorKey(a.cluster.GetUid())
+	key := store.ExecutorKey(a.uid)
 	_, err := a.s.store.Commit(ctx, store.NewTxn().Update(key, next, sn.executorRev))
 	if errors.Is(err, store.ErrConflict) {
 		return nil

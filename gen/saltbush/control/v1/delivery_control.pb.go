@@ -242,8 +242,11 @@ type AgentSession struct {
 	AgentVersion string                 `protobuf:"bytes,4,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	ConnectedAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
 	// The last desired set it acknowledged (applied), and when.
-	AckedVersion  int64                  `protobuf:"varint,6,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
-	AckedAt       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acked_at,json=ackedAt,proto3" json:"acked_at,omitempty"`
+	AckedVersion int64                  `protobuf:"varint,6,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	AckedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acked_at,json=ackedAt,proto3" json:"acked_at,omitempty"`
+	// The content digest of that set; equal to desired_digest when the
+	// agent has the cluster's current desired add-ons.
+	AckedDigest   string `protobuf:"bytes,8,opt,name=acked_digest,json=ackedDigest,proto3" json:"acked_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +328,13 @@ func (x *AgentSession) GetAckedAt() *timestamppb.Timestamp {
 		return x.AckedAt
 	}
 	return nil
+}
+
+func (x *AgentSession) GetAckedDigest() string {
+	if x != nil {
+		return x.AckedDigest
+	}
+	return ""
 }
 
 // AddonDelivery is one add-on: desired generation against the last
@@ -533,7 +543,7 @@ const file_saltbush_control_v1_delivery_control_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
-	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xa2\x02\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xc5\x02\n" +
 	"\fAgentSession\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -542,7 +552,8 @@ const file_saltbush_control_v1_delivery_control_proto_rawDesc = "" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12=\n" +
 	"\fconnected_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12#\n" +
 	"\racked_version\x18\x06 \x01(\x03R\fackedVersion\x125\n" +
-	"\backed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\"\xa5\x02\n" +
+	"\backed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\x12!\n" +
+	"\facked_digest\x18\b \x01(\tR\vackedDigest\"\xa5\x02\n" +
 	"\rAddonDelivery\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +

@@ -127,9 +127,14 @@ type AgentSessionRecord struct {
 	// The replica that holds the stream.
 	Replica     string                 `protobuf:"bytes,4,opt,name=replica,proto3" json:"replica,omitempty"`
 	ConnectedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
-	// The last desired set the agent acknowledged, and when.
-	AckedVersion  int64                  `protobuf:"varint,6,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
-	AckedAt       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acked_at,json=ackedAt,proto3" json:"acked_at,omitempty"`
+	// The last desired set the agent acknowledged, and when (at connect:
+	// the set its Hello says it has).
+	AckedVersion int64                  `protobuf:"varint,6,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	AckedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acked_at,json=ackedAt,proto3" json:"acked_at,omitempty"`
+	// The content digest of that set: the agent is in sync when it equals
+	// the desired set's (the version moves with every write under the
+	// cluster, the digest only with the content).
+	AckedDigest   string `protobuf:"bytes,8,opt,name=acked_digest,json=ackedDigest,proto3" json:"acked_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +218,13 @@ func (x *AgentSessionRecord) GetAckedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AgentSessionRecord) GetAckedDigest() string {
+	if x != nil {
+		return x.AckedDigest
+	}
+	return ""
+}
+
 var File_saltbush_storage_v1_delivery_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_delivery_proto_rawDesc = "" +
@@ -226,7 +238,7 @@ const file_saltbush_storage_v1_delivery_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\x1f\n" +
 	"\vfence_acked\x18\x06 \x01(\bR\n" +
-	"fenceAcked\"\xa8\x02\n" +
+	"fenceAcked\"\xcb\x02\n" +
 	"\x12AgentSessionRecord\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -235,7 +247,8 @@ const file_saltbush_storage_v1_delivery_proto_rawDesc = "" +
 	"\areplica\x18\x04 \x01(\tR\areplica\x12=\n" +
 	"\fconnected_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12#\n" +
 	"\racked_version\x18\x06 \x01(\x03R\fackedVersion\x125\n" +
-	"\backed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aackedAtB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
+	"\backed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\x12!\n" +
+	"\facked_digest\x18\b \x01(\tR\vackedDigestB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
 
 var (
 	file_saltbush_storage_v1_delivery_proto_rawDescOnce sync.Once

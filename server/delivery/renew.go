@@ -1,0 +1,166 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/saltbush/saltbush/store"
+)
+
+// replicaLease is the etcd lease the sessions of this replica's open
+// streams live on. One lease per replica, renewed by one goroutine every
+// heartbeat interval, keeps any number of sessions alive at the cost of
+// one keepalive: renewing a lease per session asked etcd for a
+// linearizable leadership check per session per interval, which at
+// thousands of agents cost more than everything else the agents do.
+//
+// A session whose stream ends must not live on with the replica: it is
+// moved to a lease of its own that is never renewed (retire).
+type replicaLease struct {
+	id clientv3.LeaseID
+	// renewed is when the last successful renewal (or the grant) was sent
+	// (unix nanos): the lease lasts at least a TTL from then.
+	renewed atomic.Int64
+	// lost closes when etcd no longer has the lease: every session on it
+	// is gone.
+	lost chan struct{}
+	// users counts the open streams with sessions on it (under the
+	// renewer's lock).
+	users int
+}
+
+// renewer grants and renews the replica's lease. It renews while streams
+// use the lease; when the last one ends it stops, and the lease (with any
+// session whose retirement has not gone through yet) runs out its TTL.
+type renewer struct {
+	client   *clientv3.Client
+	ttl      time.Duration
+	interval time.Duration
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	current *replicaLease
+}
+
+func newRenewer(client *clientv3.Client, ttl, interval time.Duration, log *slog.Logger) *renewer {
+	return &renewer{client: client, ttl: ttl, interval: interval, log: log}
+}
+
+// acquire returns the lease a new session goes on, granting one when
+// there is none (or the last was lost); release it when the stream ends.
+func (r *renewer) acquire(ctx context.Context) (*replicaLease, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l := r.current; l != nil {
+		l.users++
+		return l, nil
+	}
+	// The lease runs from when etcd grants it, so freshness counts from
+	// before the request.
+	sent := time.Now()
+	g, err := r.client.Grant(ctx, int64(r.ttl/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	l := &replicaLease{id: g.ID, lost: make(chan struct{}), users: 1}
+	l.renewed.Store(sent.UnixNano())
+	r.current = l
+	go r.renew(l)
+	return l, nil
+}
+
+// release says a stream with a session on l ended.
+func (r *renewer) release(l *replicaLease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l.users--
+}
+
+// renew keeps l alive every heartbeat interval (etcd's own keepalive
+// waits a third of the TTL, too long for the freshness a stream promises
+// its agent) until no stream uses it, etcd has lost it, or the client is
+// closed.
+func (r *renewer) renew(l *replicaLease) {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for range t.C {
+		r.mu.Lock()
+		if l.users == 0 || r.client.Ctx().Err() != nil {
+			if r.current == l {
+				r.current = nil
+			}
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(r.client.Ctx(), r.interval)
+		_, err := r.client.KeepAliveOnce(ctx, l.id)
+		cancel()
+		switch {
+		case err == nil:
+			l.renewed.Store(sent.UnixNano())
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			r.log.Warn("the replica's session lease expired: its streams end", "lease", int64(l.id))
+			r.mu.Lock()
+			if r.current == l {
+				r.current = nil
+			}
+			r.mu.Unlock()
+			close(l.lost)
+			return
+		default:
+			r.log.Warn("session lease renewal", "lease", int64(l.id), "err", err)
+		}
+	}
+}
+
+// retire moves the session of an ended stream off the replica's lease
+// onto one of its own that is never renewed, so it runs out exactly when
+// it would have had its stream's replica stopped renewing at the end:
+// the lease's last renewal before the end plus the TTL. A successor
+// executor may be assigned only after that — the agent has stopped on
+// its own by then (fence-after plus the margin after the last message it
+// heard, which the stream sent only while that much of the lease was
+// left). It retries until etcd answers; until then the session stays
+// (later failover, never an earlier one). Nothing is moved when the
+// record is no longer the stream's (a newer stream of the instance
+// replaced it, the cluster was purged, the lease was lost).
+func (s *Service) retire(ss *session) {
+	deadline := time.Unix(0, ss.lease.renewed.Load()).Add(s.cfg.SessionTTL)
+	for backoff := 50 * time.Millisecond; s.client.Ctx().Err() == nil; backoff = min(2*backoff, s.cfg.HeartbeatInterval) {
+		err := s.retireOnce(ss, deadline)
+		if err == nil || errors.Is(err, store.ErrConflict) {
+			return
+		}
+		s.log.Warn("retire an ended stream's session", "session", ss.key, "err", err)
+		time.Sleep(backoff)
+	}
+}
+
+func (s *Service) retireOnce(ss *session, deadline time.Time) error {
+	ctx, cancel := context.WithTimeout(s.client.Ctx(), 5*time.Second)
+	defer cancel()
+	txn := store.NewTxn().RequireValue(ss.key, ss.written)
+	// Rounded up to whole seconds (a lease's unit): never earlier.
+	ttl := (time.Until(deadline) + time.Second - 1) / time.Second
+	if ttl <= 0 {
+		// Past the deadline already: the agent has stopped.
+		txn.Remove(ss.key)
+	} else {
+		g, err := s.client.Grant(ctx, int64(ttl))
+		if err != nil {
+			return err
+		}
+		txn.PutWithLease(ss.key, ss.written, g.ID)
+	}
+	_, err := s.store.Commit(ctx, txn)
+	return err
+}
