@@ -350,6 +350,11 @@ func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 			next.Reason = "first executor after " + e.GetReason()
 		case acked:
 			next.Reason = e.GetInstanceId() + " was drained and acknowledged the fence"
+		case !sn.member(e.GetInstanceId()):
+			// Its session ran out, or it acknowledged the fence of its
+			// removal (which removes the session).
+			txn.RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
+			next.Reason = e.GetInstanceId() + " was removed from the cluster"
 		default:
 			txn.RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
 			next.Reason = "session of " + e.GetInstanceId() + " expired"

@@ -67,6 +67,11 @@ type agentStream struct {
 	// executor is whether the stream's last assignment made it the
 	// executor (its acknowledgements are the cluster's metrics then).
 	executor atomic.Bool
+	// leaving is 1 + the epoch of the Fence sent to a member that was
+	// removed (0: none); left closes when its FenceAck removed the
+	// session.
+	leaving atomic.Int64
+	left    chan struct{}
 }
 
 // session is an admitted stream's session record and the lease it lives on.
@@ -117,7 +122,7 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	w, changed := s.subscribe(c)
 	defer s.unsubscribe(w, changed)
 	a := &agentStream{s: s, stream: stream, uid: c.GetUid(), instance: hello.GetInstanceId(), session: session,
-		out: make(chan *deliveryv1.HostMessage, 16)}
+		out: make(chan *deliveryv1.HostMessage, 16), left: make(chan struct{})}
 	a.heard.Store(time.Now().UnixNano())
 	a.applied.Store(&deliveryv1.DesiredSet{Version: hello.GetDesiredVersion(), Digest: hello.GetDesiredDigest()})
 	ctx, cancel := context.WithCancel(ctx)
@@ -304,12 +309,28 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				}
 				continue
 			}
-			if !sn.serving() || !sn.member(a.instance) {
+			if !sn.serving() {
 				reason := "the cluster is deleting, failed or gone"
-				if sn.serving() {
-					reason = "the instance is no longer a member"
-				}
 				_ = put(fence(epoch, reason))
+				return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
+			}
+			if !sn.member(a.instance) {
+				reason := "the instance is no longer a member"
+				a.leaving.Store(epoch + 1)
+				_ = put(fence(epoch, reason))
+				// An agent that acknowledges the fence has stopped, and its
+				// session goes at once (the receiver removes it): a
+				// successor need not wait for it to run out. One that does
+				// not within fence-after has stopped on its own by then,
+				// but its session runs out first.
+				wait := time.NewTimer(a.s.cfg.FenceAfter)
+				defer wait.Stop()
+				select {
+				case <-a.left:
+				case <-wait.C:
+				case <-recvErr:
+				case <-ctx.Done():
+				}
 				return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
 			}
 			newRole, newEpoch := deliveryv1.Role_ROLE_STANDBY, sn.executor.GetEpoch()
@@ -390,6 +411,12 @@ func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
 			a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.uid,
 				"instance", a.instance, "version", msg.Nack.GetVersion(), "error", msg.Nack.GetError())
 		case *deliveryv1.AgentMessage_FenceAck:
+			if l := a.leaving.Load(); l != 0 && msg.FenceAck.GetEpoch() == l-1 {
+				if err := a.leave(ctx); err != nil {
+					a.s.log.WarnContext(ctx, "removed member's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
+				}
+				continue
+			}
 			if err := a.fenceAcked(ctx, w, msg.FenceAck.GetEpoch()); err != nil {
 				a.s.log.WarnContext(ctx, "fence acknowledgement", "cluster_uid", a.uid, "instance", a.instance, "err", err)
 			}
@@ -496,6 +523,19 @@ func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv
 		a.session.written = next
 	}
 	return err
+}
+
+// leave removes the session of a removed member that acknowledged its
+// fence: it has stopped applying, so the executor it may have been can be
+// succeeded at once (rule 5). Only this stream's own record is removed.
+func (a *agentStream) leave(ctx context.Context) error {
+	_, err := a.s.store.Commit(ctx, store.NewTxn().RequireValue(a.session.key, a.session.written).Remove(a.session.key))
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	a.leaving.Store(0)
+	close(a.left)
+	return nil
 }
 
 // fenceAcked records that a draining executor stopped for its epoch, in a

@@ -1,7 +1,11 @@
 package conformance
 
 import (
+	"bufio"
 	"context"
+	"maps"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -166,7 +170,12 @@ type deliveryHarness struct {
 
 func newDeliveryHarness(t *testing.T) *deliveryHarness {
 	t.Helper()
-	h := &deliveryHarness{accessHarness: newAccessHarness(t, controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE, servertest.WithConfig(fastDelivery))}
+	return newDeliveryHarnessWith(t, fastDelivery)
+}
+
+func newDeliveryHarnessWith(t *testing.T, timing func(*server.Config)) *deliveryHarness {
+	t.Helper()
+	h := &deliveryHarness{accessHarness: newAccessHarness(t, controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE, servertest.WithConfig(timing))}
 	h.uid = h.addMember(t, h.cluster, "i-1")
 	h.addMember(t, h.cluster, "i-2")
 	return h
@@ -425,7 +434,7 @@ func TestDeliveryDrainAndStatus(t *testing.T) {
 		}
 		acked := false
 		for _, s := range st.GetSessions() {
-			acked = acked || (s.GetInstanceId() == "i-1" && s.GetAckedVersion() == set.GetVersion())
+			acked = acked || (s.GetInstanceId() == "i-1" && s.GetAckedVersion() == set.GetVersion() && s.GetAckedDigest() == set.GetDigest())
 		}
 		if acked || time.Now().After(deadline) {
 			break
@@ -439,6 +448,31 @@ func TestDeliveryDrainAndStatus(t *testing.T) {
 	if a := st.GetAddons()[0]; a.GetObservedPhase() != "READY" || a.GetObservedGeneration() != 1 || a.GetReportedEpoch() != 1 || a.GetReportedBy() != "i-1" {
 		t.Errorf("add-on status = %v", a)
 	}
+	// The same as metrics: the executor (its stream here) applied the
+	// current set, its epoch, two live sessions, a report.
+	label := `{cluster_uid="` + h.uid + `"}`
+	want := map[string]float64{
+		"saltbush_delivery_executor_in_sync" + label:         1,
+		"saltbush_delivery_executor_applied_version" + label: float64(set.GetVersion()),
+		"saltbush_delivery_executor_epoch" + label:           1,
+		"saltbush_delivery_sessions" + label:                 2,
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got := map[string]float64{}
+		for series := range want {
+			got[series], _ = scrapeMetric(t, h.srv.URL, series)
+		}
+		if maps.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivery metrics = %v, want %v", got, want)
+		}
+	}
+	if v, ok := scrapeMetric(t, h.srv.URL, "saltbush_delivery_last_report_timestamp_seconds"+label); !ok || time.Since(time.Unix(int64(v), 0)) > time.Minute {
+		t.Errorf("last report metric = %v (present %v)", v, ok)
+	}
+	drainingBefore, _ := scrapeMetric(t, h.srv.URL, `saltbush_delivery_reports_rejected_total{reason="draining"}`)
 
 	// Drain: i-1 is fenced; its reports are refused from then on.
 	if _, err := dc.DrainExecutor(ctx, &controlv1.DrainExecutorRequest{Cluster: h.ref()}); err != nil {
@@ -447,6 +481,9 @@ func TestDeliveryDrainAndStatus(t *testing.T) {
 	one.next(5*time.Second, "drain fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence().GetEpoch() == 1 })
 	if r := one.report(1, d.GetName(), d.GetUid(), 1, deliveryv1.Phase_PHASE_FAILED); r.GetAccepted() || r.GetReason() != "draining" {
 		t.Errorf("report of a draining executor: %v", r)
+	}
+	if v, _ := scrapeMetric(t, h.srv.URL, `saltbush_delivery_reports_rejected_total{reason="draining"}`); v != drainingBefore+1 {
+		t.Errorf("rejected reports (draining) = %v, want %v", v, drainingBefore+1)
 	}
 	// Its acknowledgement hands over at once (well before the 2s TTL,
 	// since i-1's session stays live: its stream is still open).
@@ -460,4 +497,99 @@ func TestDeliveryDrainAndStatus(t *testing.T) {
 	if !strings.Contains(st.GetExecutor().GetReason(), "drained") {
 		t.Errorf("reason = %q", st.GetExecutor().GetReason())
 	}
+}
+
+// TestDeliveryRemovedExecutor: removing the executor from the cluster
+// fences it; once it acknowledges the fence its session goes and a
+// standby takes over at the next epoch, without waiting for the session to
+// run out. The session TTL here is 60 s, so an assignment within the test's
+// waits cannot come from expiry. A removed executor that does not
+// acknowledge is not replaced before its session runs out.
+func TestDeliveryRemovedExecutor(t *testing.T) {
+	longSessions := func(c *server.Config) {
+		fastDelivery(c)
+		c.Delivery.SessionTTL = 60 * time.Second
+	}
+	for _, tc := range []struct {
+		name        string
+		acknowledge bool
+	}{
+		{"acknowledges the fence", true},
+		{"stays silent", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newDeliveryHarnessWith(t, longSessions)
+			ctx := ctxT(t)
+			one := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+			one.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+			two := connectAgent(t, h.srv, h.uid, "i-2", h.hello("i-2"))
+			two.assignment(deliveryv1.Role_ROLE_STANDBY, 1)
+
+			if _, err := controlv1.NewClusterControlServiceClient(h.srv.GRPC(t)).RemoveMember(ctx, &controlv1.RemoveMemberRequest{Cluster: h.ref(), InstanceId: "i-1"}); err != nil {
+				t.Fatal(err)
+			}
+			f := one.next(5*time.Second, "fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence() != nil }).GetFence()
+			if f.GetEpoch() != 1 {
+				t.Errorf("fence of the removed executor: epoch %d, want 1", f.GetEpoch())
+			}
+			if !tc.acknowledge {
+				// Its stream ends after fence-after; the session stays
+				// (60 s), and so does the executor record.
+				if got := one.ended(5 * time.Second); got != codes.FailedPrecondition {
+					t.Errorf("removed executor's stream ended with %s", got)
+				}
+				deadline := time.Now().Add(2 * time.Second)
+				for time.Now().Before(deadline) {
+					v, _, _ := h.executorKV(t)
+					e := &storagev1.ExecutorRecord{}
+					if err := store.Decode([]byte(v), e); err != nil || e.GetInstanceId() != "i-1" || e.GetEpoch() != 1 {
+						t.Fatalf("executor %v (%v) while the removed executor's session lives", e, err)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				return
+			}
+			one.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_FenceAck{FenceAck: &deliveryv1.FenceAck{Epoch: 1}}})
+			if got := one.ended(5 * time.Second); got != codes.FailedPrecondition {
+				t.Errorf("removed executor's stream ended with %s", got)
+			}
+			two.assignment(deliveryv1.Role_ROLE_EXECUTOR, 2)
+			st, err := controlv1.NewDeliveryControlServiceClient(h.srv.GRPC(t)).GetDeliveryStatus(ctx, &controlv1.GetDeliveryStatusRequest{Cluster: h.ref()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := st.GetExecutor(); e.GetInstanceId() != "i-2" || e.GetEpoch() != 2 || !strings.Contains(e.GetReason(), "i-1 was removed") {
+				t.Errorf("executor after the removal: %v", e)
+			}
+			for _, s := range st.GetSessions() {
+				if s.GetInstanceId() == "i-1" {
+					t.Errorf("the removed member's session is still live: %v", s)
+				}
+			}
+		})
+	}
+}
+
+// scrapeMetric reads one series (name and labels as exposed, e.g.
+// `saltbush_delivery_sessions{cluster_uid="…"}`) from the server's
+// /metrics; ok is false when it is not exposed.
+func scrapeMetric(t *testing.T, baseURL, series string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get(baseURL + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, found := strings.CutPrefix(sc.Text(), series+" "); found {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q: %v", series, v, err)
+			}
+			return f, true
+		}
+	}
+	return 0, false
 }
