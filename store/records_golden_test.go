@@ -160,6 +160,17 @@ func principalNameRecordV1() proto.Message {
 	return &storagev1.PrincipalNameRecord{Arn: "arn:aws:iam::000000000000:role/ops/deployer"}
 }
 
+func executorRecordV1() proto.Message {
+	return &storagev1.ExecutorRecord{InstanceId: "i-0abc", Epoch: 7, Since: goldenT, Reason: "session of i-0def expired",
+		Draining: true, FenceAcked: true}
+}
+
+func agentSessionRecordV1() proto.Message {
+	return &storagev1.AgentSessionRecord{InstanceId: "i-0abc", BootId: "3f2c9a", AgentVersion: "0.1.0", Replica: "saltbush-a",
+		ConnectedAt: goldenT, AckedVersion: 1234, AckedAt: goldenT,
+		AckedDigest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -181,6 +192,8 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"RevokedCertificateRecord.v1.binpb", revokedCertificateRecordV1},
 		{"AccessEntryRecord.v1.binpb", accessEntryRecordV1},
 		{"PrincipalNameRecord.v1.binpb", principalNameRecordV1},
+		{"ExecutorRecord.v1.binpb", executorRecordV1},
+		{"AgentSessionRecord.v1.binpb", agentSessionRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
