@@ -271,6 +271,16 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 	for {
 		select {
 		case <-ctx.Done():
+			// The certificate was revoked or expired (the stream's context
+			// says which), or the stream is over.
+			if cause := context.Cause(ctx); status.Code(cause) == codes.Unauthenticated {
+				_ = a.stream.Send(fence(epoch, "the agent's certificate was revoked"))
+				return cause
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				_ = a.stream.Send(fence(epoch, "the agent's certificate expired"))
+				return status.Error(codes.Unauthenticated, "the agent's certificate expired; connect again with a new one")
+			}
 			return ctx.Err()
 		case <-a.session.lease.lost:
 			_ = a.stream.Send(fence(epoch, "the session expired"))

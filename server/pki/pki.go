@@ -109,6 +109,9 @@ type Authority struct {
 	mu      sync.RWMutex
 	trust   *trust              // nil until Start has loaded the first snapshot
 	revoked map[string]struct{} // serials of revoked certificates
+	// streams are the open streams by their certificate's serial, ended
+	// when it is revoked.
+	streams map[string]map[*openStream]struct{}
 	started bool
 }
 
@@ -132,7 +135,7 @@ func New(st *store.Store, cfg Config) (*Authority, error) {
 	a := &Authority{
 		store: st, aead: aead, now: cfg.Now, log: cfg.Logger,
 		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, caValidity: cfg.CAValidity,
-		keys: map[string]*caKey{}, revoked: map[string]struct{}{},
+		keys: map[string]*caKey{}, revoked: map[string]struct{}{}, streams: map[string]map[*openStream]struct{}{},
 	}
 	if a.now == nil {
 		a.now = time.Now

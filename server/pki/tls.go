@@ -138,8 +138,11 @@ func (a *Authority) UnaryInterceptor() grpc.UnaryServerInterceptor {
 }
 
 // StreamInterceptor authenticates every stream (see authenticate); the
-// stream's context carries the caller and ends at the certificate's
-// NotAfter.
+// stream's context carries the caller, ends at the certificate's NotAfter,
+// and is cancelled when the certificate is revoked while the stream is
+// open (a guest agent's stream lives for days: checking only at its start
+// would let a revoked instance keep it). context.Cause then is an
+// Unauthenticated status naming the serial.
 func (a *Authority) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, cancel, err := a.authenticate(ss.Context())
@@ -147,8 +150,56 @@ func (a *Authority) StreamInterceptor() grpc.StreamServerInterceptor {
 			return err
 		}
 		defer cancel()
+		ctx, stop := a.followRevocation(ctx, ss.Context())
+		defer stop()
 		return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
 	}
+}
+
+// openStream is a stream to end if its certificate is revoked.
+type openStream struct {
+	cancel context.CancelCauseFunc
+}
+
+// followRevocation returns a context cancelled, with the revocation as
+// its cause, when the certificate of the connection (peerCtx) is
+// revoked; stop forgets it.
+func (a *Authority) followRevocation(ctx, peerCtx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	p, _ := peer.FromContext(peerCtx)
+	info, _ := p.AuthInfo.(credentials.TLSInfo) // authenticate checked both
+	serial := serialOf(info.State.VerifiedChains[0][0])
+	st := &openStream{cancel: cancel}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, revoked := a.revoked[serial]; revoked {
+		cancel(revokedError(serial))
+		return ctx, func() {}
+	}
+	if a.streams[serial] == nil {
+		a.streams[serial] = map[*openStream]struct{}{}
+	}
+	a.streams[serial][st] = struct{}{}
+	return ctx, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		delete(a.streams[serial], st)
+		if len(a.streams[serial]) == 0 {
+			delete(a.streams, serial)
+		}
+		cancel(nil)
+	}
+}
+
+// endRevokedStreams cancels the open streams of serial; a.mu is held.
+func (a *Authority) endRevokedStreams(serial string) {
+	for st := range a.streams[serial] {
+		st.cancel(revokedError(serial))
+	}
+}
+
+func revokedError(serial string) error {
+	return status.Errorf(codes.Unauthenticated, "Client certificate %s is revoked.", serial)
 }
 
 type authedStream struct {

@@ -124,6 +124,9 @@ func (a *Authority) apply(ctx context.Context, ev store.Event) error {
 			a.trust = t
 		}
 		a.revoked = revoked
+		for serial := range revoked {
+			a.endRevokedStreams(serial)
+		}
 		a.mu.Unlock()
 		a.log.DebugContext(ctx, "pki: loaded the trust bundle", "revision", ev.Revision, "revoked", len(revoked))
 	case store.EventPut:
@@ -143,7 +146,9 @@ func (a *Authority) apply(ctx context.Context, ev store.Event) error {
 			a.log.InfoContext(ctx, "pki: trust bundle changed", "issuing_serial", t.issuing, "authorities", len(t.ders))
 		case strings.HasPrefix(ev.Key, revokedPrefix):
 			a.mu.Lock()
-			a.revoked[strings.TrimPrefix(ev.Key, revokedPrefix)] = struct{}{}
+			serial := strings.TrimPrefix(ev.Key, revokedPrefix)
+			a.revoked[serial] = struct{}{}
+			a.endRevokedStreams(serial)
 			a.mu.Unlock()
 		}
 	case store.EventDelete:

@@ -294,9 +294,17 @@ func WithConfig(f func(*server.Config)) Option {
 // the server's CA; closed when the test ends.
 func (s *Server) AgentConn(tb testing.TB, clusterUID, instance string) *grpc.ClientConn {
 	tb.Helper()
+	conn, _ := s.AgentConnSerial(tb, clusterUID, instance)
+	return conn
+}
+
+// AgentConnSerial is AgentConn, also returning the certificate's serial
+// (to revoke it).
+func (s *Server) AgentConnSerial(tb testing.TB, clusterUID, instance string) (*grpc.ClientConn, string) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	certPEM, keyPEM, _, err := s.Authority().IssueLocal(ctx, identity.AgentID(clusterUID, instance), time.Hour)
+	certPEM, keyPEM, serial, err := s.Authority().IssueLocal(ctx, identity.AgentID(clusterUID, instance), time.Hour)
 	if err != nil {
 		tb.Fatalf("issue agent certificate: %v", err)
 	}
@@ -305,5 +313,5 @@ func (s *Server) AgentConn(tb testing.TB, clusterUID, instance string) *grpc.Cli
 	if err != nil {
 		tb.Fatalf("agent TLS: %v", err)
 	}
-	return s.GRPCWith(tb, cfg, "")
+	return s.GRPCWith(tb, cfg, ""), serial
 }

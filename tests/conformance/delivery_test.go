@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -50,9 +51,15 @@ type simAgent struct {
 
 func connectAgent(t *testing.T, srv *servertest.Server, certUID, certInstance string, hello *deliveryv1.Hello) *simAgent {
 	t.Helper()
+	return connectAgentOn(t, srv.AgentConn(t, certUID, certInstance), certInstance, hello)
+}
+
+// connectAgentOn opens a stream on conn (an agent certificate's).
+func connectAgentOn(t *testing.T, conn *grpc.ClientConn, certInstance string, hello *deliveryv1.Hello) *simAgent {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := deliveryv1.NewDeliveryServiceClient(srv.AgentConn(t, certUID, certInstance)).Connect(ctx)
+	stream, err := deliveryv1.NewDeliveryServiceClient(conn).Connect(ctx)
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -592,4 +599,29 @@ func scrapeMetric(t *testing.T, baseURL, series string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TestDeliveryRevokedCertificate: revoking an agent's certificate ends its
+// open stream (a Fence first), not just its next connection; the executor
+// whose certificate was revoked is succeeded once its session runs out.
+func TestDeliveryRevokedCertificate(t *testing.T) {
+	h := newDeliveryHarness(t)
+	ctx := ctxT(t)
+	conn, serial := h.srv.AgentConnSerial(t, h.uid, "i-1")
+	one := connectAgentOn(t, conn, "i-1", h.hello("i-1"))
+	one.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	two := connectAgent(t, h.srv, h.uid, "i-2", h.hello("i-2"))
+	two.assignment(deliveryv1.Role_ROLE_STANDBY, 1)
+
+	if err := h.srv.Authority().Revoke(ctx, serial, "instance replaced"); err != nil {
+		t.Fatal(err)
+	}
+	f := one.next(5*time.Second, "fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence() != nil }).GetFence()
+	if f.GetEpoch() != 1 || !strings.Contains(f.GetReason(), "revoked") {
+		t.Errorf("fence = %v", f)
+	}
+	if got := one.ended(5 * time.Second); got != codes.Unauthenticated {
+		t.Errorf("revoked agent's stream ended with %s", got)
+	}
+	two.assignment(deliveryv1.Role_ROLE_EXECUTOR, 2)
 }
