@@ -1,0 +1,153 @@
+package delivery
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/store"
+)
+
+func testService(t *testing.T) *Service {
+	t.Helper()
+	cat, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Service{catalog: cat, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func addonKV(t *testing.T, rec *storagev1.AddonRecord) *mvccpb.KeyValue {
+	t.Helper()
+	b, err := store.Encode(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &mvccpb.KeyValue{Key: []byte(store.AddonKey("uid-1", rec.GetName())), Value: b}
+}
+
+func noopRecord(t *testing.T, generation int64, values string) *storagev1.AddonRecord {
+	t.Helper()
+	a, ok := testService(t).catalog.Addon("saltbush-noop")
+	if !ok || len(a.Versions) == 0 {
+		t.Fatal("saltbush-noop is not in the catalogue")
+	}
+	return &storagev1.AddonRecord{Name: "saltbush-noop", Uid: "addon-uid-1", Generation: generation,
+		Spec: &storagev1.AddonSpec{Version: a.Versions[0].Version, Namespace: a.DefaultNamespace, ConfigurationValues: values}}
+}
+
+// The desired set renders an add-on again only when its uid or generation
+// changes; writes that change neither (reports, acknowledgements) reuse the
+// rendered add-on and the digest, while the version follows the read.
+func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
+	s := testService(t)
+	cluster := &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod"}
+	rec := noopRecord(t, 1, "")
+
+	first, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, rec)}, 10, nil)
+	if err != nil || len(first.GetAddons()) != 1 || first.GetDigest() == "" {
+		t.Fatalf("first set: %v %v", first, err)
+	}
+
+	reported := noopRecord(t, 1, "")
+	reported.Observed = &storagev1.AddonObserved{Generation: 1, Phase: storagev1.AddonPhase_ADDON_PHASE_READY}
+	same, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, reported)}, 11, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.GetVersion() != 11 || same.GetDigest() != first.GetDigest() || same.GetAddons()[0] != first.GetAddons()[0] {
+		t.Errorf("a report re-rendered the add-on: version %d digest %s (was %s), same object %v",
+			same.GetVersion(), same.GetDigest(), first.GetDigest(), same.GetAddons()[0] == first.GetAddons()[0])
+	}
+
+	tests := []struct {
+		name string
+		rec  *storagev1.AddonRecord
+		want func(t *testing.T, got *deliveryv1.DesiredSet)
+	}{
+		{"a new generation is rendered again", func() *storagev1.AddonRecord {
+			r := noopRecord(t, 2, "")
+			return r
+		}(), func(t *testing.T, got *deliveryv1.DesiredSet) {
+			if got.GetAddons()[0] == first.GetAddons()[0] || got.GetAddons()[0].GetGeneration() != 2 {
+				t.Errorf("generation 2 reused generation 1's rendering")
+			}
+		}},
+		{"a new incarnation is rendered again", func() *storagev1.AddonRecord {
+			r := noopRecord(t, 1, "")
+			r.Uid = "addon-uid-2"
+			return r
+		}(), func(t *testing.T, got *deliveryv1.DesiredSet) {
+			if got.GetAddons()[0] == first.GetAddons()[0] || got.GetAddons()[0].GetUid() != "addon-uid-2" {
+				t.Errorf("a recreated add-on reused the old incarnation's rendering")
+			}
+		}},
+		{"a deletion is a tombstone with a new digest", func() *storagev1.AddonRecord {
+			r := noopRecord(t, 2, "")
+			r.Spec.Deleted = true
+			return r
+		}(), func(t *testing.T, got *deliveryv1.DesiredSet) {
+			if a := got.GetAddons()[0]; !a.GetDeleting() || len(a.GetManifest()) != 0 {
+				t.Errorf("tombstone = %v", a)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, 12, first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.GetDigest() == first.GetDigest() {
+				t.Errorf("digest unchanged by a content change")
+			}
+			tc.want(t, got)
+			// The digest is the content's: computed from scratch it is the same.
+			fresh, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, 12, nil)
+			if err != nil || fresh.GetDigest() != got.GetDigest() {
+				t.Errorf("digest %s with a previous set, %s without (%v)", got.GetDigest(), fresh.GetDigest(), err)
+			}
+		})
+	}
+
+	// Removing the add-on (REMOVED accepted, record purged) empties the set.
+	empty, _, err := s.desiredSet(cluster, nil, 13, first)
+	if err != nil || len(empty.GetAddons()) != 0 || empty.GetDigest() == first.GetDigest() {
+		t.Errorf("set without add-ons: %v %v", empty, err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	tests := []struct {
+		name   string
+		change func(*Config)
+		valid  bool
+	}{
+		{"defaults", func(*Config) {}, true},
+		{"TTL not whole seconds", func(c *Config) { c.SessionTTL = 1500 * time.Millisecond }, false},
+		{"TTL below a second", func(c *Config) { c.SessionTTL = 0 }, false},
+		{"fence-after + margin + heartbeat reach the TTL", func(c *Config) { c.FenceAfter = 10 * time.Second }, false},
+		{"heartbeat more than half of fence-after", func(c *Config) { c.HeartbeatInterval = 5 * time.Second }, false},
+		{"no margin", func(c *Config) { c.SafetyMargin = 0 }, false},
+		{"no hello timeout", func(c *Config) { c.HelloTimeout = 0 }, false},
+		{"fast test timing", func(c *Config) {
+			c.SessionTTL, c.HeartbeatInterval, c.FenceAfter, c.SafetyMargin = 3*time.Second, 200*time.Millisecond, 1500*time.Millisecond, 500*time.Millisecond
+		}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.change(&c)
+			if err := c.Validate(); (err == nil) != tc.valid {
+				t.Errorf("Validate() = %v, want valid %v", err, tc.valid)
+			}
+		})
+	}
+}
