@@ -33,8 +33,10 @@ type snapshot struct {
 	// executor is nil when none is assigned.
 	executor    *storagev1.ExecutorRecord
 	executorRev int64
-	sessions    map[string]bool
-	desired     *deliveryv1.DesiredSet
+	// sessions holds the live sessions' instances and the lease each
+	// is on (its replica's, while its stream lives).
+	sessions map[string]clientv3.LeaseID
+	desired  *deliveryv1.DesiredSet
 	// lastReport is when the latest accepted report of any add-on was
 	// made (zero: none).
 	lastReport time.Time
@@ -135,6 +137,7 @@ func (s *Service) unsubscribe(w *clusterWatch, ch chan struct{}) {
 		for _, g := range []*prometheus.GaugeVec{s.epochs, s.sessions, s.desired, s.lastReport, s.appliedVersion, s.inSync} {
 			g.DeleteLabelValues(w.uid)
 		}
+		delete(s.executorGauges, w.uid)
 	}
 }
 
@@ -241,8 +244,11 @@ func (s *Service) observe(w *clusterWatch, sn *snapshot) {
 }
 
 // observeExecutor sets the metrics of what a cluster's executor, whose
-// stream is on this replica, has applied against the desired set.
-func (s *Service) observeExecutor(w *clusterWatch, applied *deliveryv1.DesiredSet, desiredDigest string) {
+// stream a is on this replica, has applied against the desired set. The
+// gauges are a's until another stream sets them or a stops being the
+// executor or ends (forgetExecutor): a replica never shows a former
+// executor's figures.
+func (s *Service) observeExecutor(w *clusterWatch, a *agentStream, applied *deliveryv1.DesiredSet, desiredDigest string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watches[w.uid] != w {
@@ -252,8 +258,25 @@ func (s *Service) observeExecutor(w *clusterWatch, applied *deliveryv1.DesiredSe
 	if applied.GetDigest() == desiredDigest {
 		inSync = 1
 	}
+	s.executorGauges[w.uid] = a
 	s.appliedVersion.WithLabelValues(w.uid).Set(float64(applied.GetVersion()))
 	s.inSync.WithLabelValues(w.uid).Set(inSync)
+}
+
+// forgetExecutor removes the executor metrics a set, if they are still
+// its own.
+func (s *Service) forgetExecutor(a *agentStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgetExecutorLocked(a)
+}
+
+func (s *Service) forgetExecutorLocked(a *agentStream) {
+	if s.executorGauges[a.uid] == a {
+		delete(s.executorGauges, a.uid)
+		s.appliedVersion.DeleteLabelValues(a.uid)
+		s.inSync.DeleteLabelValues(a.uid)
+	}
 }
 
 // read takes one consistent snapshot of a cluster incarnation: its
@@ -264,13 +287,15 @@ func (s *Service) read(ctx context.Context, uid, account, name string, previous 
 	resp, err := s.client.Txn(ctx).Then(
 		clientv3.OpGet(s.store.Key(store.ClusterKey(account, name))),
 		clientv3.OpGet(s.store.Key(store.ExecutorKey(uid))),
-		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		// With values: etcd answers a keys-only range from its index
+		// alone, without the lease each session is on.
+		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix()),
 		clientv3.OpGet(s.store.Key(store.AddonsPrefix(uid)), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read cluster %s: %w", uid, err)
 	}
-	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]bool{}}
+	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]clientv3.LeaseID{}}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		c := &storagev1.ClusterRecord{}
 		if err := store.Decode(kvs[0].Value, c); err != nil {
@@ -289,7 +314,7 @@ func (s *Service) read(ctx context.Context, uid, account, name string, previous 
 	}
 	prefix := s.store.Key(store.SessionsPrefix(uid))
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
-		sn.sessions[string(kv.Key[len(prefix):])] = true
+		sn.sessions[string(kv.Key[len(prefix):])] = clientv3.LeaseID(kv.Lease)
 	}
 	if sn.cluster != nil {
 		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {
@@ -312,7 +337,7 @@ func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 	// A record naming no instance is a cluster's fenced executor (it was
 	// FAILED or DELETING): nobody holds the epoch, which goes on from it.
 	vacant := e != nil && e.GetInstanceId() == ""
-	if e != nil && !vacant && sn.sessions[e.GetInstanceId()] && !acked {
+	if _, live := sn.sessions[e.GetInstanceId()]; e != nil && !vacant && live && !acked {
 		// Live, and not known to have stopped (a removed member's
 		// session runs out first; a draining executor acknowledges).
 		return false, nil

@@ -108,6 +108,8 @@ type Service struct {
 	// and what the executor (with its stream here) has applied.
 	lastReport, appliedVersion, inSync *prometheus.GaugeVec
 
+	// clock measures freshness and deadlines on the monotonic clock.
+	clock monoClock
 	// renewer keeps the sessions of this replica's streams alive.
 	renewer *renewer
 
@@ -115,6 +117,11 @@ type Service struct {
 	// watches holds one watch per cluster incarnation with streams on
 	// this replica, shared by them.
 	watches map[string]*clusterWatch
+	// live is the open stream of each "{cluster uid}/{instance}" here.
+	live map[string]*agentStream
+	// executorGauges is the stream whose figures the executor metrics of
+	// a cluster show.
+	executorGauges map[string]*agentStream
 }
 
 // NewService returns delivery's host side; its metrics are registered on
@@ -123,9 +130,11 @@ func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg C
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	clock := newMonoClock()
 	s := &Service{
 		store: st, client: st.Client(), clusters: clusters, addons: addons, catalog: addons.Catalog(), cfg: cfg, log: log,
-		watches: map[string]*clusterWatch{}, renewer: newRenewer(st.Client(), cfg.SessionTTL, cfg.HeartbeatInterval, log),
+		watches: map[string]*clusterWatch{}, live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{},
+		clock: clock, renewer: newRenewer(st.Client(), clock, cfg.SessionTTL, cfg.HeartbeatInterval, log),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "saltbush_delivery_reports_rejected_total",
 			Help: "Agent reports that changed nothing, by reason (not_executor, stale_epoch, stale_generation, stale_incarnation, unknown_addon, invalid).",

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -72,17 +73,41 @@ type agentStream struct {
 	// session.
 	leaving atomic.Int64
 	left    chan struct{}
+	// replaced closes when a newer stream of the instance opened on this
+	// replica.
+	replaced chan struct{}
+}
+
+// register records a as its instance's stream on this replica, ending the
+// older one it replaces.
+func (s *Service) register(a *agentStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := a.uid + "/" + a.instance
+	if old := s.live[key]; old != nil {
+		close(old.replaced)
+	}
+	s.live[key] = a
+}
+
+// unregister forgets a when it ends, and the executor metrics it set.
+func (s *Service) unregister(a *agentStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := a.uid + "/" + a.instance
+	if s.live[key] == a {
+		delete(s.live, key)
+	}
+	s.forgetExecutorLocked(a)
 }
 
 // session is an admitted stream's session record and the lease it lives on.
 type session struct {
 	key string
+	// rec is the record as the stream first wrote it: its identity
+	// (instance, boot, replica, connect time) tells the stream's record
+	// from a newer stream's (ownSession).
 	rec *storagev1.AgentSessionRecord
-	// written is the record as this stream last wrote it: a later write
-	// (an Ack, the retirement at the end) applies only if no newer stream
-	// of the instance has replaced it. Only the stream's receiver writes
-	// it while the stream lives; retire reads it after the receiver ended.
-	written *storagev1.AgentSessionRecord
 	// lease is the replica's, while the stream lives.
 	lease *replicaLease
 	// revision is the etcd revision the session was created at: the
@@ -122,8 +147,13 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	w, changed := s.subscribe(c)
 	defer s.unsubscribe(w, changed)
 	a := &agentStream{s: s, stream: stream, uid: c.GetUid(), instance: hello.GetInstanceId(), session: session,
-		out: make(chan *deliveryv1.HostMessage, 16), left: make(chan struct{})}
-	a.heard.Store(time.Now().UnixNano())
+		out: make(chan *deliveryv1.HostMessage, 16), left: make(chan struct{}), replaced: make(chan struct{})}
+	a.heard.Store(s.clock.now())
+	// A newer stream of the instance on this replica ends an older one
+	// (its session now is the newer stream's; on another replica the
+	// session's lease tells).
+	s.register(a)
+	defer s.unregister(a)
 	a.applied.Store(&deliveryv1.DesiredSet{Version: hello.GetDesiredVersion(), Digest: hello.GetDesiredDigest()})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -209,7 +239,12 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 	// Guarded by the cluster record read at admission: a member removed,
 	// or a cluster turned DELETING, in between gets no session.
 	key := store.SessionKey(c.GetUid(), h.GetInstanceId())
-	res, err := s.store.Commit(ctx, store.NewTxn().
+	ss := &session{key: key, rec: rec, lease: lease}
+	// Not cut short by the agent going away mid-write, which would leave
+	// the outcome unknown.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	res, err := s.store.Commit(wctx, store.NewTxn().
 		PutWithLease(key, rec, lease.id).
 		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev))
 	if err != nil {
@@ -217,10 +252,14 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 		if errors.Is(err, store.ErrConflict) {
 			return nil, status.Error(codes.Aborted, "the cluster changed during admission; connect again")
 		}
+		// The write may have been applied with its answer lost: a
+		// session nobody renews or retires would keep the replica's
+		// lease forever. Retire it if it is there.
+		go s.retire(ss)
 		return nil, fmt.Errorf("session of %s: %w", h.GetInstanceId(), err)
 	}
-	return &session{key: key, rec: rec, written: proto.Clone(rec).(*storagev1.AgentSessionRecord), lease: lease,
-		revision: res.Revision}, nil
+	ss.revision = res.Revision
+	return ss, nil
 }
 
 // closeSession ends a stream's session once its receiver has stopped
@@ -238,8 +277,8 @@ func (s *Service) closeSession(ss *session, done <-chan struct{}) {
 // lasts at least fence-after plus the safety margin from now. A stream
 // whose session is not fresh says nothing more but a Fence (the agent may
 // be replaced once the lease runs out, and it must have stopped by then).
-func (ss *session) fresh(cfg Config) bool {
-	age := time.Since(time.Unix(0, ss.lease.renewed.Load()))
+func (ss *session) fresh(clock monoClock, cfg Config) bool {
+	age := clock.since(ss.lease.renewed.Load())
 	return age < cfg.SessionTTL-cfg.FenceAfter-cfg.SafetyMargin
 }
 
@@ -261,7 +300,7 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 	// put sends m if the session is fresh; otherwise the agent is told
 	// to stop and the stream ends (ErrSessionLost).
 	put := func(m *deliveryv1.HostMessage) error {
-		if m.GetFence() == nil && !a.session.fresh(a.s.cfg) {
+		if m.GetFence() == nil && !a.session.fresh(a.s.clock, a.s.cfg) {
 			_ = a.stream.Send(fence(epoch, "saltbush could not renew the session"))
 			return status.Error(codes.Unavailable, "delivery session not renewed in time; connect again")
 		}
@@ -285,6 +324,9 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 		case <-a.session.lease.lost:
 			_ = a.stream.Send(fence(epoch, "the session expired"))
 			return status.Error(codes.Unavailable, "delivery session expired; connect again")
+		case <-a.replaced:
+			_ = a.stream.Send(fence(epoch, "a newer stream of this instance took over"))
+			return status.Error(codes.Aborted, "a newer stream of this instance took over")
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
@@ -299,7 +341,7 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 			// sends heartbeats); its stream may be half-open. End it, so
 			// the session runs out and a standby can take over, instead of
 			// renewing the session of an agent nobody hears.
-			if time.Since(time.Unix(0, a.heard.Load())) > a.s.cfg.FenceAfter {
+			if a.s.clock.since(a.heard.Load()) > a.s.cfg.FenceAfter {
 				_ = a.stream.Send(fence(epoch, "saltbush heard nothing from the agent for fence-after"))
 				return status.Error(codes.Unavailable, "the agent was silent for fence-after; connect again")
 			}
@@ -335,13 +377,32 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				// but its session runs out first.
 				wait := time.NewTimer(a.s.cfg.FenceAfter)
 				defer wait.Stop()
-				select {
-				case <-a.left:
-				case <-wait.C:
-				case <-recvErr:
-				case <-ctx.Done():
+				for waiting := true; waiting; {
+					select {
+					case <-a.left:
+						waiting = false
+					case <-wait.C:
+						waiting = false
+					case <-recvErr:
+						waiting = false
+					case <-ctx.Done():
+						waiting = false
+					case m := <-a.out:
+						// Answers to reports the agent sent before it heard
+						// the fence: the receiver must not block on them,
+						// or it never reads the FenceAck.
+						_ = a.stream.Send(m)
+					}
 				}
 				return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
+			}
+			if l, ok := sn.sessions[a.instance]; !ok || l != a.session.lease.id {
+				// The session is another stream's now (a newer stream of
+				// the instance, on another replica), or gone: this stream
+				// no longer keeps the agent's grant alive, so it must not
+				// extend it.
+				_ = put(fence(epoch, "the session is no longer this stream's"))
+				return status.Error(codes.Aborted, "the session is no longer this stream's; connect again")
 			}
 			newRole, newEpoch := deliveryv1.Role_ROLE_STANDBY, sn.executor.GetEpoch()
 			if sn.executor.GetInstanceId() == a.instance {
@@ -355,6 +416,9 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				}
 				role, epoch, sentRole = newRole, newEpoch, true
 				a.executor.Store(role == deliveryv1.Role_ROLE_EXECUTOR)
+				if role != deliveryv1.Role_ROLE_EXECUTOR {
+					a.s.forgetExecutor(a)
+				}
 				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{
 					Role: role, Epoch: epoch, ExecutorInstanceId: sn.executor.GetInstanceId(), Timing: a.s.cfg.timing(),
 				}}}); err != nil {
@@ -379,7 +443,7 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				digest = set.GetDigest()
 			}
 			if role == deliveryv1.Role_ROLE_EXECUTOR {
-				a.s.observeExecutor(w, a.applied.Load(), sn.desired.GetDigest())
+				a.s.observeExecutor(w, a, a.applied.Load(), sn.desired.GetDigest())
 			}
 		}
 	}
@@ -402,7 +466,7 @@ func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
 		if err != nil {
 			return err
 		}
-		a.heard.Store(time.Now().UnixNano())
+		a.heard.Store(a.s.clock.now())
 		switch msg := m.GetMessage().(type) {
 		case *deliveryv1.AgentMessage_Report:
 			results := a.report(ctx, w, msg.Report)
@@ -516,36 +580,50 @@ func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv
 	}
 	a.applied.Store(set)
 	if sn, _ := w.current(); sn != nil && a.executor.Load() {
-		a.s.observeExecutor(w, set, sn.desired.GetDigest())
+		a.s.observeExecutor(w, a, set, sn.desired.GetDigest())
 	}
-	next := proto.Clone(a.session.written).(*storagev1.AgentSessionRecord)
-	next.AckedVersion, next.AckedDigest, next.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
-	// Only over this stream's own record: a newer stream of the instance
-	// owns the key (and its lease) now, and an Ack late on the old stream
-	// must not move the session back onto the old lease.
-	_, err := a.s.store.Commit(ctx, store.NewTxn().
-		RequireValue(a.session.key, a.session.written).
-		PutWithLease(a.session.key, next, a.session.lease.id))
-	if errors.Is(err, store.ErrConflict) {
-		return nil // expired or replaced: nothing to record
+	// Only over this stream's own record, on the lease it is on: a newer
+	// stream of the instance owns the key (and its lease) now, and an Ack
+	// late on the old stream must not move the session back onto the old
+	// lease. Read, then written guarded by what was read.
+	for range 3 {
+		rec, kv, err := a.s.ownSession(ctx, a.session)
+		if err != nil || rec == nil {
+			return err // expired or replaced: nothing to record
+		}
+		rec.AckedVersion, rec.AckedDigest, rec.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
+		_, err = a.s.store.Commit(ctx, store.NewTxn().
+			RequireModRevision(a.session.key, kv.ModRevision).
+			PutWithLease(a.session.key, rec, clientv3.LeaseID(kv.Lease)))
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
 	}
-	if err == nil {
-		a.session.written = next
-	}
-	return err
+	return nil
 }
 
 // leave removes the session of a removed member that acknowledged its
 // fence: it has stopped applying, so the executor it may have been can be
 // succeeded at once (rule 5). Only this stream's own record is removed.
 func (a *agentStream) leave(ctx context.Context) error {
-	_, err := a.s.store.Commit(ctx, store.NewTxn().RequireValue(a.session.key, a.session.written).Remove(a.session.key))
-	if err != nil && !errors.Is(err, store.ErrConflict) {
-		return err
+	for {
+		rec, kv, err := a.s.ownSession(ctx, a.session)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			_, err = a.s.store.Commit(ctx, store.NewTxn().RequireModRevision(a.session.key, kv.ModRevision).Remove(a.session.key))
+			if errors.Is(err, store.ErrConflict) {
+				continue // written since: read again
+			}
+			if err != nil {
+				return err
+			}
+		}
+		a.leaving.Store(0)
+		close(a.left)
+		return nil
 	}
-	a.leaving.Store(0)
-	close(a.left)
-	return nil
 }
 
 // fenceAcked records that a draining executor stopped for its epoch, in a

@@ -625,3 +625,33 @@ func TestDeliveryRevokedCertificate(t *testing.T) {
 	}
 	two.assignment(deliveryv1.Role_ROLE_EXECUTOR, 2)
 }
+
+// TestDeliveryNewerStreamOfAnInstance: an instance that connects again
+// while its old stream is still open (a restarted agent whose old TCP
+// connection has not died yet) takes the session over; the old stream is
+// fenced and ends, and the new one carries on with the same role.
+func TestDeliveryNewerStreamOfAnInstance(t *testing.T) {
+	h := newDeliveryHarness(t)
+	old := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	old.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	newer := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	newer.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	f := old.next(5*time.Second, "fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence() != nil }).GetFence()
+	if !strings.Contains(f.GetReason(), "newer stream") {
+		t.Errorf("old stream's fence: %v", f)
+	}
+	if got := old.ended(5 * time.Second); got != codes.Aborted {
+		t.Errorf("old stream ended with %s", got)
+	}
+	// The session is the newer stream's: it stays the executor, its
+	// reports count.
+	ctx := ctxT(t)
+	if _, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop")}); err != nil {
+		t.Fatal(err)
+	}
+	set := newer.desired("the add-on", func(s *deliveryv1.DesiredSet) bool { return len(s.GetAddons()) == 1 })
+	d := set.GetAddons()[0]
+	if r := newer.report(1, d.GetName(), d.GetUid(), d.GetGeneration(), deliveryv1.Phase_PHASE_READY); !r.GetAccepted() {
+		t.Errorf("newer stream's report: %v", r)
+	}
+}
