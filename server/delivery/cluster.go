@@ -33,9 +33,9 @@ type snapshot struct {
 	// executor is nil when none is assigned.
 	executor    *storagev1.ExecutorRecord
 	executorRev int64
-	// sessions holds the live sessions' instances and the lease each
-	// is on (its replica's, while its stream lives).
-	sessions map[string]clientv3.LeaseID
+	// sessions holds the live sessions' instances and each key's mod
+	// revision (a stream checks its own session again when it moved).
+	sessions map[string]int64
 	desired  *deliveryv1.DesiredSet
 	// lastReport is when the latest accepted report of any add-on was
 	// made (zero: none).
@@ -287,15 +287,16 @@ func (s *Service) read(ctx context.Context, uid, account, name string, previous 
 	resp, err := s.client.Txn(ctx).Then(
 		clientv3.OpGet(s.store.Key(store.ClusterKey(account, name))),
 		clientv3.OpGet(s.store.Key(store.ExecutorKey(uid))),
-		// With values: etcd answers a keys-only range from its index
-		// alone, without the lease each session is on.
-		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix()),
+		// Keys only: etcd answers from its index, without reading values
+		// (a 1,000-member cluster's connect storm re-reads them all on
+		// every connect); that carries the revisions, not the lease.
+		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.store.Key(store.AddonsPrefix(uid)), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read cluster %s: %w", uid, err)
 	}
-	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]clientv3.LeaseID{}}
+	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]int64{}}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		c := &storagev1.ClusterRecord{}
 		if err := store.Decode(kvs[0].Value, c); err != nil {
@@ -314,7 +315,7 @@ func (s *Service) read(ctx context.Context, uid, account, name string, previous 
 	}
 	prefix := s.store.Key(store.SessionsPrefix(uid))
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
-		sn.sessions[string(kv.Key[len(prefix):])] = clientv3.LeaseID(kv.Lease)
+		sn.sessions[string(kv.Key[len(prefix):])] = kv.ModRevision
 	}
 	if sn.cluster != nil {
 		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {

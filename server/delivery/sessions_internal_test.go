@@ -303,7 +303,7 @@ func TestExecutorMetricsLeaveWithTheExecutor(t *testing.T) {
 	}()
 	lease.renewed.Store(s.clock.now())
 	a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-a", out: make(chan *deliveryv1.HostMessage, 16),
-		left: make(chan struct{}), session: &session{lease: lease, revision: 1}}
+		left: make(chan struct{}), session: &session{lease: lease, revision: 1}, verified: 1}
 	a.heard.Store(s.clock.now())
 	// The agent says it has applied d1 (its Hello).
 	a.applied.Store(&deliveryv1.DesiredSet{Version: 10, Digest: "d1"})
@@ -332,7 +332,7 @@ func TestExecutorMetricsLeaveWithTheExecutor(t *testing.T) {
 
 	// i-a is the executor at epoch 1, in sync with d1.
 	publish(&snapshot{revision: 10, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 1},
-		sessions: map[string]clientv3.LeaseID{"i-a": 0, "i-b": 0}, desired: &deliveryv1.DesiredSet{Version: 10, Digest: "d1"}})
+		sessions: map[string]int64{"i-a": 1, "i-b": 1}, desired: &deliveryv1.DesiredSet{Version: 10, Digest: "d1"}})
 	waitFor("executor assignment", func(m *deliveryv1.HostMessage) bool {
 		return m.GetAssignment().GetRole() == deliveryv1.Role_ROLE_EXECUTOR
 	})
@@ -344,7 +344,7 @@ func TestExecutorMetricsLeaveWithTheExecutor(t *testing.T) {
 	// i-b (its stream on another replica) is now the executor at epoch 2,
 	// and the content changed (d2): nobody has applied it.
 	publish(&snapshot{revision: 20, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-b", Epoch: 2},
-		sessions: map[string]clientv3.LeaseID{"i-a": 0, "i-b": 0}, desired: &deliveryv1.DesiredSet{Version: 20, Digest: "d2"}})
+		sessions: map[string]int64{"i-a": 1, "i-b": 1}, desired: &deliveryv1.DesiredSet{Version: 20, Digest: "d2"}})
 	waitFor("standby assignment", func(m *deliveryv1.HostMessage) bool {
 		return m.GetAssignment().GetRole() == deliveryv1.Role_ROLE_STANDBY
 	})
@@ -405,7 +405,7 @@ func TestRemovedMemberFenceAckBehindReportResults(t *testing.T) {
 	}
 	stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 256), in: make(chan *deliveryv1.AgentMessage, 64)}
 	a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-b", out: make(chan *deliveryv1.HostMessage, 16),
-		left: make(chan struct{}), session: &session{key: key, rec: rec, lease: lease, revision: res.Revision}}
+		left: make(chan struct{}), session: &session{key: key, rec: rec, lease: lease, revision: res.Revision}, verified: res.Revision}
 	a.heard.Store(s.clock.now())
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- a.receive(ctx, w) }()
@@ -414,7 +414,7 @@ func TestRemovedMemberFenceAckBehindReportResults(t *testing.T) {
 
 	members := []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}
 	publish(&snapshot{revision: res.Revision, cluster: &storagev1.ClusterRecord{Uid: uid, Members: members},
-		executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}, sessions: map[string]clientv3.LeaseID{"i-a": 1, "i-b": lease.id}})
+		executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}, sessions: map[string]int64{"i-a": 1, "i-b": res.Revision}})
 	for m := range stream.sent {
 		if m.GetAssignment() != nil {
 			break
@@ -424,7 +424,7 @@ func TestRemovedMemberFenceAckBehindReportResults(t *testing.T) {
 	// The agent sends ten reports (level-triggered, e.g. after a reconnect)
 	// and, having heard its Fence, a FenceAck; meanwhile it is removed.
 	publish(&snapshot{revision: res.Revision + 1, cluster: &storagev1.ClusterRecord{Uid: uid, Members: members[:1]},
-		executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}, sessions: map[string]clientv3.LeaseID{"i-a": 1, "i-b": lease.id}})
+		executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}, sessions: map[string]int64{"i-a": 1, "i-b": res.Revision}})
 	for m := range stream.sent {
 		if m.GetFence() != nil {
 			break
@@ -529,35 +529,55 @@ func TestRetiredSessionRunsOutOnTime(t *testing.T) {
 }
 
 // TestStreamEndsWhenItsSessionIsAnotherStreams: a stream whose session key
-// holds another lease (a newer stream of the instance, on another replica,
-// took the session) or no session at all must stop extending its agent's
+// holds another stream's session (a newer stream of the instance, on
+// another replica, took it over) or none must stop extending its agent's
 // grant: a Fence, and the stream ends.
 func TestStreamEndsWhenItsSessionIsAnotherStreams(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		sessions map[string]clientv3.LeaseID
+		name  string
+		taken bool // a newer stream's record is at the key; else no session
 	}{
-		{"another replica's lease", map[string]clientv3.LeaseID{"i-a": 99, "i-b": 7}},
-		{"no session", map[string]clientv3.LeaseID{"i-b": 7}},
+		{"a newer stream's session", true},
+		{"no session", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			st := storetest.New(t)
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			s := &Service{cfg: reviewTiming, log: log, watches: map[string]*clusterWatch{}, clock: newMonoClock(),
-				live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{}}
+			s := &Service{store: st, client: st.Client(), cfg: reviewTiming, log: log, watches: map[string]*clusterWatch{},
+				clock: newMonoClock(), live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{}}
 			const uid = "uid-review"
-			w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]bool{}}
-			changed := make(chan struct{}, 1)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			key := store.SessionKey(uid, "i-a")
+			mine := &storagev1.AgentSessionRecord{InstanceId: "i-a", BootId: "boot-1", Replica: "replica-a", ConnectedAt: timestamppb.New(time.Unix(100, 0))}
+			g, err := st.Client().Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := st.Commit(ctx, store.NewTxn().PutWithLease(key, mine, g.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sessions := map[string]int64{"i-b": 1}
+			if tc.taken {
+				newer := &storagev1.AgentSessionRecord{InstanceId: "i-a", BootId: "boot-1", Replica: "replica-b", ConnectedAt: timestamppb.New(time.Unix(200, 0))}
+				res, err := st.Commit(ctx, store.NewTxn().Put(key, newer))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sessions["i-a"] = res.Revision
+			}
+			w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]bool{}}
+			changed := make(chan struct{}, 1)
 			stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 64)}
-			lease := &replicaLease{id: 7, lost: make(chan struct{})}
+			lease := &replicaLease{id: g.ID, lost: make(chan struct{})}
 			lease.renewed.Store(s.clock.now())
 			a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-a", out: make(chan *deliveryv1.HostMessage, 16),
-				left: make(chan struct{}), session: &session{lease: lease, revision: 1}}
+				left: make(chan struct{}), session: &session{key: key, rec: mine, lease: lease, revision: first.Revision}, verified: first.Revision}
 			a.heard.Store(s.clock.now())
 			cluster := &storagev1.ClusterRecord{Uid: uid, Members: []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}}
-			w.state = &snapshot{revision: 5, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 1},
-				sessions: tc.sessions, desired: &deliveryv1.DesiredSet{Version: 5, Digest: "d1"}}
+			w.state = &snapshot{revision: first.Revision + 1, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 1},
+				sessions: sessions, desired: &deliveryv1.DesiredSet{Version: 5, Digest: "d1"}}
 			changed <- struct{}{}
 			done := make(chan error, 1)
 			go func() { done <- a.send(ctx, w, changed, &deliveryv1.Hello{}, make(chan error)) }()

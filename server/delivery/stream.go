@@ -76,6 +76,34 @@ type agentStream struct {
 	// replaced closes when a newer stream of the instance opened on this
 	// replica.
 	replaced chan struct{}
+	// verified is the mod revision at which the session key was last
+	// found to hold this stream's session (the sender's own).
+	verified int64
+}
+
+// ownsSession reports whether the session in snapshot sn is still this
+// stream's, on the replica's lease: checked against etcd whenever the
+// key's revision moved since it was last found to be (an Ack of this
+// stream moves it too). When etcd cannot say, the stream is given the
+// benefit until the next snapshot: its freshness rule still bounds it.
+func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) bool {
+	rev, ok := sn.sessions[a.instance]
+	switch {
+	case !ok:
+		return false
+	case rev == a.verified:
+		return true
+	}
+	rec, kv, err := a.s.ownSession(ctx, a.session)
+	switch {
+	case err != nil:
+		a.s.log.WarnContext(ctx, "check the stream's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
+		return true
+	case rec == nil || clientv3.LeaseID(kv.Lease) != a.session.lease.id:
+		return false
+	}
+	a.verified = kv.ModRevision
+	return true
 }
 
 // register records a as its instance's stream on this replica, ending the
@@ -149,6 +177,7 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	a := &agentStream{s: s, stream: stream, uid: c.GetUid(), instance: hello.GetInstanceId(), session: session,
 		out: make(chan *deliveryv1.HostMessage, 16), left: make(chan struct{}), replaced: make(chan struct{})}
 	a.heard.Store(s.clock.now())
+	a.verified = session.revision
 	// A newer stream of the instance on this replica ends an older one
 	// (its session now is the newer stream's; on another replica the
 	// session's lease tells).
@@ -396,7 +425,7 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				}
 				return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
 			}
-			if l, ok := sn.sessions[a.instance]; !ok || l != a.session.lease.id {
+			if !a.ownsSession(ctx, sn) {
 				// The session is another stream's now (a newer stream of
 				// the instance, on another replica), or gone: this stream
 				// no longer keeps the agent's grant alive, so it must not
