@@ -37,6 +37,8 @@ type snapshot struct {
 	// revision (a stream checks its own session again when it moved).
 	sessions map[string]int64
 	desired  *deliveryv1.DesiredSet
+	// members indexes cluster's member instances (nil: scan the record).
+	members map[string]bool
 	// lastReport is when the latest accepted report of any add-on was
 	// made (zero: none).
 	lastReport time.Time
@@ -52,6 +54,9 @@ func (sn *snapshot) executorOrNil() *storagev1.ExecutorRecord {
 
 // member reports whether instance is a member of the cluster.
 func (sn *snapshot) member(instance string) bool {
+	if sn.members != nil {
+		return sn.members[instance]
+	}
 	return sn.cluster != nil && slices.ContainsFunc(sn.cluster.GetMembers(), func(m *storagev1.ClusterMember) bool {
 		return m.GetInstanceId() == instance
 	})
@@ -81,10 +86,10 @@ type clusterWatch struct {
 	done               chan struct{}
 
 	trigger chan struct{}
-	// rendered is the desired set of the last snapshot (run's own):
-	// add-ons whose incarnation and generation are unchanged are not
-	// rendered again.
-	rendered *deliveryv1.DesiredSet
+	// last is run's own latest snapshot: a cluster record that did not
+	// change is not read again, add-ons whose incarnation and generation
+	// are unchanged are not rendered again.
+	last *snapshot
 
 	mu    sync.Mutex
 	subs  map[chan struct{}]bool
@@ -189,7 +194,7 @@ func (w *clusterWatch) run(ctx context.Context) {
 			continue
 		case <-w.trigger:
 		}
-		sn, err := w.s.read(ctx, w.uid, w.account, w.name, w.rendered)
+		sn, err := w.s.read(ctx, w.uid, w.account, w.name, w.last)
 		if err == nil && children == nil {
 			startWatches(sn.revision + 1)
 		}
@@ -202,7 +207,7 @@ func (w *clusterWatch) run(ctx context.Context) {
 			}
 		}
 		if err == nil {
-			w.rendered = sn.desired
+			w.last = sn
 			w.s.observe(w, sn)
 		}
 		w.mu.Lock()
@@ -281,29 +286,49 @@ func (s *Service) forgetExecutorLocked(a *agentStream) {
 
 // read takes one consistent snapshot of a cluster incarnation: its
 // record, executor, sessions and add-ons, in one etcd transaction.
-func (s *Service) read(ctx context.Context, uid, account, name string, previous *deliveryv1.DesiredSet) (*snapshot, error) {
+func (s *Service) read(ctx context.Context, uid, account, name string, prev *snapshot) (*snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := s.client.Txn(ctx).Then(
-		clientv3.OpGet(s.store.Key(store.ClusterKey(account, name))),
+	clusterKey := s.store.Key(store.ClusterKey(account, name))
+	rest := []clientv3.Op{
 		clientv3.OpGet(s.store.Key(store.ExecutorKey(uid))),
 		// Keys only: etcd answers from its index, without reading values
 		// (a 1,000-member cluster's connect storm re-reads them all on
 		// every connect); that carries the revisions, not the lease.
 		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.store.Key(store.AddonsPrefix(uid)), clientv3.WithPrefix()),
-	).Commit()
+	}
+	// The cluster record (large with many members) is read and decoded
+	// only when it changed since the previous snapshot: most events under
+	// a cluster are sessions, acknowledgements and reports.
+	var prevRev int64
+	if prev != nil && prev.cluster != nil {
+		prevRev = prev.clusterRev
+	}
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(clusterKey), "=", prevRev)).
+		Then(append([]clientv3.Op{clientv3.OpGet(clusterKey, clientv3.WithKeysOnly())}, rest...)...).
+		Else(append([]clientv3.Op{clientv3.OpGet(clusterKey)}, rest...)...).
+		Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read cluster %s: %w", uid, err)
 	}
 	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]int64{}}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+	switch kvs := resp.Responses[0].GetResponseRange().GetKvs(); {
+	case len(kvs) == 1 && resp.Succeeded && prevRev != 0:
+		sn.cluster, sn.clusterRev, sn.members = prev.cluster, prev.clusterRev, prev.members
+	case len(kvs) == 1 && !resp.Succeeded:
 		c := &storagev1.ClusterRecord{}
 		if err := store.Decode(kvs[0].Value, c); err != nil {
 			return nil, fmt.Errorf("cluster %s/%s: %w", account, name, err)
 		}
 		if c.GetUid() == uid {
 			sn.cluster, sn.clusterRev = c, kvs[0].ModRevision
+			// Indexed once here: every stream of the cluster asks.
+			sn.members = make(map[string]bool, len(c.GetMembers()))
+			for _, m := range c.GetMembers() {
+				sn.members[m.GetInstanceId()] = true
+			}
 		}
 	}
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
@@ -318,6 +343,10 @@ func (s *Service) read(ctx context.Context, uid, account, name string, previous 
 		sn.sessions[string(kv.Key[len(prefix):])] = kv.ModRevision
 	}
 	if sn.cluster != nil {
+		var previous *deliveryv1.DesiredSet
+		if prev != nil {
+			previous = prev.desired
+		}
 		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {
 			return nil, err
 		}

@@ -1025,10 +1025,12 @@ func BenchmarkDeliveryStreams(b *testing.B) {
 	// (heartbeats both ways, session keepalives).
 	time.Sleep(3 * time.Second)
 	stopProfile = cpuProfile(b, profDir, "idle")
+	rev0 := etcdRevision(ctx, b, ab.etcd)
 	cpu0, idle0 := processCPU(), time.Now()
 	time.Sleep(5 * time.Second)
 	idleCPU := float64(processCPU()-cpu0) / float64(time.Since(idle0))
 	stopProfile()
+	fmt.Printf("etcd writes while the streams idled: %d\n", etcdRevision(ctx, b, ab.etcd)-rev0)
 	sessions := 0
 	for _, c := range clusters {
 		resp, err := ab.etcd.Get(ctx, ab.st.Key(store.SessionsPrefix(c.UID)), clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -1648,4 +1650,15 @@ func (f *fleet) heartbeats(ctx context.Context, interval *atomic.Int64) {
 			i++
 		}
 	}
+}
+
+// etcdRevision is the store's current revision (writes between two
+// readings are their difference).
+func etcdRevision(ctx context.Context, b *testing.B, cli *clientv3.Client) int64 {
+	b.Helper()
+	resp, err := cli.Get(ctx, "saltbush-bench-revision-probe", clientv3.WithCountOnly())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return resp.Header.Revision
 }
