@@ -383,6 +383,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		// guest agent it was the largest part of an idle stream's memory
 		// (tests/bench: BenchmarkDeliveryStreams).
 		grpc.ReadBufferSize(0),
+		// Writes are batched in buffers from a shared pool, held from a
+		// frame's write to the flush: with thousands of agents
+		// heartbeating, thousands are held at once, and the pool keeps
+		// them. One TLS record (16 KiB) per flush batches as well as the
+		// default 32 KiB does.
+		grpc.WriteBufferSize(16<<10),
 		// Find dead peers (agents on VMs that vanished) within a minute,
 		// and refuse clients that ping more often than every 10s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
