@@ -360,6 +360,16 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
 			}
+			// The receiver ended the stream (a protocol violation): its
+			// last answers, a Fence among them, go out first.
+			for pending := true; pending; {
+				select {
+				case m := <-a.out:
+					_ = a.stream.Send(m)
+				default:
+					pending = false
+				}
+			}
 			return err
 		case m := <-a.out:
 			if err := put(m); err != nil {
@@ -498,13 +508,16 @@ func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
 		a.heard.Store(a.s.clock.now())
 		switch msg := m.GetMessage().(type) {
 		case *deliveryv1.AgentMessage_Report:
-			results := a.report(ctx, w, msg.Report)
+			results, violation := a.report(ctx, w, msg.Report)
 			for _, r := range results {
 				select {
 				case a.out <- r:
 				case <-ctx.Done():
 					return ctx.Err()
 				}
+			}
+			if violation != nil {
+				return violation
 			}
 		case *deliveryv1.AgentMessage_Ack:
 			if err := a.acked(ctx, w, msg.Ack); err != nil {
@@ -549,7 +562,13 @@ const (
 // the report's epoch — checked again, with the add-on's incarnation and
 // generation, in the transaction that applies it — and answers it; a
 // report from a stale epoch or a standby is also answered with a Fence.
-func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1.Report) []*deliveryv1.HostMessage {
+//
+// A report naming an epoch later than any assigned is a confused agent:
+// it is fenced at that epoch (which covers the one it holds) and the
+// stream ends (the returned error), so it connects again and hears its
+// assignment afresh — answering it with a Fence alone would stop it for
+// good while it stays the executor.
+func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1.Report) ([]*deliveryv1.HostMessage, error) {
 	result := &deliveryv1.ReportResult{Addon: r.GetAddon(), Generation: r.GetGeneration()}
 	answer := func(reason string, fenced bool) []*deliveryv1.HostMessage {
 		result.Reason = reason
@@ -562,15 +581,19 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 		}
 		return out
 	}
-	sn, _ := w.current()
+	sn := a.snapshotOfSession(ctx, w)
+	if sn != nil && r.GetEpoch() > sn.executor.GetEpoch() {
+		return answer(rejectInvalid, true), status.Errorf(codes.FailedPrecondition,
+			"a report for epoch %d, which was never assigned (the executor's epoch is %d); connect again", r.GetEpoch(), sn.executor.GetEpoch())
+	}
 	if sn == nil || sn.executor.GetInstanceId() != a.instance {
-		return answer(rejectNotExecutor, true)
+		return answer(rejectNotExecutor, true), nil
 	}
 	if r.GetEpoch() != sn.executor.GetEpoch() {
-		return answer(addon.ReportStaleEpoch, true)
+		return answer(addon.ReportStaleEpoch, true), nil
 	}
 	if sn.executor.GetDraining() {
-		return answer(rejectDraining, true)
+		return answer(rejectDraining, true), nil
 	}
 	issues := make([]*storagev1.AddonIssue, 0, len(r.GetIssues()))
 	for _, is := range r.GetIssues() {
@@ -588,13 +611,32 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 	var apiErr *errdefs.Error
 	switch {
 	case errors.As(err, &apiErr):
-		return answer(rejectInvalid, false)
+		return answer(rejectInvalid, false), nil
 	case err != nil:
 		a.s.log.WarnContext(ctx, "report not applied", "cluster_uid", a.uid, "addon", r.GetAddon(), "err", err)
-		return answer("unavailable", false)
+		return answer("unavailable", false), nil
 	}
 	result.Accepted = res.Accepted
-	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch)
+	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch), nil
+}
+
+// snapshotOfSession returns the watch's snapshot once it includes this
+// stream's session (nil if none comes within fence-after): a report
+// re-sent at once by a reconnecting executor must be judged against a
+// view at least as new as the assignment it names, not a lagging one
+// that would reject it and fence the executor of the current epoch.
+func (a *agentStream) snapshotOfSession(ctx context.Context, w *clusterWatch) *snapshot {
+	deadline := time.Now().Add(a.s.cfg.FenceAfter)
+	for {
+		sn, _ := w.current()
+		if sn != nil && sn.revision >= a.session.revision {
+			return sn
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // acked records the desired set the agent applied in its session record

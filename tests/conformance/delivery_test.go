@@ -655,3 +655,33 @@ func TestDeliveryNewerStreamOfAnInstance(t *testing.T) {
 		t.Errorf("newer stream's report: %v", r)
 	}
 }
+
+// TestDeliveryReportFromAnUnassignedEpoch: a report naming an epoch the
+// host never assigned (a confused agent) is refused, the agent fenced at
+// that epoch (covering the one it holds) and its stream ended, so it
+// connects again and hears its assignment afresh rather than staying a
+// fenced executor nobody replaces.
+func TestDeliveryReportFromAnUnassignedEpoch(t *testing.T) {
+	h := newDeliveryHarness(t)
+	ctx := ctxT(t)
+	one := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	one.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	if _, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("saltbush-noop")}); err != nil {
+		t.Fatal(err)
+	}
+	d := one.desired("the add-on", func(s *deliveryv1.DesiredSet) bool { return len(s.GetAddons()) == 1 }).GetAddons()[0]
+	if r := one.report(5, d.GetName(), d.GetUid(), d.GetGeneration(), deliveryv1.Phase_PHASE_READY); r.GetAccepted() || r.GetReason() != "invalid" {
+		t.Errorf("report for epoch 5: %v", r)
+	}
+	if f := one.next(5*time.Second, "fence", func(m *deliveryv1.HostMessage) bool { return m.GetFence() != nil }).GetFence(); f.GetEpoch() != 5 {
+		t.Errorf("fence = %v, want epoch 5", f)
+	}
+	if got := one.ended(5 * time.Second); got != codes.FailedPrecondition {
+		t.Errorf("stream ended with %s", got)
+	}
+	again := connectAgent(t, h.srv, h.uid, "i-1", h.hello("i-1"))
+	again.assignment(deliveryv1.Role_ROLE_EXECUTOR, 1)
+	if r := again.report(1, d.GetName(), d.GetUid(), d.GetGeneration(), deliveryv1.Phase_PHASE_READY); !r.GetAccepted() {
+		t.Errorf("report at the assigned epoch after reconnecting: %v", r)
+	}
+}
