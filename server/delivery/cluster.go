@@ -256,7 +256,9 @@ func (s *Service) observe(w *clusterWatch, sn *snapshot) {
 func (s *Service) observeExecutor(w *clusterWatch, a *agentStream, applied *deliveryv1.DesiredSet, desiredDigest string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.watches[w.uid] != w {
+	// Checked under the lock forgetExecutor takes: a stream that stopped
+	// being the executor never sets the figures again.
+	if s.watches[w.uid] != w || !a.executor.Load() {
 		return
 	}
 	inSync := 0.0

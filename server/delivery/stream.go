@@ -84,26 +84,27 @@ type agentStream struct {
 // ownsSession reports whether the session in snapshot sn is still this
 // stream's, on the replica's lease: checked against etcd whenever the
 // key's revision moved since it was last found to be (an Ack of this
-// stream moves it too). When etcd cannot say, the stream is given the
-// benefit until the next snapshot: its freshness rule still bounds it.
-func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) bool {
+// stream moves it too). known is false when etcd could not say.
+func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, known bool) {
 	rev, ok := sn.sessions[a.instance]
 	switch {
 	case !ok:
-		return false
+		return false, true
 	case rev == a.verified:
-		return true
+		return true, true
 	}
+	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.HeartbeatInterval)
+	defer cancel()
 	rec, kv, err := a.s.ownSession(ctx, a.session)
 	switch {
 	case err != nil:
 		a.s.log.WarnContext(ctx, "check the stream's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
-		return true
+		return false, false
 	case rec == nil || clientv3.LeaseID(kv.Lease) != a.session.lease.id:
-		return false
+		return false, true
 	}
 	a.verified = kv.ModRevision
-	return true
+	return true, true
 }
 
 // register records a as its instance's stream on this replica, ending the
@@ -112,7 +113,14 @@ func (s *Service) register(a *agentStream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := a.uid + "/" + a.instance
-	if old := s.live[key]; old != nil {
+	old := s.live[key]
+	if old != nil && old.session.revision > a.session.revision {
+		// Registered late: the other stream's session is the newer one,
+		// and it is this stream that was replaced.
+		close(a.replaced)
+		return
+	}
+	if old != nil {
 		close(old.replaced)
 	}
 	s.live[key] = a
@@ -325,16 +333,134 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 		sentRole    bool
 		drainFenced int64
 		lastSentAt  = time.Now()
+		// unsure: etcd could not say whether the session is still this
+		// stream's.
+		unsure bool
 	)
 	// put sends m if the session is fresh; otherwise the agent is told
 	// to stop and the stream ends (ErrSessionLost).
 	put := func(m *deliveryv1.HostMessage) error {
+		if unsure && m.GetFence() == nil {
+			return nil // nothing but a Fence while ownership is unknown
+		}
 		if m.GetFence() == nil && !a.session.fresh(a.s.clock, a.s.cfg) {
 			_ = a.stream.Send(fence(epoch, "saltbush could not renew the session"))
 			return status.Error(codes.Unavailable, "delivery session not renewed in time; connect again")
 		}
 		lastSentAt = time.Now()
 		return a.stream.Send(m)
+	}
+	// recheck asks for the snapshot to be handled again (an ownership
+	// check etcd could not answer is retried every heartbeat interval).
+	recheck := make(chan struct{}, 1)
+	// onSnapshot acts on the watch's latest snapshot: ends the stream
+	// (after a Fence) when the agent may no longer be connected, else
+	// sends what changed — role, drain fence, desired set.
+	onSnapshot := func() error {
+		sn, err := w.current()
+		if sn == nil || sn.revision < a.session.revision {
+			// Nothing yet, or a view older than this stream's own
+			// session: wait for the watch (a reconnecting agent must
+			// not be told a role etcd has since given away).
+			if err != nil {
+				a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.uid, "err", err)
+			}
+			return nil
+		}
+		if !sn.serving() {
+			reason := "the cluster is deleting, failed or gone"
+			_ = put(fence(epoch, reason))
+			return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
+		}
+		if !sn.member(a.instance) {
+			reason := "the instance is no longer a member"
+			a.leaving.Store(epoch + 1)
+			_ = put(fence(epoch, reason))
+			// An agent that acknowledges the fence has stopped, and its
+			// session goes at once (the receiver removes it): a
+			// successor need not wait for it to run out. One that does
+			// not within fence-after has stopped on its own by then,
+			// but its session runs out first.
+			wait := time.NewTimer(a.s.cfg.FenceAfter)
+			defer wait.Stop()
+			for waiting := true; waiting; {
+				select {
+				case <-a.left:
+					waiting = false
+				case <-wait.C:
+					waiting = false
+				case <-recvErr:
+					waiting = false
+				case <-ctx.Done():
+					waiting = false
+				case m := <-a.out:
+					// Answers to reports the agent sent before it heard
+					// the fence: the receiver must not block on them,
+					// or it never reads the FenceAck.
+					_ = a.stream.Send(m)
+				}
+			}
+			return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
+		}
+		owned, known := a.ownsSession(ctx, sn)
+		if !known {
+			// etcd could not say whose the session is: say nothing but a
+			// Fence until it can (checked again every heartbeat interval);
+			// the agent lapses meanwhile.
+			unsure = true
+			return nil
+		}
+		unsure = false
+		if !owned {
+			// The session is another stream's now (a newer stream of
+			// the instance, on another replica), or gone: this stream
+			// no longer keeps the agent's grant alive, so it must not
+			// extend it.
+			_ = put(fence(epoch, "the session is no longer this stream's"))
+			return status.Error(codes.Aborted, "the session is no longer this stream's; connect again")
+		}
+		newRole, newEpoch := deliveryv1.Role_ROLE_STANDBY, sn.executor.GetEpoch()
+		if sn.executor.GetInstanceId() == a.instance {
+			newRole = deliveryv1.Role_ROLE_EXECUTOR
+		}
+		if !sentRole || newRole != role || newEpoch != epoch {
+			if sentRole && role == deliveryv1.Role_ROLE_EXECUTOR && (newRole != role || newEpoch != epoch) {
+				if err := put(fence(epoch, "another executor was assigned")); err != nil {
+					return err
+				}
+			}
+			role, epoch, sentRole = newRole, newEpoch, true
+			a.executor.Store(role == deliveryv1.Role_ROLE_EXECUTOR)
+			if role != deliveryv1.Role_ROLE_EXECUTOR {
+				a.s.forgetExecutor(a)
+			}
+			if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{
+				Role: role, Epoch: epoch, ExecutorInstanceId: sn.executor.GetInstanceId(), Timing: a.s.cfg.timing(),
+			}}}); err != nil {
+				return err
+			}
+		}
+		if role == deliveryv1.Role_ROLE_EXECUTOR && sn.executor.GetDraining() && drainFenced != epoch {
+			drainFenced = epoch
+			if err := put(fence(epoch, "drained by an operator")); err != nil {
+				return err
+			}
+		}
+		if sn.desired.GetDigest() != digest {
+			set := &deliveryv1.DesiredSet{
+				Version: sn.desired.GetVersion(), Nonce: nonce(), Epoch: epoch, Digest: sn.desired.GetDigest(),
+				Addons: sn.desired.GetAddons(),
+			}
+			a.lastSet.Store(&deliveryv1.DesiredSet{Version: set.GetVersion(), Nonce: set.GetNonce(), Digest: set.GetDigest()})
+			if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_DesiredSet{DesiredSet: set}}); err != nil {
+				return err
+			}
+			digest = set.GetDigest()
+		}
+		if role == deliveryv1.Role_ROLE_EXECUTOR {
+			a.s.observeExecutor(w, a, a.applied.Load(), sn.desired.GetDigest())
+		}
+		return nil
 	}
 	for {
 		select {
@@ -384,105 +510,24 @@ func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan 
 				_ = a.stream.Send(fence(epoch, "saltbush heard nothing from the agent for fence-after"))
 				return status.Error(codes.Unavailable, "the agent was silent for fence-after; connect again")
 			}
+			if unsure {
+				select {
+				case recheck <- struct{}{}:
+				default:
+				}
+			}
 			if time.Since(lastSentAt) >= a.s.cfg.HeartbeatInterval/2 {
 				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}); err != nil {
 					return err
 				}
 			}
 		case <-changed:
-			sn, err := w.current()
-			if sn == nil || sn.revision < a.session.revision {
-				// Nothing yet, or a view older than this stream's own
-				// session: wait for the watch (a reconnecting agent must
-				// not be told a role etcd has since given away).
-				if err != nil {
-					a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.uid, "err", err)
-				}
-				continue
+			if err := onSnapshot(); err != nil {
+				return err
 			}
-			if !sn.serving() {
-				reason := "the cluster is deleting, failed or gone"
-				_ = put(fence(epoch, reason))
-				return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
-			}
-			if !sn.member(a.instance) {
-				reason := "the instance is no longer a member"
-				a.leaving.Store(epoch + 1)
-				_ = put(fence(epoch, reason))
-				// An agent that acknowledges the fence has stopped, and its
-				// session goes at once (the receiver removes it): a
-				// successor need not wait for it to run out. One that does
-				// not within fence-after has stopped on its own by then,
-				// but its session runs out first.
-				wait := time.NewTimer(a.s.cfg.FenceAfter)
-				defer wait.Stop()
-				for waiting := true; waiting; {
-					select {
-					case <-a.left:
-						waiting = false
-					case <-wait.C:
-						waiting = false
-					case <-recvErr:
-						waiting = false
-					case <-ctx.Done():
-						waiting = false
-					case m := <-a.out:
-						// Answers to reports the agent sent before it heard
-						// the fence: the receiver must not block on them,
-						// or it never reads the FenceAck.
-						_ = a.stream.Send(m)
-					}
-				}
-				return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
-			}
-			if !a.ownsSession(ctx, sn) {
-				// The session is another stream's now (a newer stream of
-				// the instance, on another replica), or gone: this stream
-				// no longer keeps the agent's grant alive, so it must not
-				// extend it.
-				_ = put(fence(epoch, "the session is no longer this stream's"))
-				return status.Error(codes.Aborted, "the session is no longer this stream's; connect again")
-			}
-			newRole, newEpoch := deliveryv1.Role_ROLE_STANDBY, sn.executor.GetEpoch()
-			if sn.executor.GetInstanceId() == a.instance {
-				newRole = deliveryv1.Role_ROLE_EXECUTOR
-			}
-			if !sentRole || newRole != role || newEpoch != epoch {
-				if sentRole && role == deliveryv1.Role_ROLE_EXECUTOR && (newRole != role || newEpoch != epoch) {
-					if err := put(fence(epoch, "another executor was assigned")); err != nil {
-						return err
-					}
-				}
-				role, epoch, sentRole = newRole, newEpoch, true
-				a.executor.Store(role == deliveryv1.Role_ROLE_EXECUTOR)
-				if role != deliveryv1.Role_ROLE_EXECUTOR {
-					a.s.forgetExecutor(a)
-				}
-				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{
-					Role: role, Epoch: epoch, ExecutorInstanceId: sn.executor.GetInstanceId(), Timing: a.s.cfg.timing(),
-				}}}); err != nil {
-					return err
-				}
-			}
-			if role == deliveryv1.Role_ROLE_EXECUTOR && sn.executor.GetDraining() && drainFenced != epoch {
-				drainFenced = epoch
-				if err := put(fence(epoch, "drained by an operator")); err != nil {
-					return err
-				}
-			}
-			if sn.desired.GetDigest() != digest {
-				set := &deliveryv1.DesiredSet{
-					Version: sn.desired.GetVersion(), Nonce: nonce(), Epoch: epoch, Digest: sn.desired.GetDigest(),
-					Addons: sn.desired.GetAddons(),
-				}
-				a.lastSet.Store(&deliveryv1.DesiredSet{Version: set.GetVersion(), Nonce: set.GetNonce(), Digest: set.GetDigest()})
-				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_DesiredSet{DesiredSet: set}}); err != nil {
-					return err
-				}
-				digest = set.GetDigest()
-			}
-			if role == deliveryv1.Role_ROLE_EXECUTOR {
-				a.s.observeExecutor(w, a, a.applied.Load(), sn.desired.GetDigest())
+		case <-recheck:
+			if err := onSnapshot(); err != nil {
+				return err
 			}
 		}
 	}
@@ -582,11 +627,17 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 		return out
 	}
 	sn := a.snapshotOfSession(ctx, w)
-	if sn != nil && r.GetEpoch() > sn.executor.GetEpoch() {
+	if sn == nil {
+		// No view of the cluster that includes this stream's session (etcd
+		// reads failing): nothing can be judged, and a Fence alone would
+		// leave a fenced executor in place. End the stream.
+		return answer("unavailable", false), status.Error(codes.Unavailable, "no current view of the cluster; connect again")
+	}
+	if r.GetEpoch() > sn.executor.GetEpoch() {
 		return answer(rejectInvalid, true), status.Errorf(codes.FailedPrecondition,
 			"a report for epoch %d, which was never assigned (the executor's epoch is %d); connect again", r.GetEpoch(), sn.executor.GetEpoch())
 	}
-	if sn == nil || sn.executor.GetInstanceId() != a.instance {
+	if sn.executor.GetInstanceId() != a.instance {
 		return answer(rejectNotExecutor, true), nil
 	}
 	if r.GetEpoch() != sn.executor.GetEpoch() {
