@@ -37,25 +37,15 @@ var reviewTiming = Config{
 	HelloTimeout: 5 * time.Second, Replica: "replica-review",
 }
 
-// lossyService is a delivery Service on a real embedded etcd whose client
-// can be told to lose the response of its next Txn after etcd applied it
-// (a response lost to a timeout, a cancelled stream context, or etcd's own
-// "request timed out" for a proposal that is applied later: the classic
-// ambiguous write).
-func lossyService(t *testing.T) (*Service, *atomic.Bool, *clientv3.Client) {
+// serviceWithFaults is a delivery Service on a real embedded etcd whose
+// client passes every unary call through fault (to fail or lose some);
+// the second result is a client without faults.
+func serviceWithFaults(t *testing.T, fault grpc.UnaryClientInterceptor) (*Service, *clientv3.Client) {
 	t.Helper()
 	base := storetest.New(t)
-	var lose atomic.Bool
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: base.Client().Endpoints(), DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				err := invoker(ctx, method, req, reply, cc, opts...)
-				if err == nil && method == "/etcdserverpb.KV/Txn" && lose.CompareAndSwap(true, false) {
-					return status.Error(codes.Unavailable, "review: connection lost after the Txn was applied")
-				}
-				return err
-			})},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(fault)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +61,26 @@ func lossyService(t *testing.T) (*Service, *atomic.Bool, *clientv3.Client) {
 	clock := newMonoClock()
 	s := &Service{store: st, client: cli, cfg: reviewTiming, log: log, watches: map[string]*clusterWatch{},
 		live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{}, clock: clock,
-		renewer: newRenewer(cli, clock, reviewTiming.SessionTTL, reviewTiming.HeartbeatInterval, log)}
-	return s, &lose, base.Client()
+		renewer:  newRenewer(cli, clock, reviewTiming.SessionTTL, reviewTiming.HeartbeatInterval, log),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected"}, []string{"reason"})}
+	return s, base.Client()
+}
+
+// lossyService is a delivery Service whose client can be told to lose the
+// response of its next Txn after etcd applied it (a response lost to a
+// timeout, a cancelled stream context, or etcd's own "request timed out"
+// for a proposal that is applied later: the classic ambiguous write).
+func lossyService(t *testing.T) (*Service, *atomic.Bool, *clientv3.Client) {
+	t.Helper()
+	var lose atomic.Bool
+	s, etcd := serviceWithFaults(t, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && method == "/etcdserverpb.KV/Txn" && lose.CompareAndSwap(true, false) {
+			return status.Error(codes.Unavailable, "review: connection lost after the Txn was applied")
+		}
+		return err
+	})
+	return s, &lose, etcd
 }
 
 // TestSessionRetiredAfterAnAmbiguousAck: an Ack's session write whose

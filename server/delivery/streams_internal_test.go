@@ -32,35 +32,14 @@ import (
 // client), e.g. in a connect storm.
 func busyRangeService(t *testing.T) (*Service, *atomic.Bool, *clientv3.Client) {
 	t.Helper()
-	base := storetest.New(t)
 	var busy atomic.Bool
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: base.Client().Endpoints(), DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if method == "/etcdserverpb.KV/Range" && busy.CompareAndSwap(true, false) {
-					return status.Error(codes.ResourceExhausted, "etcdserver: too many requests")
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})},
+	s, etcd := serviceWithFaults(t, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == "/etcdserverpb.KV/Range" && busy.CompareAndSwap(true, false) {
+			return status.Error(codes.ResourceExhausted, "etcdserver: too many requests")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := store.New(ctx, cli, store.Options{Prefix: base.Prefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	clock := newMonoClock()
-	s := &Service{store: st, client: cli, cfg: reviewTiming, log: log, watches: map[string]*clusterWatch{},
-		live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{}, clock: clock,
-		renewer:  newRenewer(cli, clock, reviewTiming.SessionTTL, reviewTiming.HeartbeatInterval, log),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected"}, []string{"reason"})}
-	return s, &busy, base.Client()
+	return s, &busy, etcd
 }
 
 // TestStreamStopsWhenItsOwnershipCheckFails: a newer stream of the
