@@ -79,6 +79,9 @@ type agentStream struct {
 	// verified is the mod revision at which the session key was last
 	// found to hold this stream's session (the sender's own).
 	verified int64
+	// ownWrite is the revision of the receiver's last write of the
+	// session (an Ack), which holds this stream's session by construction.
+	ownWrite atomic.Int64
 }
 
 // ownsSession reports whether the session in snapshot sn is still this
@@ -91,6 +94,9 @@ func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, kno
 	case !ok:
 		return false, true
 	case rev == a.verified:
+		return true, true
+	case rev == a.ownWrite.Load():
+		a.verified = rev
 		return true, true
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.HeartbeatInterval)
@@ -714,9 +720,14 @@ func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv
 			return err // expired or replaced: nothing to record
 		}
 		rec.AckedVersion, rec.AckedDigest, rec.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
-		_, err = a.s.store.Commit(ctx, store.NewTxn().
+		res, err := a.s.store.Commit(ctx, store.NewTxn().
 			RequireModRevision(a.session.key, kv.ModRevision).
 			PutWithLease(a.session.key, rec, clientv3.LeaseID(kv.Lease)))
+		if err == nil {
+			// The sender need not ask etcd whose the session is when it
+			// sees the key move to this revision: it is this write.
+			a.ownWrite.Store(res.Revision)
+		}
 		if !errors.Is(err, store.ErrConflict) {
 			return err
 		}
