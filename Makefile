@@ -9,7 +9,7 @@ GOTEST    ?= $(GO) test
 # Every test runs under the race detector.
 TESTFLAGS ?= -count=1 -race -timeout=20m
 
-.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit fuzz-short fuzz bench
+.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit fuzz-short fuzz bench images-verify
 
 all: build
 
@@ -60,6 +60,14 @@ baseline:
 ## contract-selftest: prove check-generated and breaking fail when they should.
 contract-selftest:
 	bash scripts/contract-selftest.sh
+
+## images-verify: check the guest agent's VM image files (images/systemd,
+## images/openrc, images/k3s, images/agent.yaml.example) against the built
+## agent: systemd-analyze verify and security, the preset, the OpenRC script,
+## the YAML. Needs systemd-analyze (Debian package systemd; not running).
+images-verify:
+	$(GO) build -o bin/saltbush-agent ./cmd/saltbush-agent
+	GO=$(GO) bash scripts/verify-images.sh bin/saltbush-agent
 
 unit:
 	$(GOTEST) $(TESTFLAGS) ./...
