@@ -78,6 +78,7 @@ func (s *Service) desiredAddon(c *storagev1.ClusterRecord, rec *storagev1.AddonR
 	a := &deliveryv1.DesiredAddon{
 		Name: rec.GetName(), Uid: rec.GetUid(), Generation: rec.GetGeneration(), Version: spec.GetVersion(),
 		Namespace: spec.GetNamespace(), Deleting: spec.GetDeleted(), Preserve: spec.GetPreserve(),
+		ResolveConflicts: spec.GetResolveConflicts(),
 	}
 	if a.Deleting {
 		return a, nil

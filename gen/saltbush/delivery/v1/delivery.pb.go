@@ -574,8 +574,8 @@ func (x *Assignment) GetTiming() *Timing {
 }
 
 // Timing is the host's timing, sent so both sides agree. The agent must
-// stop applying (and quarantine its rendered files) when it has heard
-// nothing from the host for fence_after; the host assigns a successor
+// stop writing to its cluster when it has heard nothing from the host for
+// fence_after; the host assigns a successor
 // only after the executor's session expired (session_ttl after its last
 // keepalive), and fence_after + safety_margin < session_ttl.
 type Timing struct {
@@ -741,17 +741,23 @@ type DesiredAddon struct {
 	// Add-on version.
 	Version   string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
 	Namespace string `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// The add-on is being deleted: remove it (empty its file, wait for the
-	// objects to go, then remove the file) unless preserve.
+	// The add-on is being deleted: delete the objects its inventory names,
+	// wait until they are gone, then report REMOVED; unless preserve.
 	Deleting bool `protobuf:"varint,6,opt,name=deleting,proto3" json:"deleting,omitempty"`
-	// With deleting: stop managing, leave the workloads (remove the file
-	// without emptying it).
+	// With deleting: stop managing (drop the inventory and the field
+	// manager's ownership), leave the objects.
 	Preserve bool `protobuf:"varint,7,opt,name=preserve,proto3" json:"preserve,omitempty"`
-	// The rendered bundle (YAML) for saltbush-addon-{name}.yaml; empty when
-	// deleting.
-	Manifest      []byte `protobuf:"bytes,8,opt,name=manifest,proto3" json:"manifest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The rendered bundle (multi-document YAML), applied with server-side
+	// apply; empty when deleting.
+	Manifest []byte `protobuf:"bytes,8,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// How field conflicts with other managers are resolved when applying
+	// this generation, as the add-on's resolveConflicts says: OVERWRITE
+	// (apply with force), NONE (no force: a conflict fails the generation
+	// with ConfigurationConflict) or PRESERVE (leave the fields other
+	// managers own). Empty means NONE.
+	ResolveConflicts string `protobuf:"bytes,9,opt,name=resolve_conflicts,json=resolveConflicts,proto3" json:"resolve_conflicts,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DesiredAddon) Reset() {
@@ -840,7 +846,15 @@ func (x *DesiredAddon) GetManifest() []byte {
 	return nil
 }
 
-// Ack says the agent applied (wrote) the desired set it names.
+func (x *DesiredAddon) GetResolveConflicts() string {
+	if x != nil {
+		return x.ResolveConflicts
+	}
+	return ""
+}
+
+// Ack says the agent accepted the desired set it names: it holds it and,
+// as the executor, has applied it (each add-on's outcome is reported).
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -1228,8 +1242,8 @@ func (x *Fence) GetReason() string {
 	return ""
 }
 
-// FenceAck says the agent stopped applying for that epoch (its files are
-// quarantined). The host may then assign a successor without waiting for
+// FenceAck says the agent stopped writing for that epoch (no write of it
+// is in flight). The host may then assign a successor without waiting for
 // the session to expire.
 type FenceAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1362,7 +1376,7 @@ const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"\x05nonce\x18\x02 \x01(\tR\x05nonce\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x16\n" +
 	"\x06digest\x18\x04 \x01(\tR\x06digest\x12:\n" +
-	"\x06addons\x18\x05 \x03(\v2\".saltbush.delivery.v1.DesiredAddonR\x06addons\"\xe0\x01\n" +
+	"\x06addons\x18\x05 \x03(\v2\".saltbush.delivery.v1.DesiredAddonR\x06addons\"\x8d\x02\n" +
 	"\fDesiredAddon\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1e\n" +
@@ -1373,7 +1387,8 @@ const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bdeleting\x18\x06 \x01(\bR\bdeleting\x12\x1a\n" +
 	"\bpreserve\x18\a \x01(\bR\bpreserve\x12\x1a\n" +
-	"\bmanifest\x18\b \x01(\fR\bmanifest\"5\n" +
+	"\bmanifest\x18\b \x01(\fR\bmanifest\x12+\n" +
+	"\x11resolve_conflicts\x18\t \x01(\tR\x10resolveConflicts\"5\n" +
 	"\x03Ack\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\tR\x05nonce\"L\n" +
