@@ -180,8 +180,12 @@ func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *cat
 	if err := validateResolveConflicts(cn, name, req.GetResolveConflicts(), false); err != nil {
 		return nil, err
 	}
+	// resolveConflicts belongs to the call, as in AWS: an update that
+	// names none resolves its conflicts as NONE, whatever an earlier call
+	// chose (the agent applies this generation, and re-applies it against
+	// drift, in this mode).
+	spec.ResolveConflicts = req.GetResolveConflicts()
 	if rc := req.GetResolveConflicts(); rc != "" {
-		spec.ResolveConflicts = rc
 		param("ResolveConflicts", rc)
 	}
 	requested, err := podIdentityList(cn, name, req.GetPodIdentityAssociations())
