@@ -1,0 +1,181 @@
+// Command saltbush-agent is the guest agent of a saltbush cluster's
+// control-plane VM: `saltbush-agent run` holds the delivery stream and,
+// as the cluster's executor, applies its add-ons; `saltbush-agent status`
+// shows what a running agent is doing. See images/README.md for how a VM
+// image runs it and docs/delivery-protocol.md for the protocol.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/saltbush/saltbush/guest/agent"
+	"github.com/saltbush/saltbush/guest/config"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{
+		Use:           "saltbush-agent",
+		Short:         "saltbush guest agent: delivers a cluster's add-ons, fenced",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newRunCommand(), newStatusCommand(), &cobra.Command{
+		Use: "version", Short: "Print the agent's version",
+		Run: func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version) },
+	})
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "saltbush-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func newRunCommand() *cobra.Command {
+	cfg := config.Default()
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the agent (flags, SALTBUSH_AGENT_* variables, or the --config YAML file)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := config.Resolve(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return run(cmd.Context(), cfg)
+		},
+	}
+	cfg.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func run(ctx context.Context, cfg config.Config) error {
+	log := newLogger(cfg)
+	a, err := agent.New(cfg, log, version)
+	if err != nil {
+		return err
+	}
+	if cfg.StatusAddr != "" {
+		ln, err := net.Listen("tcp", cfg.StatusAddr)
+		if err != nil {
+			return fmt.Errorf("status address: %w", err)
+		}
+		log.Info("status and metrics", "addr", ln.Addr().String())
+		go func() {
+			if err := a.ServeStatus(ctx, ln); err != nil {
+				log.Error("status server", "err", err)
+			}
+		}()
+	}
+	log.Info("saltbush-agent starting", "version", version, "cluster", cfg.ClusterName, "cluster_uid", cfg.ClusterUID,
+		"instance", cfg.InstanceID, "endpoints", cfg.Endpoints)
+	return a.Run(ctx)
+}
+
+func newLogger(cfg config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogJSON {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func newStatusCommand() *cobra.Command {
+	addr := config.Default().StatusAddr
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show a running agent's role, epoch, grant and add-ons",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("is the agent running? %w", err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("status: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+			}
+			if asJSON {
+				_, err = cmd.OutOrStdout().Write(body)
+				return err
+			}
+			var st agent.Status
+			if err := json.Unmarshal(body, &st); err != nil {
+				return err
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "status-addr", addr, "the agent's status address")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, st agent.Status) {
+	fmt.Fprintf(w, "cluster:   %s (%s)\ninstance:  %s  agent %s\n", st.ClusterName, st.ClusterUID, st.InstanceID, st.Version)
+	conn := "disconnected"
+	if st.Connected {
+		conn = "connected to " + st.Endpoint
+	}
+	fmt.Fprintf(w, "stream:    %s\n", conn)
+	grant := "no grant (writes nothing)"
+	if st.Writable {
+		grant = "may write for " + st.GrantLeft + " unless saltbush is heard again"
+	}
+	fmt.Fprintf(w, "role:      %s at epoch %d (executor %s); %s\n", st.Role, st.Epoch, orNone(st.Executor), grant)
+	fmt.Fprintf(w, "desired:   version %d digest %s\n\n", st.DesiredVersion, orNone(st.DesiredDigest))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ADDON\tVERSION\tGENERATION\tPHASE\tISSUES")
+	for _, a := range st.Addons {
+		phase := orNone(a.Phase)
+		if a.Deleting {
+			phase += " (deleting)"
+		}
+		var issues []string
+		for _, i := range a.Issues {
+			issues = append(issues, i.Code+": "+i.Message)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Name, a.Version, a.Generation, phase, strings.Join(issues, "; "))
+	}
+	_ = tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,295 @@
+// Package apply puts an add-on generation onto the cluster and takes it
+// off again, as EKS does: server-side apply under the field manager "eks",
+// CRDs and namespaces first, in the add-on's conflict mode (conflict.go),
+// with an inventory of what each generation applied (package inventory)
+// so that objects a new generation dropped are pruned and a deleted
+// add-on's objects are deleted, by whichever member is executor then. The
+// applying and waiting is fluxcd/pkg/ssa's (Flux's engine); this package
+// decides what to apply, in which mode, and what the outcome means in
+// AWS's terms (issues.go).
+package apply
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
+	"github.com/fluxcd/cli-utils/pkg/object"
+	"github.com/fluxcd/pkg/ssa"
+	ssautils "github.com/fluxcd/pkg/ssa/utils"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/guest/inventory"
+)
+
+// FieldManager is the field manager add-ons are applied under: EKS's own,
+// so the fields an add-on sets show `manager: eks` in managedFields.
+const FieldManager = "eks"
+
+// InventoryManager owns the inventory records' fields.
+const InventoryManager = "saltbush-agent"
+
+// AddonLabel is set on every object an add-on applies; its value is the
+// add-on name. The agent watches objects by it.
+const AddonLabel = "addons.saltbush.io/name"
+
+// crdWait bounds waiting for an add-on's CRDs to be served before its
+// other objects (which may be of those kinds) are applied.
+const crdWait = 2 * time.Minute
+
+// Applier applies and deletes add-ons.
+type Applier struct {
+	client    client.Client
+	mapper    meta.RESTMapper
+	manager   *ssa.ResourceManager
+	inventory *inventory.Store
+	log       *slog.Logger
+}
+
+// New returns an applier over c (the agent's grant-guarded client).
+func New(c client.WithWatch, mapper meta.RESTMapper, log *slog.Logger) *Applier {
+	policy := conflictPolicy(c, FieldManager)
+	poller := polling.NewStatusPoller(policy, mapper, polling.Options{})
+	m := ssa.NewResourceManager(policy, poller, ssa.Owner{Field: FieldManager, Group: "addons.saltbush.io"})
+	return &Applier{client: c, mapper: mapper, manager: m,
+		inventory: &inventory.Store{Client: c, FieldManager: InventoryManager}, log: log}
+}
+
+// Inventory is the store of inventory records.
+func (a *Applier) Inventory() *inventory.Store { return a.inventory }
+
+// Outcome is what applying or deleting one generation came to.
+type Outcome struct {
+	// Record is the add-on's inventory afterwards (nil once removed).
+	Record *inventory.Record
+	// Issues, when not empty, are why the generation failed.
+	Issues []*deliveryv1.Issue
+	// Changed counts the objects written (created, configured, deleted).
+	Changed int
+	// Pending lists objects still being deleted (Delete only): the
+	// removal is not finished until it is empty.
+	Pending []inventory.Ref
+}
+
+// Objects parses a rendered bundle into the objects to apply, each
+// labelled with the add-on's name.
+func Objects(addon string, manifest []byte) ([]*unstructured.Unstructured, error) {
+	objs, err := ssautils.ReadObjects(bytes.NewReader(manifest))
+	if err != nil {
+		return nil, fmt.Errorf("add-on %s: bundle: %w", addon, err)
+	}
+	for _, o := range objs {
+		labels := o.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[AddonLabel] = addon
+		o.SetLabels(labels)
+	}
+	return objs, nil
+}
+
+// Apply applies one generation of an add-on at epoch. An error means no
+// verdict: the grant ended (stop), or a transient failure (retry later,
+// Transient(err)); a verdict on the generation is in the Outcome.
+func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch int64) (Outcome, error) {
+	mode, err := ModeOf(d.GetResolveConflicts())
+	if err != nil {
+		return Outcome{Issues: []*deliveryv1.Issue{NewIssue(CodeInternalFailure, err.Error())}}, nil
+	}
+	objs, err := Objects(d.GetName(), d.GetManifest())
+	if err != nil {
+		return Outcome{Issues: []*deliveryv1.Issue{NewIssue(CodeInternalFailure, err.Error())}}, nil
+	}
+	prev, err := a.inventory.Get(ctx, d.GetName())
+	if err != nil {
+		return Outcome{}, errTransient{err}
+	}
+	rec := &inventory.Record{Addon: d.GetName(), UID: d.GetUid(), Generation: d.GetGeneration(), Epoch: epoch}
+	if prev != nil {
+		rec.Objects = slices.Clone(prev.Objects)
+		rec.CreatedNamespaces = slices.Clone(prev.CreatedNamespaces)
+		if prev.UID == d.GetUid() {
+			rec.ReadyGeneration = prev.ReadyGeneration
+		}
+	}
+	refs := make([]inventory.Ref, 0, len(objs))
+	for _, o := range objs {
+		ref := inventory.RefOf(o)
+		refs = append(refs, ref)
+		if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" && !rec.Has(ref) {
+			created, err := a.absent(ctx, ref)
+			if err != nil {
+				return Outcome{}, err
+			}
+			if created && !slices.Contains(rec.CreatedNamespaces, o.GetName()) {
+				rec.CreatedNamespaces = append(rec.CreatedNamespaces, o.GetName())
+			}
+		}
+	}
+	// Written first: whatever the apply gets to, the record covers it.
+	for _, r := range refs {
+		if !rec.Has(r) {
+			rec.Objects = append(rec.Objects, r)
+		}
+	}
+	rec.Complete = false
+	if prev == nil || !sameRecord(prev, rec) {
+		if err := a.inventory.Put(ctx, rec); err != nil {
+			return a.failed(Outcome{}, err, inventoryRef(d.GetName()))
+		}
+	}
+
+	ctx = withMode(ctx, mode)
+	opts := ssa.ApplyOptions{WaitInterval: 500 * time.Millisecond, WaitTimeout: crdWait}
+	out := Outcome{Record: rec}
+	var definitions, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		if ssautils.IsCRD(o) || ssautils.IsNamespace(o) {
+			definitions = append(definitions, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	for i, stage := range [][]*unstructured.Unstructured{definitions, rest} {
+		if len(stage) == 0 {
+			continue
+		}
+		cs, err := a.manager.ApplyAll(ctx, stage, opts)
+		if err != nil {
+			return a.failed(out, err, involved(err, stage))
+		}
+		out.Changed += changed(cs)
+		if i == 0 {
+			var crds object.ObjMetadataSet
+			for _, e := range cs.Entries {
+				if e.ObjMetadata.GroupKind.Kind == "CustomResourceDefinition" {
+					crds = append(crds, e.ObjMetadata)
+				}
+			}
+			if len(crds) > 0 {
+				wctx, cancel := context.WithTimeout(ctx, crdWait)
+				err := a.manager.WaitForSetWithContext(wctx, crds, ssa.WaitOptions{Interval: opts.WaitInterval, Timeout: crdWait})
+				cancel()
+				if err != nil {
+					if ctx.Err() != nil {
+						return Outcome{}, ctx.Err()
+					}
+					return Outcome{}, errTransient{fmt.Errorf("add-on %s: CRDs not established: %w", d.GetName(), err)}
+				}
+			}
+		}
+	}
+
+	// Prune what the generation no longer has.
+	var kept []inventory.Ref
+	for _, old := range rec.Objects {
+		if slices.ContainsFunc(refs, func(r inventory.Ref) bool { return r.Key() == old.Key() }) {
+			continue
+		}
+		n, pending, issue, err := a.remove(ctx, d.GetName(), old, false)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if issue != nil {
+			out.Issues = append(out.Issues, issue)
+		}
+		if pending {
+			kept = append(kept, old) // still going: keep it listed
+		}
+		out.Changed += n
+	}
+	rec.Objects = append(slices.Clone(refs), kept...)
+	rec.Complete = len(kept) == 0
+	if err := a.inventory.Put(ctx, rec); err != nil {
+		return a.failed(out, err, inventoryRef(d.GetName()))
+	}
+	if out.Changed > 0 {
+		a.log.Info("add-on applied", "addon", d.GetName(), "generation", d.GetGeneration(), "mode", mode, "changed", out.Changed)
+	}
+	return out, nil
+}
+
+// MarkReady records in the inventory that generation was seen ready, so
+// that any executor later tells degraded from failed.
+func (a *Applier) MarkReady(ctx context.Context, rec *inventory.Record) error {
+	if rec == nil || rec.ReadyGeneration == rec.Generation {
+		return nil
+	}
+	next := *rec
+	next.ReadyGeneration = rec.Generation
+	if err := a.inventory.Put(ctx, &next); err != nil {
+		if _, verr := verdict(err, inventoryRef(rec.Addon)); verr != nil {
+			return verr
+		}
+		return err
+	}
+	rec.ReadyGeneration = rec.Generation
+	return nil
+}
+
+func sameRecord(a, b *inventory.Record) bool {
+	return a.UID == b.UID && a.Generation == b.Generation && a.Epoch == b.Epoch && a.Complete == b.Complete &&
+		a.ReadyGeneration == b.ReadyGeneration && slices.Equal(a.Objects, b.Objects) &&
+		slices.Equal(a.CreatedNamespaces, b.CreatedNamespaces)
+}
+
+// absent reports whether the object ref names does not exist.
+func (a *Applier) absent(ctx context.Context, ref inventory.Ref) (bool, error) {
+	err := a.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, ref.Object())
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, errTransient{fmt.Errorf("%s: %w", ref, err)}
+	}
+	return false, nil
+}
+
+// failed turns an error about ref into the outcome: a verdict (the
+// issue), or the error when there is none.
+func (a *Applier) failed(out Outcome, err error, ref inventory.Ref) (Outcome, error) {
+	issue, verr := verdict(err, ref)
+	if verr != nil {
+		return Outcome{}, verr
+	}
+	out.Issues = append(out.Issues, issue)
+	return out, nil
+}
+
+// involved finds the object an ApplyAll error is about: a dry run names it
+// in the error, an apply only in the message.
+func involved(err error, stage []*unstructured.Unstructured) inventory.Ref {
+	var dry interface {
+		InvolvedObject() *unstructured.Unstructured
+	}
+	if errors.As(err, &dry) && dry.InvolvedObject() != nil {
+		return inventory.RefOf(dry.InvolvedObject())
+	}
+	for _, o := range stage {
+		if strings.Contains(err.Error(), ssautils.FmtUnstructured(o)+" ") {
+			return inventory.RefOf(o)
+		}
+	}
+	return inventory.Ref{Kind: "Object", Name: "unknown"}
+}
+
+func changed(cs *ssa.ChangeSet) int {
+	n := 0
+	for _, e := range cs.Entries {
+		if e.Action != ssa.UnchangedAction && e.Action != ssa.SkippedAction {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,85 @@
+package health
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// keepSpec are kinds whose readiness kstatus reads from their spec too
+// (replica counts, update strategies, a Service's type and cluster IP).
+var keepSpec = map[schema.GroupKind]bool{
+	{Group: "apps", Kind: "Deployment"}: true, {Group: "apps", Kind: "DaemonSet"}: true,
+	{Group: "apps", Kind: "StatefulSet"}: true, {Group: "apps", Kind: "ReplicaSet"}: true,
+	{Group: "batch", Kind: "Job"}: true, {Kind: "Service"}: true, {Kind: "PersistentVolumeClaim"}: true,
+}
+
+// trim keeps of a watched object what the checks read: its identity,
+// labels, annotations, generations, deletion state, owners and status,
+// and the spec only for the kinds in keepSpec. Managed fields, ConfigMap
+// data, RBAC rules and CRD schemas (which can be large) are dropped.
+func trim(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(),
+		"kind":       u.GetKind(),
+	}}
+	meta := map[string]any{}
+	if m, ok := u.Object["metadata"].(map[string]any); ok {
+		for _, k := range []string{"name", "namespace", "uid", "resourceVersion", "generation", "labels",
+			"annotations", "deletionTimestamp", "ownerReferences", "finalizers"} {
+			if v, ok := m[k]; ok {
+				meta[k] = v
+			}
+		}
+	}
+	out.Object["metadata"] = meta
+	if st, ok := u.Object["status"]; ok {
+		out.Object["status"] = st
+	}
+	if keepSpec[u.GroupVersionKind().GroupKind()] {
+		if spec, ok := u.Object["spec"].(map[string]any); ok {
+			s := map[string]any{}
+			for k, v := range spec {
+				if k != "template" { // the pod template is the bulk, and unread
+					s[k] = v
+				}
+			}
+			out.Object["spec"] = s
+		}
+	}
+	return out, nil
+}
+
+// trimPod keeps of a pod what back-off detection reads.
+func trimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, OwnerReferences: p.OwnerReferences, DeletionTimestamp: p.DeletionTimestamp},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions,
+			InitContainerStatuses: trimStatuses(p.Status.InitContainerStatuses),
+			ContainerStatuses:     trimStatuses(p.Status.ContainerStatuses)},
+	}, nil
+}
+
+func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	out := make([]corev1.ContainerStatus, 0, len(in))
+	for _, cs := range in {
+		out = append(out, corev1.ContainerStatus{Name: cs.Name, Ready: cs.Ready, RestartCount: cs.RestartCount,
+			State: cs.State})
+	}
+	return out
+}
+
+func runtimeConvert(m map[string]any, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, into)
+}
