@@ -1,0 +1,586 @@
+package kubetest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/saltbush/saltbush/store/embedetcd"
+)
+
+// The cluster's fixed network and identity settings.
+const (
+	// ServiceClusterIPRange is the range Services get cluster IPs from.
+	ServiceClusterIPRange = "10.96.0.0/16"
+	// KubernetesServiceIP is the cluster IP of the default/kubernetes
+	// Service (the first of the range); the serving certificate names it.
+	KubernetesServiceIP = "10.96.0.1"
+	// ServiceAccountIssuer is the issuer of service-account tokens.
+	ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+	// AdminUser is the user name of Admin's certificate (group
+	// system:masters).
+	AdminUser = "kubetest-admin"
+)
+
+// maxNodes bounds Options.Nodes: node i gets the addresses 10.0.0.i and
+// 10.244.i.0/24.
+const maxNodes = 200
+
+// Options configure Start.
+type Options struct {
+	// Nodes is the number of nodes the kubelet double plays; 1 when zero.
+	Nodes int
+	// ExtraAPIServerArgs are appended to the kube-apiserver's flags, e.g. to
+	// add authentication or authorization webhooks. A later scalar flag
+	// overrides an earlier one; list flags append. If they set
+	// --authorization-mode or --authorization-config, the default
+	// --authorization-mode=Node,RBAC is left out (keep Node and RBAC in
+	// yours: the kubelet double and the controllers rely on them).
+	ExtraAPIServerArgs []string
+}
+
+// Cluster is a running control plane: embedded etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and the kubelet double. Its
+// methods may be called from concurrent tests.
+type Cluster struct {
+	dir      string
+	host     string
+	ca       *certificateAuthority
+	auditLog string
+
+	etcd              *embedetcd.Server
+	etcdLog           *os.File
+	apiServer         *process
+	controllerManager *process
+	scheduler         *process
+	kubelet           *Kubelet
+
+	admin           *rest.Config
+	adminKubeconfig string
+
+	mu            sync.Mutex // guards kubeconfigSeq
+	kubeconfigSeq int
+
+	stopOnce sync.Once
+}
+
+// Start starts a cluster in a new temporary directory and returns once it
+// serves: /readyz answers 200, the controller manager has created the
+// default ServiceAccount in namespace default and every node of the kubelet
+// double is Ready and untainted. ctx bounds the start; Stop the cluster when
+// done. On failure the error quotes the end of the failing program's log.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	if opts.Nodes < 0 || opts.Nodes > maxNodes {
+		return nil, fmt.Errorf("kubetest: Options.Nodes %d out of range 1..%d", opts.Nodes, maxNodes)
+	}
+	binDir, err := findBinaries()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "kubetest-")
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: temporary directory: %w", err)
+	}
+	c := &Cluster{dir: dir, auditLog: filepath.Join(dir, "audit.log")}
+	started := false
+	defer func() {
+		if !started {
+			c.Stop()
+		}
+	}()
+
+	if err := c.startEtcd(ctx); err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	files, err := c.writePKI()
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	if err := c.startAPIServer(ctx, binDir, files, opts.ExtraAPIServerArgs); err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	if err := c.startControllers(binDir, files); err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	c.kubelet, err = startKubelet(ctx, c, opts.Nodes)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: kubelet double: %w", err)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	started = true
+	return c, nil
+}
+
+// startEtcd starts the embedded etcd, its log going to etcd.log (not the
+// test's output).
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	logFile, err := os.OpenFile(filepath.Join(c.dir, "etcd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("etcd log: %w", err)
+	}
+	c.etcdLog = logFile
+	logger := zap.New(zapcore.NewCore(
+		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(logFile), zap.InfoLevel))
+	c.etcd, err = embedetcd.Start(ctx, embedetcd.Config{
+		Dir:             filepath.Join(c.dir, "etcd"),
+		UnsafeNoFsync:   true,
+		ElectionTimeout: 100 * time.Millisecond,
+		Logger:          logger,
+	})
+	return err
+}
+
+// pkiFiles are the paths of the key material the programs read.
+type pkiFiles struct {
+	caCert, servingCert, servingKey, saKey, saPub string
+}
+
+// writePKI generates the CA, the serving certificate, the service-account
+// key pair and the admin identity, and writes the files the programs read.
+func (c *Cluster) writePKI() (pkiFiles, error) {
+	pkiDir := filepath.Join(c.dir, "pki")
+	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
+		return pkiFiles{}, fmt.Errorf("pki directory: %w", err)
+	}
+	ca, err := newCertificateAuthority()
+	if err != nil {
+		return pkiFiles{}, err
+	}
+	c.ca = ca
+	servingCert, servingKey, err := ca.servingCert(
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP)},
+	)
+	if err != nil {
+		return pkiFiles{}, err
+	}
+	saKey, saPub, err := newServiceAccountKey()
+	if err != nil {
+		return pkiFiles{}, err
+	}
+	f := pkiFiles{
+		caCert:      filepath.Join(pkiDir, "ca.crt"),
+		servingCert: filepath.Join(pkiDir, "apiserver.crt"),
+		servingKey:  filepath.Join(pkiDir, "apiserver.key"),
+		saKey:       filepath.Join(pkiDir, "sa.key"),
+		saPub:       filepath.Join(pkiDir, "sa.pub"),
+	}
+	for path, data := range map[string][]byte{
+		f.caCert: ca.certPEM, f.servingCert: servingCert, f.servingKey: servingKey, f.saKey: saKey, f.saPub: saPub,
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return pkiFiles{}, fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	return f, nil
+}
+
+// apiServerAttempts bounds the starts on a fresh port when another process
+// took the one picked (it was free when picked, not necessarily when the
+// apiserver binds it).
+const apiServerAttempts = 3
+
+// startAPIServer starts the kube-apiserver and waits for /readyz.
+func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles, extra []string) error {
+	policy := filepath.Join(c.dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return fmt.Errorf("write audit policy: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		c.admin = c.UserConfig(AdminUser, "system:masters")
+		args := []string{
+			"--etcd-servers=" + strings.Join(c.etcd.Endpoints(), ","),
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			// A loopback address cannot be an endpoint of the kubernetes
+			// Service; the Service is still created, with no endpoints
+			// (nothing in the cluster has a network to reach them).
+			"--endpoint-reconciler-type=none",
+			"--secure-port=" + strconv.Itoa(port),
+			"--tls-cert-file=" + f.servingCert,
+			"--tls-private-key-file=" + f.servingKey,
+			"--client-ca-file=" + f.caCert,
+			"--service-account-issuer=" + ServiceAccountIssuer,
+			"--service-account-key-file=" + f.saPub,
+			"--service-account-signing-key-file=" + f.saKey,
+			"--service-cluster-ip-range=" + ServiceClusterIPRange,
+			// kube-proxy and CNI DaemonSets run privileged.
+			"--allow-privileged=true",
+			"--audit-log-path=" + c.auditLog,
+			"--audit-log-format=json",
+			"--audit-policy-file=" + policy,
+			// Blocking: a write's event is in the log before its response
+			// is sent, so a test may read the log right after a call.
+			"--audit-log-mode=blocking",
+			"--profiling=false",
+			// Its own serving certificates would go to /var/run/kubernetes.
+			"--cert-dir=" + filepath.Join(c.dir, "pki"),
+		}
+		// The caller's authorization settings replace the default rather
+		// than add to it: --authorization-mode is a list flag (a second one
+		// appends), and --authorization-config may not be combined with it.
+		if !hasFlag(extra, "--authorization-mode") && !hasFlag(extra, "--authorization-config") {
+			args = append(args, "--authorization-mode=Node,RBAC")
+		}
+		args = append(args, extra...)
+		p, err := startProcess(apiServerBinary, filepath.Join(binDir, apiServerBinary), args, filepath.Join(c.dir, apiServerBinary+".log"))
+		if err != nil {
+			return err
+		}
+		err = c.waitAPIServer(ctx, p)
+		if err == nil {
+			c.apiServer = p
+			return nil
+		}
+		p.stop()
+		if exited, _ := p.exited(); exited && attempt < apiServerAttempts && portClash.MatchString(p.logTail()) {
+			continue
+		}
+		return err
+	}
+}
+
+// hasFlag reports whether args set flag (as "--flag=v" or "--flag v").
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// portClash matches the apiserver's complaint that its port was taken.
+var portClash = regexp.MustCompile(`address already in use`)
+
+// waitAPIServer polls /readyz until it answers 200, the process exits or
+// ctx ends.
+func (c *Cluster) waitAPIServer(ctx context.Context, p *process) error {
+	hc, err := rest.HTTPClientFor(c.admin)
+	if err != nil {
+		return fmt.Errorf("readyz client: %w", err)
+	}
+	defer hc.CloseIdleConnections()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := "no answer yet"
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not ready (%s): %w; end of %s:\n%s", last, ctx.Err(), p.logPath, p.logTail())
+		case <-p.done:
+			return p.exitError()
+		case <-tick.C:
+		}
+		ok, status := c.readyz(ctx, hc)
+		if ok {
+			return nil
+		}
+		last = status
+	}
+}
+
+// readyz asks /readyz once; it reports whether the answer was 200, and
+// what it was otherwise.
+func (c *Cluster) readyz(ctx context.Context, hc *http.Client) (bool, string) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, c.host+"/readyz", nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false, "/readyz: " + err.Error()
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, "/readyz: " + resp.Status
+	}
+	return true, ""
+}
+
+// startControllers starts the controller manager and the scheduler, each
+// with the identity the bootstrap RBAC policy grants its permissions to.
+func (c *Cluster) startControllers(binDir string, f pkiFiles) error {
+	kcmConfig, err := c.writeKubeconfig("kube-controller-manager", "system:kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	c.controllerManager, err = startProcess(controllerManagerBinary, filepath.Join(binDir, controllerManagerBinary), []string{
+		"--kubeconfig=" + kcmConfig,
+		"--leader-elect=false",
+		// No serving: nothing scrapes its metrics or probes its health.
+		"--secure-port=0",
+		// Each controller gets its own service account (as kubeadm sets
+		// it up), so the audit log names the controller that wrote.
+		"--use-service-account-credentials=true",
+		// The token controller runs only with a signing key.
+		"--service-account-private-key-file=" + f.saKey,
+		// Published in every namespace as the kube-root-ca.crt ConfigMap.
+		"--root-ca-file=" + f.caCert,
+		"--profiling=false",
+	}, filepath.Join(c.dir, controllerManagerBinary+".log"))
+	if err != nil {
+		return err
+	}
+	schedConfig, err := c.writeKubeconfig("kube-scheduler", "system:kube-scheduler")
+	if err != nil {
+		return err
+	}
+	c.scheduler, err = startProcess(schedulerBinary, filepath.Join(binDir, schedulerBinary), []string{
+		"--kubeconfig=" + schedConfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--profiling=false",
+	}, filepath.Join(c.dir, schedulerBinary+".log"))
+	return err
+}
+
+// waitReady waits until the controller manager has created the default
+// ServiceAccount (its controllers run) and every node is Ready without the
+// not-ready taint (pods can be scheduled), or a program exits, or ctx ends.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(c.Admin())
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if err := c.processesAlive(); err != nil {
+			return err
+		}
+		waiting := c.notReady(ctx, client)
+		if waiting == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready: %s: %w; end of %s:\n%s\nend of %s:\n%s", waiting, ctx.Err(),
+				c.controllerManager.logPath, c.controllerManager.logTail(), c.scheduler.logPath, c.scheduler.logTail())
+		case <-tick.C:
+		}
+	}
+}
+
+// notReady returns what the cluster still waits for, or "" when ready.
+func (c *Cluster) notReady(ctx context.Context, client kubernetes.Interface) string {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(rctx, "default", metav1.GetOptions{}); err != nil {
+		return "ServiceAccount default/default: " + err.Error()
+	}
+	for _, name := range c.kubelet.NodeNames() {
+		node, err := client.CoreV1().Nodes().Get(rctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "Node " + name + ": " + err.Error()
+		}
+		if !nodeReady(node) {
+			return "Node " + name + " not Ready"
+		}
+		for _, taint := range node.Spec.Taints {
+			if taint.Key == corev1.TaintNodeNotReady {
+				return "Node " + name + " still has taint " + taint.Key
+			}
+		}
+	}
+	return ""
+}
+
+// nodeReady reports whether the node's Ready condition is True.
+func nodeReady(node *corev1.Node) bool {
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// processesAlive returns an error quoting the log of the first program
+// that has exited.
+func (c *Cluster) processesAlive() error {
+	for _, p := range []*process{c.apiServer, c.controllerManager, c.scheduler} {
+		if p == nil {
+			continue
+		}
+		if exited, _ := p.exited(); exited {
+			return p.exitError()
+		}
+	}
+	return nil
+}
+
+// Stop stops the kubelet double, the programs (SIGTERM, then SIGKILL after
+// a bound) and etcd, and removes the cluster's directory. Later calls do
+// nothing.
+func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() {
+		if c.kubelet != nil {
+			c.kubelet.stop()
+		}
+		// Controllers first, so they do not log the apiserver going away.
+		var wg sync.WaitGroup
+		for _, p := range []*process{c.controllerManager, c.scheduler} {
+			if p != nil {
+				wg.Go(p.stop)
+			}
+		}
+		wg.Wait()
+		if c.apiServer != nil {
+			c.apiServer.stop()
+		}
+		if c.etcd != nil {
+			c.etcd.Close()
+		}
+		if c.etcdLog != nil {
+			_ = c.etcdLog.Close()
+		}
+		_ = os.RemoveAll(c.dir)
+	})
+}
+
+// Host is the apiserver's URL (https://127.0.0.1:port).
+func (c *Cluster) Host() string { return c.host }
+
+// Dir is the cluster's directory: logs of each program
+// (kube-apiserver.log, ...), etcd.log, kubelet-double.log, the audit log, the PKI and
+// the kubeconfigs written. Stop removes it.
+func (c *Cluster) Dir() string { return c.dir }
+
+// CACert is the PEM certificate of the cluster CA, which signs the
+// apiserver's serving certificate and every client certificate.
+func (c *Cluster) CACert() []byte { return append([]byte(nil), c.ca.certPEM...) }
+
+// Kubelet is the kubelet double that plays the cluster's nodes.
+func (c *Cluster) Kubelet() *Kubelet { return c.kubelet }
+
+// Admin returns a config for the admin user (AdminUser, group
+// system:masters); each call returns a copy the caller may change.
+func (c *Cluster) Admin() *rest.Config { return rest.CopyConfig(c.admin) }
+
+// AdminKubeconfig returns the path of a kubeconfig for the admin user.
+func (c *Cluster) AdminKubeconfig() string {
+	c.mu.Lock()
+	path := c.adminKubeconfig
+	c.mu.Unlock()
+	if path != "" {
+		return path
+	}
+	path = c.UserKubeconfig(AdminUser, "system:masters")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.adminKubeconfig == "" {
+		c.adminKubeconfig = path
+	}
+	return c.adminKubeconfig
+}
+
+// UserConfig returns a config that authenticates with a new client
+// certificate signed by the cluster CA: common name user, organizations
+// groups. The apiserver sees user in groups (plus system:authenticated),
+// so each agent in a test can have its own identity in the audit log.
+// Permissions come from RBAC (or group system:masters). It panics if no
+// certificate can be made (the system has no randomness).
+func (c *Cluster) UserConfig(user string, groups ...string) *rest.Config {
+	certPEM, keyPEM, err := c.ca.clientCert(user, groups)
+	if err != nil {
+		panic(fmt.Sprintf("kubetest: client certificate for %q: %v", user, err))
+	}
+	return &rest.Config{
+		Host: c.host,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   c.ca.certPEM,
+			CertData: certPEM,
+			KeyData:  keyPEM,
+		},
+	}
+}
+
+// UserKubeconfig writes a kubeconfig with a new client certificate for
+// user in groups (as UserConfig) and returns its path, in the cluster's
+// directory. It panics if the file cannot be written (the cluster was
+// stopped).
+func (c *Cluster) UserKubeconfig(user string, groups ...string) string {
+	path, err := c.writeKubeconfig(user, user, groups...)
+	if err != nil {
+		panic(fmt.Sprintf("kubetest: %v", err))
+	}
+	return path
+}
+
+// fileNameUnsafe matches what may not appear in a kubeconfig's file name.
+var fileNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// writeKubeconfig writes a kubeconfig for user in groups, its file named
+// after label and a sequence number.
+func (c *Cluster) writeKubeconfig(label, user string, groups ...string) (string, error) {
+	cfg := c.UserConfig(user, groups...)
+	c.mu.Lock()
+	c.kubeconfigSeq++
+	seq := c.kubeconfigSeq
+	c.mu.Unlock()
+	dir := filepath.Join(c.dir, "kubeconfig")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("kubeconfig directory: %w", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%03d-%s.yaml", seq, fileNameUnsafe.ReplaceAllString(label, "_")))
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: user}
+	kc.CurrentContext = "kubetest"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", fmt.Errorf("write kubeconfig for %q: %w", user, err)
+	}
+	return path, nil
+}
+
+// AuditLog is the path of the apiserver's audit log: one JSON event per
+// line for every write request (create, update, patch, delete,
+// deletecollection) at Metadata level.
+func (c *Cluster) AuditLog() string { return c.auditLog }
+
+// AuditEvents parses the audit log: the completed write requests so far, in
+// the order the apiserver logged them.
+func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
+	return parseAuditLog(c.auditLog)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
