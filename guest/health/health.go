@@ -327,10 +327,15 @@ func (w *Watcher) podTrouble(u *unstructured.Unstructured) string {
 	if inf == nil {
 		return ""
 	}
+	want := map[string]string{}
+	for _, c := range templateImages(u) {
+		m := c.(map[string]any)
+		want[fmt.Sprint(m["name"])] = fmt.Sprint(m["image"])
+	}
 	var troubles []string
 	for _, obj := range inf.GetStore().List() {
 		p := obj.(*corev1.Pod)
-		if !sel.Matches(labels.Set(p.Labels)) {
+		if !sel.Matches(labels.Set(p.Labels)) || p.DeletionTimestamp != nil || !currentTemplate(p, want) {
 			continue
 		}
 		for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
@@ -348,6 +353,23 @@ func (w *Watcher) podTrouble(u *unstructured.Unstructured) string {
 		troubles = append(troubles[:3], fmt.Sprintf("and %d more", len(troubles)-3))
 	}
 	return strings.Join(troubles, "; ")
+}
+
+// currentTemplate reports whether a pod runs the workload's current
+// images: during a rollout the previous template's pods (whose failures
+// the new generation may be fixing) are still there under the same
+// selector. A change that keeps every image leaves old and new pods
+// alike here; their failures then count, which errs towards reporting.
+func currentTemplate(p *corev1.Pod, want map[string]string) bool {
+	if len(want) == 0 {
+		return true
+	}
+	for _, c := range p.Spec.Containers {
+		if img, ok := want[c.Name]; ok && img != c.Image {
+			return false
+		}
+	}
+	return true
 }
 
 // replicaFailure is the message of a workload's ReplicaFailure condition

@@ -1,6 +1,8 @@
 package health
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,9 +48,14 @@ func trim(obj any) (any, error) {
 		if spec, ok := u.Object["spec"].(map[string]any); ok {
 			s := map[string]any{}
 			for k, v := range spec {
-				if k != "template" { // the pod template is the bulk, and unread
+				if k != "template" { // the pod template is the bulk
 					s[k] = v
 				}
+			}
+			// Of the template, only its containers' names and images:
+			// they tell the workload's current pods from older ones.
+			if images := templateImages(u); len(images) > 0 {
+				s["template"] = map[string]any{"spec": map[string]any{"containers": images}}
 			}
 			out.Object["spec"] = s
 		}
@@ -62,9 +69,14 @@ func trimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
+	var containers []corev1.Container
+	for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
+		containers = append(containers, corev1.Container{Name: c.Name, Image: c.Image})
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			Labels: p.Labels, OwnerReferences: p.OwnerReferences, DeletionTimestamp: p.DeletionTimestamp},
+		Spec: corev1.PodSpec{Containers: containers},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions,
 			InitContainerStatuses: trimStatuses(p.Status.InitContainerStatuses),
 			ContainerStatuses:     trimStatuses(p.Status.ContainerStatuses)},
@@ -75,11 +87,25 @@ func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 	out := make([]corev1.ContainerStatus, 0, len(in))
 	for _, cs := range in {
 		out = append(out, corev1.ContainerStatus{Name: cs.Name, Ready: cs.Ready, RestartCount: cs.RestartCount,
-			State: cs.State})
+			State: cs.State, Image: cs.Image})
 	}
 	return out
 }
 
 func runtimeConvert(m map[string]any, into any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, into)
+}
+
+// templateImages are a workload's pod template containers (init ones
+// too) as {name, image}.
+func templateImages(u *unstructured.Unstructured) []any {
+	var out []any
+	for _, field := range []string{"initContainers", "containers"} {
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", field)
+		for _, c := range cs {
+			m, _ := c.(map[string]any)
+			out = append(out, map[string]any{"name": m["name"], "image": m["image"]})
+		}
+	}
+	return out
 }

@@ -1,0 +1,316 @@
+// Package agent_test runs the real guest agent (the saltbush-agent binary,
+// built once per test binary) against real saltbush servers and a real
+// Kubernetes control plane (tests/kubetest: kube-apiserver,
+// kube-controller-manager, kube-scheduler; only the kubelets are a double)
+// and drives add-ons through the unmodified AWS SDK.
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/kubetest"
+)
+
+// agentBinary is the saltbush-agent built for this test binary.
+var agentBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "saltbush-agent-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentBinary = filepath.Join(dir, "saltbush-agent")
+	args := []string{"build", "-o", agentBinary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "github.com/saltbush/saltbush/cmd/saltbush-agent")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build saltbush-agent:", err)
+		return 1
+	}
+	return kubetest.RunTests(m, kubetest.Options{})
+}
+
+// Delivery timing of these tests: short, so that failovers take seconds,
+// and still fence-after + margin + heartbeat < session TTL.
+func timing(c *server.Config) {
+	c.Delivery.SessionTTL = 8 * time.Second
+	c.Delivery.HeartbeatInterval = time.Second
+	c.Delivery.FenceAfter = 4 * time.Second
+	c.Delivery.SafetyMargin = 2 * time.Second
+}
+
+// fenceAfter is timing's fence-after.
+const fenceAfter = 4 * time.Second
+
+// env is one test's world: saltbush replicas, one cluster on the shared
+// Kubernetes control plane, and its agents.
+type env struct {
+	t        *testing.T
+	kube     *kubetest.Cluster
+	k8s      kubernetes.Interface
+	replicas []*servertest.Server
+	eks      *eks.Client
+	admin    *grpc.ClientConn
+	account  string
+	cluster  string
+	uid      string
+
+	mu     sync.Mutex
+	agents map[string]*agentProc
+}
+
+type envOptions struct {
+	// replicas is the number of saltbush replicas (over one etcd); 1 when 0.
+	replicas int
+}
+
+// newEnv starts saltbush and makes an ACTIVE cluster named after the test
+// with the given members.
+func newEnv(t *testing.T, o envOptions, members ...string) *env {
+	t.Helper()
+	kc := kubetest.Shared(t)
+	e := &env{t: t, kube: kc, agents: map[string]*agentProc{}}
+	e.k8s = kubernetes.NewForConfigOrDie(e.adminConfig())
+	n := max(o.replicas, 1)
+	opts := []servertest.Option{servertest.WithConfig(timing)}
+	if n > 1 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), UnsafeNoFsync: true, ElectionTimeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("etcd: %v", err)
+		}
+		t.Cleanup(etcd.Close)
+		opts = append(opts, servertest.WithEtcdEndpoints(etcd.Endpoints()))
+	}
+	for i := range n {
+		name := fmt.Sprintf("replica-%d", i)
+		e.replicas = append(e.replicas, servertest.Start(t, append(opts, servertest.WithConfig(func(c *server.Config) { c.ReplicaName = name }))...))
+	}
+	r := e.replicas[0]
+	e.eks, e.admin, e.account = r.EKS(t, fastRetries), r.GRPC(t), r.Config.DevAccount
+	e.cluster = strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())
+	if len(e.cluster) > 90 {
+		e.cluster = e.cluster[:90]
+	}
+	ctx := e.ctx(30 * time.Second)
+	if _, err := e.eks.CreateCluster(ctx, &eks.CreateClusterInput{
+		Name: aws.String(e.cluster), RoleArn: aws.String("arn:aws:iam::" + e.account + ":role/eks"),
+		ResourcesVpcConfig: &types.VpcConfigRequest{SubnetIds: []string{"subnet-a"}},
+	}); err != nil {
+		t.Fatalf("CreateCluster: %v", err)
+	}
+	cc := controlv1.NewClusterControlServiceClient(e.admin)
+	ref := &controlv1.ClusterRef{AccountId: e.account, Name: e.cluster}
+	for _, m := range members {
+		out, err := cc.AddMember(ctx, &controlv1.AddMemberRequest{Cluster: ref, InstanceId: m})
+		if err != nil {
+			t.Fatalf("AddMember %s: %v", m, err)
+		}
+		e.uid = out.GetCluster().GetUid()
+	}
+	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+		Endpoint: kc.Host(), PlatformVersion: "eks.1", CertificateAuthorityData: base64.StdEncoding.EncodeToString(kc.CACert())}); err != nil {
+		t.Fatalf("SetStatus ACTIVE: %v", err)
+	}
+	t.Cleanup(e.cleanupKube) // after the agents stopped (cleanups run last first)
+	t.Cleanup(e.stopAgents)
+	return e
+}
+
+// fastRetries makes the SDK's retries quick (the façade is local).
+func fastRetries(o *eks.Options) {}
+
+// ctx is a context for one step of the test, cancelled when it ends.
+func (e *env) ctx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// endpoints are the replicas' gRPC addresses.
+func (e *env) endpoints() []string {
+	var eps []string
+	for _, r := range e.replicas {
+		eps = append(eps, r.GRPCAddr())
+	}
+	return eps
+}
+
+// agentOptions adjust one agent.
+type agentOptions struct {
+	// endpoints override the replicas' addresses (e.g. a proxy's).
+	endpoints []string
+	// kubeUser is the agent's user on the apiserver (default
+	// agent-INSTANCE in system:masters); kubeGroups its groups.
+	kubeUser   string
+	kubeGroups []string
+	// args are extra flags.
+	args []string
+	// stateDir reuses a state directory (a restart).
+	stateDir string
+}
+
+// agentProc is one running saltbush-agent process.
+type agentProc struct {
+	instance   string
+	user       string
+	stateDir   string
+	statusAddr string
+	logPath    string
+	cmd        *exec.Cmd
+	done       chan error
+}
+
+// startAgent runs a saltbush-agent for a member of the env's cluster.
+func (e *env) startAgent(instance string, o agentOptions) *agentProc {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	if o.stateDir == "" {
+		o.stateDir = filepath.Join(dir, "state")
+	}
+	r := e.replicas[0]
+	ctx := e.ctx(10 * time.Second)
+	certPEM, keyPEM, _, err := r.Authority().IssueLocal(ctx, identity.AgentID(e.uid, instance), time.Hour)
+	if err != nil {
+		e.t.Fatalf("issue agent certificate: %v", err)
+	}
+	bundle, _ := r.Authority().Bundle()
+	for name, b := range map[string][]byte{"agent.crt": certPEM, "agent.key": keyPEM, "ca.crt": bundle} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if o.kubeUser == "" {
+		o.kubeUser, o.kubeGroups = "agent-"+instance, []string{"system:masters"}
+	}
+	if len(o.endpoints) == 0 {
+		o.endpoints = e.endpoints()
+	}
+	a := &agentProc{instance: instance, user: o.kubeUser, stateDir: o.stateDir, statusAddr: freeAddr(e.t),
+		logPath: filepath.Join(dir, "agent.log"), done: make(chan error, 1)}
+	args := []string{"run",
+		"--config", filepath.Join(dir, "none.yaml"), // no file: everything is a flag
+		"--account-id", e.account, "--cluster-name", e.cluster, "--cluster-uid", e.uid, "--instance-id", instance,
+		"--endpoint", strings.Join(o.endpoints, ","),
+		"--cert", filepath.Join(dir, "agent.crt"), "--key", filepath.Join(dir, "agent.key"), "--ca", filepath.Join(dir, "ca.crt"),
+		"--kubeconfig", e.kube.UserKubeconfig(o.kubeUser, o.kubeGroups...),
+		"--state-dir", o.stateDir, "--status-addr", a.statusAddr, "--webhook-addr", "",
+		"--backoff-initial", "100ms", "--backoff-max", "2s", "--log-level", "debug",
+	}
+	if err := os.WriteFile(filepath.Join(dir, "none.yaml"), nil, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	args = append(args, o.args...)
+	logFile, err := os.Create(a.logPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a.cmd = exec.Command(agentBinary, args...)
+	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		e.t.Fatalf("start agent %s: %v", instance, err)
+	}
+	go func() { a.done <- a.cmd.Wait(); logFile.Close() }()
+	e.mu.Lock()
+	e.agents[instance] = a
+	e.mu.Unlock()
+	return a
+}
+
+// kill ends an agent with SIGKILL (no cleanup of any kind).
+func (a *agentProc) kill(t *testing.T) {
+	t.Helper()
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	a.done <- errors.New("killed") // later waits return at once
+}
+
+// stop ends an agent with SIGTERM and waits for it.
+func (a *agentProc) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.done:
+		a.done <- err
+	case <-time.After(10 * time.Second):
+		_ = a.cmd.Process.Kill()
+	}
+}
+
+func (e *env) stopAgents() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range e.agents {
+		a.stop()
+	}
+	if e.t.Failed() || os.Getenv("SALTBUSH_TEST_AGENT_LOG") != "" {
+		for name, a := range e.agents {
+			b, _ := os.ReadFile(a.logPath)
+			if len(b) > 20000 {
+				b = b[len(b)-20000:]
+			}
+			e.t.Logf("agent %s log (end):\n%s", name, b)
+		}
+	}
+}
+
+// log is the agent's log so far.
+func (a *agentProc) log() string {
+	b, _ := os.ReadFile(a.logPath)
+	return string(b)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// lines is s's non-empty lines (for messages).
+func lines(b []byte) []string {
+	var out []string
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(l)) > 0 {
+			out = append(out, string(l))
+		}
+	}
+	return out
+}
