@@ -42,8 +42,9 @@ type Config struct {
 }
 
 // Handler is the agent's side of a stream. Its methods are called from
-// the link's goroutines, one stream at a time, in this order: Hello,
-// Opened, Received (for each host message, in order), Closed.
+// the link's goroutines, one stream at a time, in this order: Hello; then,
+// once the host answered, Opened, Received for each host message in order,
+// and Closed.
 type Handler interface {
 	// Hello is the Hello a new stream opens with.
 	Hello() *deliveryv1.Hello
@@ -237,10 +238,6 @@ func (l *Link) stream(ctx context.Context, ep string, h Handler) (healthy bool, 
 	}
 
 	s := &session{endpoint: ep, out: make(chan *deliveryv1.AgentMessage, outboundQueue), done: make(chan struct{})}
-	l.mu.Lock()
-	l.current = s
-	l.mu.Unlock()
-	h.Opened(ep)
 
 	var (
 		heard    atomic.Int64 // monotonic nanoseconds since opened
@@ -260,7 +257,15 @@ func (l *Link) stream(ctx context.Context, ep string, h Handler) (healthy bool, 
 				return
 			}
 			heard.Store(int64(time.Since(opened)))
-			spoke.Store(true)
+			if !spoke.Load() {
+				// The host answered the Hello: the stream is open (a
+				// stream to an endpoint that says nothing never is).
+				l.mu.Lock()
+				l.current = s
+				l.mu.Unlock()
+				h.Opened(ep)
+				spoke.Store(true)
+			}
 			h.Received(m)
 		}
 	}()
@@ -275,7 +280,9 @@ func (l *Link) stream(ctx context.Context, ep string, h Handler) (healthy bool, 
 	l.mu.Unlock()
 	close(s.done)
 	wg.Wait()
-	h.Closed(err)
+	if spoke.Load() {
+		h.Closed(err)
+	}
 	return spoke.Load(), err
 }
 

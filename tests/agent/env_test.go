@@ -121,7 +121,7 @@ func newEnv(t *testing.T, o envOptions, members ...string) *env {
 		e.replicas = append(e.replicas, servertest.Start(t, append(opts, servertest.WithConfig(func(c *server.Config) { c.ReplicaName = name }))...))
 	}
 	r := e.replicas[0]
-	e.eks, e.admin, e.account = r.EKS(t, fastRetries), r.GRPC(t), r.Config.DevAccount
+	e.eks, e.admin, e.account = r.EKS(t), r.GRPC(t), r.Config.DevAccount
 	e.cluster = strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())
 	if len(e.cluster) > 90 {
 		e.cluster = e.cluster[:90]
@@ -150,9 +150,6 @@ func newEnv(t *testing.T, o envOptions, members ...string) *env {
 	t.Cleanup(e.stopAgents)
 	return e
 }
-
-// fastRetries makes the SDK's retries quick (the façade is local).
-func fastRetries(o *eks.Options) {}
 
 // ctx is a context for one step of the test, cancelled when it ends.
 func (e *env) ctx(d time.Duration) context.Context {
@@ -215,7 +212,7 @@ func (e *env) startAgent(instance string, o agentOptions) *agentProc {
 		}
 	}
 	if o.kubeUser == "" {
-		o.kubeUser, o.kubeGroups = "agent-"+instance, []string{"system:masters"}
+		o.kubeUser, o.kubeGroups = "agent:"+e.cluster+":"+instance, []string{"system:masters"}
 	}
 	if len(o.endpoints) == 0 {
 		o.endpoints = e.endpoints()

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/netproxy"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
 )
@@ -339,84 +338,6 @@ func formatAssignments(rec *dlRecorder) string {
 	return b.String()
 }
 
-// etcdProxy forwards TCP connections to etcd until partitioned: then it
-// forwards nothing (connections stay open, nothing is read), as a network
-// partition between a replica and etcd would, until healed.
-type etcdProxy struct {
-	ln          net.Listener
-	target      string
-	partitioned atomic.Bool
-	mu          sync.Mutex
-	conns       []net.Conn
-}
-
-func startEtcdProxy(t *testing.T, endpoint string) *etcdProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &etcdProxy{ln: ln, target: strings.TrimPrefix(endpoint, "http://")}
-	t.Cleanup(p.close)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
-	return p
-}
-
-func (p *etcdProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
-
-func (p *etcdProxy) serve(c net.Conn) {
-	u, err := net.Dial("tcp", p.target)
-	if err != nil {
-		_ = c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns = append(p.conns, c, u)
-	p.mu.Unlock()
-	pump := func(dst, src net.Conn) {
-		buf := make([]byte, 32<<10)
-		for {
-			// Partitioned: read nothing, so nothing gets through (and
-			// nothing is lost when the partition heals).
-			for p.partitioned.Load() {
-				time.Sleep(5 * time.Millisecond)
-			}
-			n, err := src.Read(buf)
-			for n > 0 && p.partitioned.Load() {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if n > 0 {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				_ = dst.Close()
-				return
-			}
-		}
-	}
-	go pump(u, c)
-	go pump(c, u)
-}
-
-func (p *etcdProxy) close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-}
-
 // TestDeliveryReplicaCutOffFromEtcd: the replica holding the executor's
 // stream loses etcd (a partition between it and etcd; its agents can
 // still reach it). Its executor's session cannot be kept alive and
@@ -430,8 +351,8 @@ func TestDeliveryReplicaCutOffFromEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	etcd := startSharedEtcd(t, ctx)
-	proxy := startEtcdProxy(t, etcd.Endpoints()[0])
-	env := newDLEnvVia(t, etcd.Endpoints(), [][]string{{proxy.endpoint()}, nil})
+	proxy := netproxy.Start(t, strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
+	env := newDLEnvVia(t, etcd.Endpoints(), [][]string{{"http://" + proxy.Addr()}, nil})
 	const cluster = "cut-off"
 	uid, _, err := env.createCluster(ctx, cluster, []string{"i-1", "i-2"})
 	if err != nil {
@@ -459,7 +380,7 @@ func TestDeliveryReplicaCutOffFromEtcd(t *testing.T) {
 		t.Fatalf("i-2 (on the other replica) did not connect: %v", err)
 	}
 
-	proxy.partitioned.Store(true)
+	proxy.Partition()
 	cutAt := time.Now()
 	t.Logf("%s: replica %s cut off from etcd", cutAt.Format("15:04:05.000"), env.replica(0).name)
 	// The session of i-1 expires; i-2 is assigned epoch 2 and told so.
@@ -480,7 +401,7 @@ func TestDeliveryReplicaCutOffFromEtcd(t *testing.T) {
 	time.Sleep(dlFenceAfter + dlMargin)
 	one.stop()
 	two.stop()
-	proxy.partitioned.Store(false)
+	proxy.Heal()
 
 	_, errs, _ := checkIntervals(rec.intervals)
 	for _, e := range errs {

@@ -1,0 +1,203 @@
+package agent_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/saltbush/saltbush/guest/apply"
+	"github.com/saltbush/saltbush/guest/inventory"
+	"github.com/saltbush/saltbush/tests/kubetest"
+)
+
+// gate is an admission webhook that holds the first real (not dry-run)
+// write of a kind until released, so a test can stop an agent in the
+// middle of applying an add-on.
+type gate struct {
+	srv      *httptest.Server
+	caPEM    []byte
+	reached  chan struct{}
+	released chan struct{}
+	once     sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gate"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{reached: make(chan struct{}), released: make(chan struct{}),
+		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	g.srv = httptest.NewUnstartedServer(http.HandlerFunc(g.review))
+	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	g.srv.StartTLS()
+	t.Cleanup(g.srv.Close)
+	t.Cleanup(g.release)
+	return g
+}
+
+func (g *gate) release() {
+	select {
+	case <-g.released:
+	default:
+		close(g.released)
+	}
+}
+
+func (g *gate) review(w http.ResponseWriter, r *http.Request) {
+	var ar admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&ar); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if ar.Request.DryRun == nil || !*ar.Request.DryRun {
+		g.once.Do(func() { close(g.reached) })
+		select {
+		case <-g.released:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	ar.Response = &admissionv1.AdmissionResponse{UID: ar.Request.UID, Allowed: true}
+	_ = json.NewEncoder(w).Encode(ar)
+}
+
+// install registers the gate for creates of Deployments of addon.
+func (g *gate) install(t *testing.T, e *env, addon string) {
+	t.Helper()
+	fail, none, timeout := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, int32(30)
+	url := g.srv.URL + "/validate"
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "gate-" + strings.ToLower(e.cluster)},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "gate.saltbush.test", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: g.caPEM},
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}}}},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{apply.AddonLabel: addon}},
+			FailurePolicy:           &fail, SideEffects: &none, TimeoutSeconds: &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	ctx := e.ctx(30 * time.Second)
+	if _, err := e.k8s.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.k8s.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(e.ctx(30*time.Second), cfg.Name, metav1.DeleteOptions{})
+	})
+}
+
+// isInventory reports whether a write is of an inventory record.
+func isInventory(w kubetest.AuditEvent) bool {
+	return w.ObjectRef.Resource == "configmaps" && w.ObjectRef.Namespace == inventory.Namespace &&
+		strings.HasPrefix(w.ObjectRef.Name, inventory.Name(""))
+}
+
+// realWrites are the writes that changed something (not dry runs).
+func realWrites(evs []kubetest.AuditEvent) []kubetest.AuditEvent {
+	var out []kubetest.AuditEvent
+	for _, ev := range evs {
+		if !strings.Contains(ev.RequestURI, "dryRun=") && ev.Code < 400 {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestRestartMidApply kills the agent (SIGKILL) while it is applying
+// coredns — some objects written, the Deployment's create held by an
+// admission webhook — and starts it again on the same state directory: it
+// converges, writes none of the objects it had written again, and the
+// inventory covered every object of the generation from before the first
+// write. Killed and started again once converged, it writes nothing.
+func TestRestartMidApply(t *testing.T) {
+	e := newEnv(t, envOptions{}, "i-a")
+	g := newGate(t)
+	g.install(t, e, "coredns")
+	a := e.startAgent("i-a", agentOptions{})
+	e.createAddon(eks.CreateAddonInput{AddonName: aws.String("coredns"), ConfigurationValues: aws.String(`{"replicaCount": 1}`)})
+	select {
+	case <-g.reached:
+	case <-time.After(waitChange):
+		t.Fatal("the agent never got to the Deployment")
+	}
+	a.kill(t)
+	g.release()
+
+	before := realWrites(e.writes(a.user))
+	written := map[string]bool{}
+	for _, w := range before {
+		if !isInventory(w) {
+			written[w.ObjectRef.Resource+"/"+w.ObjectRef.Name] = true
+		}
+	}
+	if len(written) < 2 {
+		t.Fatalf("only %v written before the kill: not mid-apply", written)
+	}
+	inv := e.object(configmaps, inventory.Namespace, inventory.Name("coredns"))
+	if inv == nil || !strings.Contains(inv.Object["data"].(map[string]any)["inventory.json"].(string), `"Deployment"`) {
+		t.Fatalf("the inventory at the kill does not list the Deployment it was creating: %v", inv)
+	}
+
+	restart := time.Now()
+	a = e.startAgent("i-a", agentOptions{stateDir: a.stateDir})
+	e.waitActive("coredns")
+	var again []string
+	for _, w := range realWrites(e.writes(a.user)) {
+		if w.RequestReceivedTimestamp.After(restart) && written[w.ObjectRef.Resource+"/"+w.ObjectRef.Name] {
+			again = append(again, w.Verb+" "+w.ObjectRef.Resource+"/"+w.ObjectRef.Name)
+		}
+	}
+	if len(again) > 0 {
+		t.Fatalf("after the restart the agent wrote again what it had written: %v", again)
+	}
+	if e.object(deployments, "kube-system", "coredns") == nil {
+		t.Fatal("no Deployment after the restart")
+	}
+
+	a.kill(t)
+	settled := time.Now()
+	a = e.startAgent("i-a", agentOptions{stateDir: a.stateDir})
+	a.waitRole(t, "EXECUTOR")
+	e.waitActive("coredns")
+	// Give it time to do whatever it would do: its reports reach saltbush
+	// (the add-on stays ACTIVE), then look at what it wrote.
+	waitFor(t, waitChange, "the restarted agent reports", func() (bool, string) {
+		st, err := a.status(t)
+		return err == nil && len(st.Addons) == 1 && st.Addons[0].Phase == "READY", fmt.Sprint(st.Addons, err)
+	})
+	for _, w := range realWrites(e.writes(a.user)) {
+		if w.RequestReceivedTimestamp.After(settled) {
+			t.Fatalf("a converged agent restarted and wrote %s %s/%s", w.Verb, w.ObjectRef.Resource, w.ObjectRef.Name)
+		}
+	}
+}
