@@ -93,7 +93,9 @@ func (e *env) writes(users ...string) []kubetest.AuditEvent {
 			out = append(out, ev)
 		}
 	}
-	slices.SortFunc(out, func(a, b kubetest.AuditEvent) int { return a.RequestReceivedTimestamp.Compare(b.RequestReceivedTimestamp) })
+	slices.SortFunc(out, func(a, b kubetest.AuditEvent) int {
+		return a.RequestReceivedTimestamp.Compare(b.RequestReceivedTimestamp)
+	})
 	return out
 }
 

@@ -102,8 +102,8 @@ func (g *gate) install(t *testing.T, e *env, addon string) {
 			Name: "gate.saltbush.test", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: g.caPEM},
 			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 				Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}}}},
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{apply.AddonLabel: addon}},
-			FailurePolicy:           &fail, SideEffects: &none, TimeoutSeconds: &timeout,
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{apply.AddonLabel: addon}},
+			FailurePolicy:  &fail, SideEffects: &none, TimeoutSeconds: &timeout,
 			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/servertest"
-	"github.com/saltbush/saltbush/tests/netproxy"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/netproxy"
 )
 
 // TestDeliveryTwoReplicas: two saltbush replicas over one etcd serve one
