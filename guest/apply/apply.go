@@ -111,6 +111,12 @@ func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch i
 	if err != nil {
 		return Outcome{Issues: []*deliveryv1.Issue{NewIssue(CodeInternalFailure, err.Error())}}, nil
 	}
+	if err := a.fillCertificates(ctx, objs); err != nil {
+		if Transient(err) {
+			return Outcome{}, err
+		}
+		return Outcome{Issues: []*deliveryv1.Issue{NewIssue(CodeInternalFailure, err.Error())}}, nil
+	}
 	prev, err := a.inventory.Get(ctx, d.GetName())
 	if err != nil {
 		return Outcome{}, errTransient{err}

@@ -2,6 +2,8 @@ package apply_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"log/slog"
 	"slices"
@@ -318,5 +320,71 @@ func TestNoGrantNoWrite(t *testing.T) {
 	}
 	if _, err := k.CoreV1().ConfigMaps(inventory.Namespace).Get(ctx, inventory.Name("fenced"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a fenced agent wrote its inventory: %v", err)
+	}
+}
+
+// TestServingCertificate: a bundle's serving-certificate Secret gets a
+// certificate for its names, an object asking for its CA gets it, and
+// applying again keeps both (nothing is written).
+func TestServingCertificate(t *testing.T) {
+	ctx := ctxFor(t)
+	k := admin(t)
+	a, _ := newApplier(t, kubetest.Shared(t).Admin(), executorGrant())
+	manifest := `apiVersion: v1
+kind: Secret
+metadata:
+  name: hook-tls
+  namespace: default
+  annotations: {addons.saltbush.io/serving-certificate: "hook.default.svc,hook.default.svc.cluster.local"}
+type: kubernetes.io/tls
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: cert-test
+  annotations: {addons.saltbush.io/inject-ca-from: default/hook-tls}
+webhooks:
+- name: hook.example.com
+  clientConfig: {service: {name: hook, namespace: default, path: /validate}}
+  rules: [{apiGroups: [example.com], apiVersions: [v1], operations: [CREATE], resources: [widgets]}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: Ignore
+`
+	out, err := a.Apply(ctx, desired("certs", 1, manifest), 1)
+	if err != nil || len(out.Issues) > 0 {
+		t.Fatalf("apply: %v %v", err, out.Issues)
+	}
+	d := desired("certs", 2, "")
+	d.Deleting = true
+	t.Cleanup(func() { removeAll(t, a, d, k) })
+	sec, err := k.CoreV1().Secrets("default").Get(ctx, "hook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(sec.Data["tls.crt"])
+	if block == nil {
+		t.Fatalf("no certificate in the Secret: %v", sec.Data)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(sec.Data["ca.crt"])
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "hook.default.svc.cluster.local"}); err != nil {
+		t.Fatalf("the certificate does not serve its names: %v", err)
+	}
+	hook, err := k.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "cert-test", metav1.GetOptions{})
+	if err != nil || string(hook.Webhooks[0].ClientConfig.CABundle) != string(sec.Data["ca.crt"]) {
+		t.Fatalf("the webhook's caBundle is not the Secret's CA: %v", err)
+	}
+	again, err := a.Apply(ctx, desired("certs", 1, manifest), 1)
+	if err != nil || again.Changed != 0 {
+		t.Fatalf("applying again wrote %d objects (%v): the certificate must be kept", again.Changed, err)
+	}
+	sec2, _ := k.CoreV1().Secrets("default").Get(ctx, "hook-tls", metav1.GetOptions{})
+	if string(sec2.Data["tls.crt"]) != string(sec.Data["tls.crt"]) {
+		t.Fatal("the certificate was replaced while valid")
 	}
 }

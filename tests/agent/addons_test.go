@@ -197,15 +197,34 @@ var (
 	serviceaccs = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
 )
 
-// cleanupKube deletes whatever add-ons left in the shared cluster (every
-// object with the add-on label, and the inventories) and waits until it
-// is gone, so the next test starts from a clean cluster.
-func (e *env) cleanupKube() {
-	start := time.Now()
-	defer func() { e.t.Logf("cleanup in %s", time.Since(start)) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+// leftovers lists the objects with the add-on label and the inventories
+// in the cluster.
+func (e *env) leftovers() []string {
+	e.t.Helper()
+	var left []string
 	dyn := dynamic.NewForConfigOrDie(e.adminConfig())
+	for _, gvr := range e.deletable() {
+		l, err := dyn.Resource(gvr).List(e.ctx(time.Minute), metav1.ListOptions{LabelSelector: apply.AddonLabel})
+		if err != nil {
+			continue
+		}
+		for _, u := range l.Items {
+			if !slices.Contains([]string{"endpoints", "endpointslices"}, gvr.Resource) { // the endpoints controller's
+				left = append(left, gvr.Resource+" "+u.GetNamespace()+"/"+u.GetName())
+			}
+		}
+	}
+	l, err := dyn.Resource(configmaps).Namespace(inventory.Namespace).List(e.ctx(time.Minute), metav1.ListOptions{LabelSelector: inventory.Label})
+	if err == nil {
+		for _, u := range l.Items {
+			left = append(left, "inventory "+u.GetName())
+		}
+	}
+	return left
+}
+
+// deletable are the kinds that can be listed and deleted.
+func (e *env) deletable() []schema.GroupVersionResource {
 	lists, _ := e.k8s.Discovery().ServerPreferredResources()
 	var gvrs []schema.GroupVersionResource
 	for _, l := range lists {
@@ -216,6 +235,19 @@ func (e *env) cleanupKube() {
 			}
 		}
 	}
+	return gvrs
+}
+
+// cleanupKube deletes whatever add-ons left in the shared cluster (every
+// object with the add-on label, and the inventories) and waits until it
+// is gone, so the next test starts from a clean cluster.
+func (e *env) cleanupKube() {
+	start := time.Now()
+	defer func() { e.t.Logf("cleanup in %s", time.Since(start)) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dyn := dynamic.NewForConfigOrDie(e.adminConfig())
+	gvrs := e.deletable()
 	// Listed across namespaces and deleted one by one (a namespaced kind
 	// has no cluster-wide delete-collection), until none is left.
 	sel := metav1.ListOptions{LabelSelector: apply.AddonLabel}

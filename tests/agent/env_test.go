@@ -95,6 +95,8 @@ type env struct {
 type envOptions struct {
 	// replicas is the number of saltbush replicas (over one etcd); 1 when 0.
 	replicas int
+	// kubernetesVersion of the cluster; saltbush's default when "".
+	kubernetesVersion string
 }
 
 // newEnv starts saltbush and makes an ACTIVE cluster named after the test
@@ -122,7 +124,7 @@ func newEnv(t *testing.T, o envOptions, members ...string) *env {
 	}
 	r := e.replicas[0]
 	e.eks, e.admin, e.account = r.EKS(t), r.GRPC(t), r.Config.DevAccount
-	e.cluster = strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())
+	e.cluster = strings.NewReplacer("/", "-", "_", "-", ".", "-").Replace(t.Name())
 	if len(e.cluster) > 90 {
 		e.cluster = e.cluster[:90]
 	}
@@ -130,6 +132,7 @@ func newEnv(t *testing.T, o envOptions, members ...string) *env {
 	if _, err := e.eks.CreateCluster(ctx, &eks.CreateClusterInput{
 		Name: aws.String(e.cluster), RoleArn: aws.String("arn:aws:iam::" + e.account + ":role/eks"),
 		ResourcesVpcConfig: &types.VpcConfigRequest{SubnetIds: []string{"subnet-a"}},
+		Version:            optional(o.kubernetesVersion),
 	}); err != nil {
 		t.Fatalf("CreateCluster: %v", err)
 	}
@@ -310,4 +313,12 @@ func lines(b []byte) []string {
 		}
 	}
 	return out
+}
+
+// optional is nil for "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
