@@ -90,6 +90,9 @@ type addonState struct {
 	objects []inventory.Ref
 	// record is the inventory as last read or written (nil: not yet).
 	record *inventory.Record
+	// generations are the workloads' generations after this agent's last
+	// apply (health judges no older cached view of them).
+	generations map[string]int64
 
 	// applied: applied at the current epoch (no apply due but drift).
 	applied bool

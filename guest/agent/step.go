@@ -112,6 +112,7 @@ func (a *Agent) applyStep(ctx context.Context, s *addonState, epoch int64) {
 	a.metrics.applies.WithLabelValues("applied").Inc()
 	a.metrics.written.Add(float64(out.Changed))
 	s.record = out.Record
+	s.generations = out.Generations
 	s.needApply, s.retries, s.retryAt = false, 0, time.Time{}
 	if len(out.Issues) > 0 {
 		a.metrics.applies.WithLabelValues("failed").Inc()
@@ -228,7 +229,7 @@ func (a *Agent) evaluate(ctx context.Context, s *addonState) {
 		}
 		s.record = rec
 	}
-	res := a.health.Evaluate(s.objects)
+	res := a.health.Evaluate(s.objects, s.generations)
 	now := time.Now()
 	if len(res.Missing) > 0 {
 		s.needApply = true // someone deleted an object: put it back

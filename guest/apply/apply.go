@@ -79,6 +79,10 @@ type Outcome struct {
 	// Pending lists objects still being deleted (Delete only): the
 	// removal is not finished until it is empty.
 	Pending []inventory.Ref
+	// Generations are the workloads' metadata.generation right after the
+	// apply (by Ref.Key): a watch cache holding an older one has not seen
+	// the apply yet, and its view of them must not be judged.
+	Generations map[string]int64
 }
 
 // Objects parses a rendered bundle into the objects to apply, each
@@ -143,14 +147,18 @@ func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch i
 			}
 		}
 	}
-	// Written first: whatever the apply gets to, the record covers it.
+	// Written first when the apply may create what the record does not
+	// list yet: whatever the apply gets to, the record covers it.
+	grows := prev == nil || prev.UID != rec.UID || prev.Generation != rec.Generation ||
+		!slices.Equal(prev.CreatedNamespaces, rec.CreatedNamespaces)
 	for _, r := range refs {
 		if !rec.Has(r) {
 			rec.Objects = append(rec.Objects, r)
+			grows = true
 		}
 	}
-	rec.Complete = false
-	if prev == nil || !sameRecord(prev, rec) {
+	if grows {
+		rec.Complete = false
 		if err := a.inventory.Put(ctx, rec); err != nil {
 			return a.failed(Outcome{}, err, inventoryRef(d.GetName()))
 		}
@@ -215,8 +223,23 @@ func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch i
 		}
 		out.Changed += n
 	}
+	out.Generations = map[string]int64{}
+	for _, o := range objs {
+		if !runsPods(o) {
+			continue
+		}
+		ref := inventory.RefOf(o)
+		live := ref.Object()
+		if err := a.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, live); err != nil {
+			return Outcome{}, errTransient{fmt.Errorf("%s: %w", ref, err)}
+		}
+		out.Generations[ref.Key()] = live.GetGeneration()
+	}
 	rec.Objects = append(slices.Clone(refs), kept...)
 	rec.Complete = len(kept) == 0
+	if !grows && sameRecord(prev, rec) {
+		return out, nil // in place already: nothing to record
+	}
 	if err := a.inventory.Put(ctx, rec); err != nil {
 		return a.failed(out, err, inventoryRef(d.GetName()))
 	}
@@ -244,8 +267,11 @@ func (a *Applier) MarkReady(ctx context.Context, rec *inventory.Record) error {
 	return nil
 }
 
+// sameRecord reports whether writing b over a would change what the
+// record says; the epoch that wrote it is informational, so a new executor
+// that finds everything in place writes nothing.
 func sameRecord(a, b *inventory.Record) bool {
-	return a.UID == b.UID && a.Generation == b.Generation && a.Epoch == b.Epoch && a.Complete == b.Complete &&
+	return a.UID == b.UID && a.Generation == b.Generation && a.Complete == b.Complete &&
 		a.ReadyGeneration == b.ReadyGeneration && slices.Equal(a.Objects, b.Objects) &&
 		slices.Equal(a.CreatedNamespaces, b.CreatedNamespaces)
 }
@@ -288,6 +314,15 @@ func involved(err error, stage []*unstructured.Unstructured) inventory.Ref {
 		}
 	}
 	return inventory.Ref{Kind: "Object", Name: "unknown"}
+}
+
+// runsPods reports whether o is a workload (its pods' health counts).
+func runsPods(o *unstructured.Unstructured) bool {
+	switch o.GroupVersionKind().GroupKind().String() {
+	case "Deployment.apps", "DaemonSet.apps", "StatefulSet.apps", "ReplicaSet.apps", "Job.batch":
+		return true
+	}
+	return false
 }
 
 func changed(cs *ssa.ChangeSet) int {

@@ -214,14 +214,21 @@ type Result struct {
 
 // Evaluate judges the objects refs name from the caches (Ensure them
 // first). An object whose kind is not watched or not listed yet counts as
-// not ready.
-func (w *Watcher) Evaluate(refs []inventory.Ref) Result {
+// not ready, and so does one whose cached generation is older than
+// atLeast says (by Ref.Key: the generation an apply left it at; the cache
+// has not caught up, and the previous spec's pods must not be judged).
+func (w *Watcher) Evaluate(refs []inventory.Ref, atLeast map[string]int64) Result {
 	res := Result{Ready: true}
 	for _, r := range refs {
 		u, known := w.get(r)
 		if !known {
 			res.Ready = false
 			res.Waiting = append(res.Waiting, issue("InternalFailure", fmt.Sprintf("%s is not watched yet.", r), r))
+			continue
+		}
+		if u != nil && u.GetGeneration() < atLeast[r.Key()] {
+			res.Ready = false
+			res.Waiting = append(res.Waiting, issue(codeFor(r), fmt.Sprintf("%s: its watch has not seen the apply yet.", r), r))
 			continue
 		}
 		if u == nil {

@@ -197,6 +197,20 @@ var (
 	serviceaccs = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
 )
 
+// deleteNamespace deletes a namespace the test made and waits until it
+// is gone (with everything in it).
+func (e *env) deleteNamespace(name string) {
+	e.t.Helper()
+	ctx := e.ctx(waitDeleted)
+	if err := e.k8s.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatalf("delete namespace %s: %v", name, err)
+	}
+	waitFor(e.t, waitDeleted, "namespace "+name+" gone", func() (bool, string) {
+		_, err := e.k8s.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
 // leftovers lists the objects with the add-on label and the inventories
 // in the cluster.
 func (e *env) leftovers() []string {

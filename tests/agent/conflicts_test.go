@@ -147,7 +147,7 @@ func TestSelfManagedInstall(t *testing.T) {
 	if _, err := e.k8s.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.k8s.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { e.deleteNamespace(ns) })
 	if _, err := e.k8s.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: noop},
 		Data: map[string]string{"message": "mine"}}, metav1.CreateOptions{FieldManager: "helm"}); err != nil {
 		t.Fatal(err)

@@ -80,7 +80,7 @@ func TestDeletePreserve(t *testing.T) {
 	if left := e.leftovers(); len(left) > 0 {
 		t.Fatalf("preserved objects still carry the add-on label or an inventory: %v", left)
 	}
-	t.Cleanup(func() { _ = e.k8s.CoreV1().Namespaces().Delete(e.ctx(waitChange), noop, metav1.DeleteOptions{}) })
+	e.deleteNamespace(noop) // the preserved objects must not meet the next test
 }
 
 func managersOf(mfs []metav1.ManagedFieldsEntry) []string {

@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -128,6 +129,9 @@ func newEnv(t *testing.T, o envOptions, members ...string) *env {
 	if len(e.cluster) > 90 {
 		e.cluster = e.cluster[:90]
 	}
+	// Unique per run (go test -count): agents' users in the shared
+	// apiserver's audit log are named after it.
+	e.cluster += fmt.Sprintf("-%04x", rand.IntN(1<<16))
 	ctx := e.ctx(30 * time.Second)
 	if _, err := e.eks.CreateCluster(ctx, &eks.CreateClusterInput{
 		Name: aws.String(e.cluster), RoleArn: aws.String("arn:aws:iam::" + e.account + ":role/eks"),
