@@ -9,16 +9,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,9 +26,9 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/agentproc"
 	"github.com/saltbush/saltbush/tests/kubetest"
 )
 
@@ -50,15 +46,8 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	agentBinary = filepath.Join(dir, "saltbush-agent")
-	args := []string{"build", "-o", agentBinary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "github.com/saltbush/saltbush/cmd/saltbush-agent")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build saltbush-agent:", err)
+	if agentBinary, err = agentproc.Build(dir, raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return kubetest.RunTests(m, kubetest.Options{})
@@ -90,7 +79,7 @@ type env struct {
 	uid      string
 
 	mu     sync.Mutex
-	agents map[string]*agentProc
+	agents []*agentProc
 }
 
 type envOptions struct {
@@ -105,7 +94,7 @@ type envOptions struct {
 func newEnv(t *testing.T, o envOptions, members ...string) *env {
 	t.Helper()
 	kc := kubetest.Shared(t)
-	e := &env{t: t, kube: kc, agents: map[string]*agentProc{}}
+	e := &env{t: t, kube: kc}
 	e.k8s = kubernetes.NewForConfigOrDie(e.adminConfig())
 	n := max(o.replicas, 1)
 	opts := []servertest.Option{servertest.WithConfig(timing)}
@@ -188,115 +177,60 @@ type agentOptions struct {
 	stateDir string
 }
 
-// agentProc is one running saltbush-agent process.
+// agentProc is one running saltbush-agent process and its apiserver user.
 type agentProc struct {
-	instance   string
-	user       string
-	stateDir   string
-	statusAddr string
-	logPath    string
-	cmd        *exec.Cmd
-	done       chan error
+	*agentproc.Process
+	instance string
+	user     string
+	stateDir string
 }
 
 // startAgent runs a saltbush-agent for a member of the env's cluster.
 func (e *env) startAgent(instance string, o agentOptions) *agentProc {
 	e.t.Helper()
-	dir := e.t.TempDir()
-	if o.stateDir == "" {
-		o.stateDir = filepath.Join(dir, "state")
-	}
-	r := e.replicas[0]
-	ctx := e.ctx(10 * time.Second)
-	certPEM, keyPEM, _, err := r.Authority().IssueLocal(ctx, identity.AgentID(e.uid, instance), time.Hour)
-	if err != nil {
-		e.t.Fatalf("issue agent certificate: %v", err)
-	}
-	bundle, _ := r.Authority().Bundle()
-	for name, b := range map[string][]byte{"agent.crt": certPEM, "agent.key": keyPEM, "ca.crt": bundle} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			e.t.Fatal(err)
-		}
-	}
 	if o.kubeUser == "" {
 		o.kubeUser, o.kubeGroups = "agent:"+e.cluster+":"+instance, []string{"system:masters"}
 	}
 	if len(o.endpoints) == 0 {
 		o.endpoints = e.endpoints()
 	}
-	a := &agentProc{instance: instance, user: o.kubeUser, stateDir: o.stateDir, statusAddr: freeAddr(e.t),
-		logPath: filepath.Join(dir, "agent.log"), done: make(chan error, 1)}
-	args := []string{"run",
-		"--config", filepath.Join(dir, "none.yaml"), // no file: everything is a flag
-		"--account-id", e.account, "--cluster-name", e.cluster, "--cluster-uid", e.uid, "--instance-id", instance,
-		"--endpoint", strings.Join(o.endpoints, ","),
-		"--cert", filepath.Join(dir, "agent.crt"), "--key", filepath.Join(dir, "agent.key"), "--ca", filepath.Join(dir, "ca.crt"),
-		"--kubeconfig", e.kube.UserKubeconfig(o.kubeUser, o.kubeGroups...),
-		"--state-dir", o.stateDir, "--status-addr", a.statusAddr, "--webhook-addr", "",
-		"--backoff-initial", "100ms", "--backoff-max", "2s", "--log-level", "debug",
-	}
-	if err := os.WriteFile(filepath.Join(dir, "none.yaml"), nil, 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	args = append(args, o.args...)
-	logFile, err := os.Create(a.logPath)
+	p, err := agentproc.Start(e.ctx(10*time.Second), agentproc.Options{
+		Binary: agentBinary, Dir: e.t.TempDir(), Server: e.replicas[0],
+		Account: e.account, Cluster: e.cluster, UID: e.uid, Instance: instance, Endpoints: o.endpoints,
+		Kubeconfig: e.kube.UserKubeconfig(o.kubeUser, o.kubeGroups...), StateDir: o.stateDir, Args: o.args,
+	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	a.cmd = exec.Command(agentBinary, args...)
-	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
-		e.t.Fatalf("start agent %s: %v", instance, err)
-	}
-	go func() { a.done <- a.cmd.Wait(); logFile.Close() }()
+	a := &agentProc{Process: p, instance: instance, user: o.kubeUser, stateDir: p.StateDir}
 	e.mu.Lock()
-	e.agents[instance] = a
+	e.agents = append(e.agents, a)
 	e.mu.Unlock()
 	return a
 }
 
 // kill ends an agent with SIGKILL (no cleanup of any kind).
-func (a *agentProc) kill(t *testing.T) {
-	t.Helper()
-	_ = a.cmd.Process.Kill()
-	<-a.done
-	a.done <- errors.New("killed") // later waits return at once
-}
-
-// stop ends an agent with SIGTERM and waits for it.
-func (a *agentProc) stop() {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-a.done:
-		a.done <- err
-	case <-time.After(10 * time.Second):
-		_ = a.cmd.Process.Kill()
-	}
-}
+func (a *agentProc) kill(t *testing.T) { a.Kill() }
 
 func (e *env) stopAgents() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, a := range e.agents {
-		a.stop()
+		a.Stop()
 	}
 	if e.t.Failed() || os.Getenv("SALTBUSH_TEST_AGENT_LOG") != "" {
-		for name, a := range e.agents {
-			b, _ := os.ReadFile(a.logPath)
+		for _, a := range e.agents {
+			b := a.Log()
 			if len(b) > 20000 {
 				b = b[len(b)-20000:]
 			}
-			e.t.Logf("agent %s log (end):\n%s", name, b)
+			e.t.Logf("agent %s log (end):\n%s", a.instance, b)
 		}
 	}
 }
 
 // log is the agent's log so far.
-func (a *agentProc) log() string {
-	b, _ := os.ReadFile(a.logPath)
-	return string(b)
-}
+func (a *agentProc) log() string { return a.Log() }
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

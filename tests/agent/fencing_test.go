@@ -2,9 +2,7 @@ package agent_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -24,16 +22,7 @@ import (
 // status reads a running agent's status API.
 func (a *agentProc) status(t *testing.T) (agent.Status, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.statusAddr+"/status", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	defer resp.Body.Close()
-	var st agent.Status
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return a.Status(context.Background())
 }
 
 // waitFor polls cond until it holds (bounded by d); cond says why not.

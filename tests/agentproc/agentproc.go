@@ -1,0 +1,219 @@
+// Package agentproc builds the real saltbush-agent binary and runs it as a
+// process for tests and benchmarks: with a certificate from an in-process
+// saltbush's CA, a kubeconfig of the test's apiserver, and its status API
+// on a free loopback port.
+package agentproc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/saltbush/saltbush/guest/agent"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/servertest"
+)
+
+// Build compiles cmd/saltbush-agent into dir (with the race detector when
+// race) and returns the binary's path.
+func Build(dir string, race bool) (string, error) {
+	bin := filepath.Join(dir, "saltbush-agent")
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "github.com/saltbush/saltbush/cmd/saltbush-agent")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build saltbush-agent: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Options say which member an agent is and where it connects.
+type Options struct {
+	// Binary is Build's result.
+	Binary string
+	// Dir holds the agent's credentials, log and (unless StateDir) state.
+	Dir string
+	// Server is a saltbush replica whose CA issues the certificate.
+	Server *servertest.Server
+	// Account, Cluster, UID and Instance name the member.
+	Account, Cluster, UID, Instance string
+	// Endpoints are the gRPC endpoints the agent dials.
+	Endpoints []string
+	// Kubeconfig is the agent's access to its apiserver.
+	Kubeconfig string
+	// StateDir reuses a state directory (a restart); Dir/state when "".
+	StateDir string
+	// Args are extra flags.
+	Args []string
+}
+
+// Process is one running agent.
+type Process struct {
+	Instance   string
+	StateDir   string
+	StatusAddr string
+	LogPath    string
+	cmd        *exec.Cmd
+	done       chan error
+}
+
+// Start issues the agent's certificate and starts it.
+func Start(ctx context.Context, o Options) (*Process, error) {
+	if o.StateDir == "" {
+		o.StateDir = filepath.Join(o.Dir, "state")
+	}
+	certPEM, keyPEM, _, err := o.Server.Authority().IssueLocal(ctx, identity.AgentID(o.UID, o.Instance), time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("issue agent certificate: %w", err)
+	}
+	bundle, _ := o.Server.Authority().Bundle()
+	for name, b := range map[string][]byte{"agent.crt": certPEM, "agent.key": keyPEM, "ca.crt": bundle, "none.yaml": nil} {
+		if err := os.WriteFile(filepath.Join(o.Dir, name), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{Instance: o.Instance, StateDir: o.StateDir, StatusAddr: addr, done: make(chan error, 1),
+		LogPath: filepath.Join(o.Dir, "agent-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".log")}
+	args := append([]string{"run",
+		"--config", filepath.Join(o.Dir, "none.yaml"), // an empty file: everything is a flag
+		"--account-id", o.Account, "--cluster-name", o.Cluster, "--cluster-uid", o.UID, "--instance-id", o.Instance,
+		"--endpoint", strings.Join(o.Endpoints, ","),
+		"--cert", filepath.Join(o.Dir, "agent.crt"), "--key", filepath.Join(o.Dir, "agent.key"), "--ca", filepath.Join(o.Dir, "ca.crt"),
+		"--kubeconfig", o.Kubeconfig, "--state-dir", o.StateDir, "--status-addr", p.StatusAddr, "--webhook-addr", "",
+		"--backoff-initial", "100ms", "--backoff-max", "2s", "--log-level", "debug",
+	}, o.Args...)
+	logFile, err := os.Create(p.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(o.Binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// A test binary that dies takes its agents with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start agent %s: %w", o.Instance, err)
+	}
+	go func() { p.done <- p.cmd.Wait(); logFile.Close() }()
+	return p, nil
+}
+
+// PID is the process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Kill ends the agent with SIGKILL: no cleanup of any kind.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	err := <-p.done
+	p.done <- err // later waits return at once
+}
+
+// Stop ends the agent with SIGTERM and waits (SIGKILL after 10 s).
+func (p *Process) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(10 * time.Second):
+		p.Kill()
+	}
+}
+
+// Log is the agent's log so far.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
+}
+
+// Status reads the agent's status API.
+func (p *Process) Status(ctx context.Context) (agent.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.StatusAddr+"/status", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return agent.Status{}, errors.New(resp.Status)
+	}
+	var st agent.Status
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// Memory is the process's resident memory, from /proc/PID/status: all of
+// it, its anonymous part (heap, stacks) and its file-backed part (the
+// binary's pages, shared with any other process running it).
+func (p *Process) Memory() (rss, anon, file int64, err error) {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID()) + "/status")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb << 10
+		case "RssAnon:":
+			anon = kb << 10
+		case "RssFile:":
+			file = kb << 10
+		}
+	}
+	return rss, anon, file, nil
+}
+
+// Usage is the process's resident memory and CPU time so far, from /proc.
+func (p *Process) Usage() (rssBytes int64, cpu time.Duration, err error) {
+	pid := strconv.Itoa(p.PID())
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			rssBytes = kb << 10
+		}
+	}
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command (which may hold spaces) start at ") ".
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return rssBytes, time.Duration(utime+stime) * time.Second / ticks, nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
