@@ -9,7 +9,7 @@ GOTEST    ?= $(GO) test
 # Every test runs under the race detector.
 TESTFLAGS ?= -count=1 -race -timeout=20m
 
-.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit fuzz-short fuzz bench kube images-verify
+.PHONY: all build run test generate check-generated lint breaking baseline contract-selftest unit fuzz-short fuzz bench kube images-verify demo
 
 all: build
 
@@ -68,6 +68,12 @@ contract-selftest:
 images-verify:
 	$(GO) build -o bin/saltbush-agent ./cmd/saltbush-agent
 	GO=$(GO) bash scripts/verify-images.sh bin/saltbush-agent
+
+## demo: add-on delivery end to end on one machine (saltbush, a real
+## kube-apiserver and controller manager, the kubelet double, the real
+## agent; the AWS CLI drives an add-on through its lifecycle).
+demo:
+	bash scripts/demo.sh
 
 ## kube: the real Kubernetes control plane the guest tests run against
 ## (kube-apiserver, kube-controller-manager, kube-scheduler), built from
