@@ -21,7 +21,7 @@ run: build
 	./bin/saltbush serve
 
 ## test: generated-code check, lint, breaking-change check, their self-test, all tests (race detector on).
-test: check-generated lint breaking contract-selftest unit fuzz-short
+test: check-generated lint breaking contract-selftest images-verify unit fuzz-short
 
 ## generate: regenerate gen/ (Go, gRPC, gateway, OpenAPI) from proto/.
 generate:
