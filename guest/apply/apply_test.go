@@ -289,7 +289,9 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the preserved ConfigMap is gone: %v", err)
 	}
-	t.Cleanup(func() { _ = k.CoreV1().ConfigMaps("default").Delete(context.Background(), "kept", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = k.CoreV1().ConfigMaps("default").Delete(context.Background(), "kept", metav1.DeleteOptions{})
+	})
 	if _, ok := cm.Labels[apply.AddonLabel]; ok || cm.Data["value"] != "v" {
 		t.Fatalf("preserved ConfigMap labels %v data %v", cm.Labels, cm.Data)
 	}
