@@ -187,6 +187,7 @@ func (a *Agent) deleteStep(ctx context.Context, s *addonState) {
 			return
 		}
 		// Watches say when they go; look again meanwhile all the same.
+		a.log.Debug("add-on removal in progress", "addon", s.desired.GetName(), "pending", len(out.Pending), "first", out.Pending[0].String())
 		s.needApply, s.retryAt = true, time.Now().Add(deletionRecheck)
 	default:
 		s.setReport(deliveryv1.Phase_PHASE_REMOVED, nil)
@@ -231,11 +232,15 @@ func (a *Agent) evaluate(ctx context.Context, s *addonState) {
 	}
 	res := a.health.Evaluate(s.objects, s.generations)
 	now := time.Now()
-	if len(res.Missing) > 0 {
-		s.needApply = true // someone deleted an object: put it back
-	}
 	var missing []*deliveryv1.Issue
 	for _, r := range res.Missing {
+		// The watch may lag the apply (an object that only now carries
+		// the add-on label): ask the apiserver before calling it gone.
+		if there, err := a.applier.Exists(ctx, r); err != nil || there {
+			a.healthDue = true
+			continue
+		}
+		s.needApply = true // someone deleted an object: put it back
 		missing = append(missing, apply.NewIssue(apply.CodeK8sResourceNotFound, fmt.Sprintf("%s is missing from the cluster.", r), r))
 	}
 	switch {

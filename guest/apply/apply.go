@@ -276,6 +276,13 @@ func sameRecord(a, b *inventory.Record) bool {
 		slices.Equal(a.CreatedNamespaces, b.CreatedNamespaces)
 }
 
+// Exists reports whether the object ref names is in the cluster (a live
+// read: a watch cache may not have seen it yet).
+func (a *Applier) Exists(ctx context.Context, ref inventory.Ref) (bool, error) {
+	gone, err := a.absent(ctx, ref)
+	return !gone, err
+}
+
 // absent reports whether the object ref names does not exist.
 func (a *Applier) absent(ctx context.Context, ref inventory.Ref) (bool, error) {
 	err := a.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, ref.Object())

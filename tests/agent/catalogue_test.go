@@ -44,6 +44,7 @@ func TestCatalogueRunsOnARealCluster(t *testing.T) {
 			e.startAgent("i-a", agentOptions{})
 			for _, v := range byKube[kv] {
 				t.Run(v.Addon.Name+"-"+v.Version, func(t *testing.T) {
+					e := e.in(t)
 					in := eks.CreateAddonInput{AddonName: aws.String(v.Addon.Name), AddonVersion: aws.String(v.Version)}
 					if v.RequiresConfiguration {
 						ex, err := v.Examples()

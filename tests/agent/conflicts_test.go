@@ -147,7 +147,6 @@ func TestSelfManagedInstall(t *testing.T) {
 	if _, err := e.k8s.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.deleteNamespace(ns) })
 	if _, err := e.k8s.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: noop},
 		Data: map[string]string{"message": "mine"}}, metav1.CreateOptions{FieldManager: "helm"}); err != nil {
 		t.Fatal(err)
@@ -182,4 +181,14 @@ func TestSelfManagedInstall(t *testing.T) {
 	if !slices.Contains(managers(cm), "eks/Apply") {
 		t.Fatalf("managers %v: want eks applying", managers(cm))
 	}
+	// Deleted, the add-on leaves the namespace it found; the test then
+	// removes it (before, the agent would rightly put it back).
+	if _, err := e.eks.DeleteAddon(ctx, &eks.DeleteAddonInput{ClusterName: aws.String(e.cluster), AddonName: aws.String(noop)}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDeleted(noop)
+	if e.object(namespaces, "", ns) == nil {
+		t.Fatal("the namespace the add-on found was deleted with it")
+	}
+	e.deleteNamespace(ns)
 }

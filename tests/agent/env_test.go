@@ -147,6 +147,13 @@ func newEnv(t *testing.T, o envOptions, members ...string) *env {
 	return e
 }
 
+// in is the env for a subtest: failures stop the subtest, not its parent.
+func (e *env) in(t *testing.T) *env {
+	se := &env{t: t, kube: e.kube, k8s: e.k8s, replicas: e.replicas, eks: e.eks, admin: e.admin,
+		account: e.account, cluster: e.cluster, uid: e.uid}
+	return se
+}
+
 // ctx is a context for one step of the test, cancelled when it ends.
 func (e *env) ctx(d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -77,6 +78,10 @@ type Cluster struct {
 
 	mu            sync.Mutex // guards kubeconfigSeq
 	kubeconfigSeq int
+
+	// gcProbing and gcProven are waitReady's garbage collector probe
+	// (only its goroutine touches them).
+	gcProbing, gcProven bool
 
 	stopOnce sync.Once
 }
@@ -398,6 +403,9 @@ func (c *Cluster) notReady(ctx context.Context, client kubernetes.Interface) str
 	if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(rctx, "default", metav1.GetOptions{}); err != nil {
 		return "ServiceAccount default/default: " + err.Error()
 	}
+	if why := c.garbageCollectorWorks(rctx, client); why != "" {
+		return why
+	}
 	for _, name := range c.kubelet.NodeNames() {
 		node, err := client.CoreV1().Nodes().Get(rctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -412,6 +420,40 @@ func (c *Cluster) notReady(ctx context.Context, client kubernetes.Interface) str
 			}
 		}
 	}
+	return ""
+}
+
+// garbageCollectorWorks proves that the controller manager's garbage
+// collector has synced and acts: a parent ConfigMap deleted in the
+// foreground is gone only once the collector has deleted its child.
+// Until then deletions (of Deployments, of namespaces' content) wait, and
+// the first test would pay for the collector's start. "" once proven.
+func (c *Cluster) garbageCollectorWorks(ctx context.Context, client kubernetes.Interface) string {
+	if c.gcProven {
+		return ""
+	}
+	cms := client.CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	const parent, child = "kubetest-gc-parent", "kubetest-gc-child"
+	if !c.gcProbing {
+		p, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: parent}}, metav1.CreateOptions{})
+		if err != nil {
+			return "garbage collector probe: " + err.Error()
+		}
+		_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: child, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: parent, UID: p.UID}}}}, metav1.CreateOptions{})
+		if err != nil {
+			return "garbage collector probe: " + err.Error()
+		}
+		fg := metav1.DeletePropagationForeground
+		if err := cms.Delete(ctx, parent, metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
+			return "garbage collector probe: " + err.Error()
+		}
+		c.gcProbing = true
+	}
+	if _, err := cms.Get(ctx, parent, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return "the garbage collector has not finished a foreground deletion yet"
+	}
+	c.gcProven = true
 	return ""
 }
 
