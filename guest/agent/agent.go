@@ -249,6 +249,11 @@ func (a *Agent) handle(ctx context.Context, ev event) {
 // applied it); run decides what the new role means for each add-on.
 func (a *Agent) assigned(as *deliveryv1.Assignment) {
 	a.log.Info("assignment", "role", as.GetRole(), "epoch", as.GetEpoch(), "executor", as.GetExecutorInstanceId())
+	if as.GetRole() != deliveryv1.Role_ROLE_EXECUTOR && a.pendingAck != nil {
+		// A standby acknowledges what it holds.
+		a.ack(context.Background(), a.pendingAck)
+		a.pendingAck = nil
+	}
 	a.metrics.epoch.Set(float64(as.GetEpoch()))
 	for name, s := range a.addons {
 		s.sent = false

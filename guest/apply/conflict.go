@@ -146,40 +146,42 @@ func keep(p fieldpath.Path) bool {
 // removePath deletes the field p names from an unstructured object, if
 // it is there.
 func removePath(obj map[string]any, p fieldpath.Path) {
-	var node any = obj
-	for i, pe := range p {
-		last := i == len(p)-1
-		switch {
-		case pe.FieldName != nil:
-			m, ok := node.(map[string]any)
-			if !ok {
-				return
-			}
-			if last {
-				delete(m, *pe.FieldName)
-				return
-			}
-			node = m[*pe.FieldName]
-		case pe.Key != nil, pe.Value != nil, pe.Index != nil:
-			list, ok := node.([]any)
-			if !ok {
-				return
-			}
-			at := slices.IndexFunc(list, func(item any) bool { return matches(item, pe) })
-			if at < 0 {
-				return
-			}
-			if last {
-				// The parent's slice is shared with the object: set the
-				// shortened one back through the grandparent.
-				setList(obj, p[:i], slices.Delete(slices.Clone(list), at, at+1))
-				return
-			}
-			node = list[at]
-		default:
-			return
-		}
+	without(obj, p)
+}
+
+// without returns node with the field p names (relative to node) removed:
+// a map is changed in place, a list is replaced by a shorter copy (the
+// caller stores what it returns).
+func without(node any, p fieldpath.Path) any {
+	if len(p) == 0 {
+		return node
 	}
+	pe := p[0]
+	if pe.FieldName != nil {
+		m, ok := node.(map[string]any)
+		if !ok {
+			return node
+		}
+		if len(p) == 1 {
+			delete(m, *pe.FieldName)
+		} else if child, ok := m[*pe.FieldName]; ok {
+			m[*pe.FieldName] = without(child, p[1:])
+		}
+		return m
+	}
+	list, ok := node.([]any)
+	if !ok {
+		return node
+	}
+	at := slices.IndexFunc(list, func(item any) bool { return matches(item, pe) })
+	switch {
+	case at < 0:
+		return list
+	case len(p) == 1:
+		return slices.Delete(slices.Clone(list), at, at+1)
+	}
+	list[at] = without(list[at], p[1:])
+	return list
 }
 
 // matches reports whether a list item is the one a path element names.
@@ -202,36 +204,6 @@ func matches(item any, pe fieldpath.PathElement) bool {
 		return true
 	}
 	return false
-}
-
-// setList replaces the list at path p in obj.
-func setList(obj map[string]any, p fieldpath.Path, list []any) {
-	var node any = obj
-	for i, pe := range p {
-		last := i == len(p)-1
-		switch {
-		case pe.FieldName != nil:
-			m, ok := node.(map[string]any)
-			if !ok {
-				return
-			}
-			if last {
-				m[*pe.FieldName] = list
-				return
-			}
-			node = m[*pe.FieldName]
-		default:
-			l, ok := node.([]any)
-			if !ok {
-				return
-			}
-			at := slices.IndexFunc(l, func(item any) bool { return matches(item, pe) })
-			if at < 0 {
-				return
-			}
-			node = l[at]
-		}
-	}
 }
 
 // conflictFields lists, from an apply conflict, each conflicting field

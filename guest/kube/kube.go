@@ -8,7 +8,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,10 +58,6 @@ func New(cfg *rest.Config, g *grant.Grant) (*Clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apiserver client: %w", err)
 	}
-	return newWithHTTP(cfg, httpClient, g)
-}
-
-func newWithHTTP(cfg *rest.Config, httpClient *http.Client, g *grant.Grant) (*Clients, error) {
 	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("apiserver discovery: %w", err)
