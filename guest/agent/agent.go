@@ -438,10 +438,17 @@ func (a *Agent) hello() *deliveryv1.Hello {
 	return h
 }
 
+// healthRetry is how soon an evaluation asked for again runs, when no
+// watch event comes first.
+const healthRetry = time.Second
+
 // nextWake is when run must look again without an event: a retry, a
 // failure grace or a ready timeout coming due.
 func (a *Agent) nextWake() time.Duration {
 	next := time.Hour
+	if a.healthDue {
+		next = healthRetry // an evaluation was asked for again
+	}
 	now := time.Now()
 	due := func(t time.Time) {
 		if !t.IsZero() {

@@ -42,6 +42,11 @@ func (a *Agent) step(ctx context.Context) {
 		}
 		cancel()
 	}
+	// Evaluations asked for during this pass (an apply just made, a
+	// readiness record that could not be written, a watch behind the
+	// apiserver) are kept for the next one.
+	due := a.healthDue
+	a.healthDue = false
 	now := time.Now()
 	for _, name := range a.sortedNames() {
 		if pass.Err() != nil {
@@ -55,11 +60,10 @@ func (a *Agent) step(ctx context.Context) {
 				a.applyStep(pass, s, gs.Epoch)
 			}
 		}
-		if a.healthDue && !s.desired.GetDeleting() {
+		if (due || a.healthDue) && !s.desired.GetDeleting() {
 			a.evaluate(pass, s)
 		}
 	}
-	a.healthDue = false
 	a.sendReports(ctx, gs.Epoch)
 	if a.pendingAck != nil && a.settled() {
 		a.ack(ctx, a.pendingAck)
