@@ -83,7 +83,13 @@ type ReviewTokenRequest struct {
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// The audiences the apiserver asked for. EKS tokens are bound to none,
 	// so the answer names none and the apiserver applies its own.
-	Audiences     []string `protobuf:"bytes,3,rep,name=audiences,proto3" json:"audiences,omitempty"`
+	Audiences []string `protobuf:"bytes,3,rep,name=audiences,proto3" json:"audiences,omitempty"`
+	// The cluster's aws-auth ConfigMap (kube-system/aws-auth) as the
+	// agent's apiserver holds it; absent when there is none. The host maps
+	// a verified signer through it when the cluster's authentication mode
+	// is CONFIG_MAP or API_AND_CONFIG_MAP (an access entry wins), and
+	// ignores it in API mode.
+	AwsAuth       *AwsAuthConfigMap `protobuf:"bytes,4,opt,name=aws_auth,json=awsAuth,proto3" json:"aws_auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -139,6 +145,95 @@ func (x *ReviewTokenRequest) GetAudiences() []string {
 	return nil
 }
 
+func (x *ReviewTokenRequest) GetAwsAuth() *AwsAuthConfigMap {
+	if x != nil {
+		return x.AwsAuth
+	}
+	return nil
+}
+
+// AwsAuthConfigMap is the data of an aws-auth ConfigMap, verbatim: the
+// host parses it as aws-iam-authenticator does.
+type AwsAuthConfigMap struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data.mapRoles: a YAML list of {rolearn, username, groups}.
+	MapRoles string `protobuf:"bytes,1,opt,name=map_roles,json=mapRoles,proto3" json:"map_roles,omitempty"`
+	// data.mapUsers: a YAML list of {userarn, username, groups}.
+	MapUsers string `protobuf:"bytes,2,opt,name=map_users,json=mapUsers,proto3" json:"map_users,omitempty"`
+	// data.mapAccounts: a YAML list of account ids.
+	MapAccounts string `protobuf:"bytes,3,opt,name=map_accounts,json=mapAccounts,proto3" json:"map_accounts,omitempty"`
+	// The ConfigMap's uid and resourceVersion, naming this version of it.
+	Uid             string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	ResourceVersion string `protobuf:"bytes,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AwsAuthConfigMap) Reset() {
+	*x = AwsAuthConfigMap{}
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AwsAuthConfigMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AwsAuthConfigMap) ProtoMessage() {}
+
+func (x *AwsAuthConfigMap) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AwsAuthConfigMap.ProtoReflect.Descriptor instead.
+func (*AwsAuthConfigMap) Descriptor() ([]byte, []int) {
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AwsAuthConfigMap) GetMapRoles() string {
+	if x != nil {
+		return x.MapRoles
+	}
+	return ""
+}
+
+func (x *AwsAuthConfigMap) GetMapUsers() string {
+	if x != nil {
+		return x.MapUsers
+	}
+	return ""
+}
+
+func (x *AwsAuthConfigMap) GetMapAccounts() string {
+	if x != nil {
+		return x.MapAccounts
+	}
+	return ""
+}
+
+func (x *AwsAuthConfigMap) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *AwsAuthConfigMap) GetResourceVersion() string {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return ""
+}
+
 // ReviewTokenResponse is a TokenReview's status.
 type ReviewTokenResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -154,7 +249,7 @@ type ReviewTokenResponse struct {
 
 func (x *ReviewTokenResponse) Reset() {
 	*x = ReviewTokenResponse{}
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[2]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -166,7 +261,7 @@ func (x *ReviewTokenResponse) String() string {
 func (*ReviewTokenResponse) ProtoMessage() {}
 
 func (x *ReviewTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[2]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -179,7 +274,7 @@ func (x *ReviewTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewTokenResponse.ProtoReflect.Descriptor instead.
 func (*ReviewTokenResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReviewTokenResponse) GetAuthenticated() bool {
@@ -226,7 +321,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[3]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +333,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[3]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +346,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UserInfo) GetUsername() string {
@@ -292,7 +387,7 @@ type ExtraValue struct {
 
 func (x *ExtraValue) Reset() {
 	*x = ExtraValue{}
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[4]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +399,7 @@ func (x *ExtraValue) String() string {
 func (*ExtraValue) ProtoMessage() {}
 
 func (x *ExtraValue) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[4]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +412,7 @@ func (x *ExtraValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtraValue.ProtoReflect.Descriptor instead.
 func (*ExtraValue) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExtraValue) GetValues() []string {
@@ -344,7 +439,7 @@ type ReviewAccessRequest struct {
 
 func (x *ReviewAccessRequest) Reset() {
 	*x = ReviewAccessRequest{}
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[5]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +451,7 @@ func (x *ReviewAccessRequest) String() string {
 func (*ReviewAccessRequest) ProtoMessage() {}
 
 func (x *ReviewAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[5]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +464,7 @@ func (x *ReviewAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewAccessRequest.ProtoReflect.Descriptor instead.
 func (*ReviewAccessRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{5}
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReviewAccessRequest) GetCluster() *ClusterName {
@@ -438,7 +533,7 @@ type ResourceAttributes struct {
 
 func (x *ResourceAttributes) Reset() {
 	*x = ResourceAttributes{}
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[6]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +545,7 @@ func (x *ResourceAttributes) String() string {
 func (*ResourceAttributes) ProtoMessage() {}
 
 func (x *ResourceAttributes) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[6]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +558,7 @@ func (x *ResourceAttributes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceAttributes.ProtoReflect.Descriptor instead.
 func (*ResourceAttributes) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{6}
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResourceAttributes) GetNamespace() string {
@@ -527,7 +622,7 @@ type NonResourceAttributes struct {
 
 func (x *NonResourceAttributes) Reset() {
 	*x = NonResourceAttributes{}
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[7]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +634,7 @@ func (x *NonResourceAttributes) String() string {
 func (*NonResourceAttributes) ProtoMessage() {}
 
 func (x *NonResourceAttributes) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[7]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +647,7 @@ func (x *NonResourceAttributes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonResourceAttributes.ProtoReflect.Descriptor instead.
 func (*NonResourceAttributes) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{7}
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NonResourceAttributes) GetPath() string {
@@ -583,7 +678,7 @@ type ReviewAccessResponse struct {
 
 func (x *ReviewAccessResponse) Reset() {
 	*x = ReviewAccessResponse{}
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[8]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +690,7 @@ func (x *ReviewAccessResponse) String() string {
 func (*ReviewAccessResponse) ProtoMessage() {}
 
 func (x *ReviewAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[8]
+	mi := &file_saltbush_delivery_v1_review_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +703,7 @@ func (x *ReviewAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewAccessResponse.ProtoReflect.Descriptor instead.
 func (*ReviewAccessResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{8}
+	return file_saltbush_delivery_v1_review_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReviewAccessResponse) GetAllowed() bool {
@@ -647,11 +742,18 @@ const file_saltbush_delivery_v1_review_proto_rawDesc = "" +
 	"\vClusterName\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x85\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xc8\x01\n" +
 	"\x12ReviewTokenRequest\x12;\n" +
 	"\acluster\x18\x01 \x01(\v2!.saltbush.delivery.v1.ClusterNameR\acluster\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1c\n" +
-	"\taudiences\x18\x03 \x03(\tR\taudiences\"\xa3\x01\n" +
+	"\taudiences\x18\x03 \x03(\tR\taudiences\x12A\n" +
+	"\baws_auth\x18\x04 \x01(\v2&.saltbush.delivery.v1.AwsAuthConfigMapR\aawsAuth\"\xac\x01\n" +
+	"\x10AwsAuthConfigMap\x12\x1b\n" +
+	"\tmap_roles\x18\x01 \x01(\tR\bmapRoles\x12\x1b\n" +
+	"\tmap_users\x18\x02 \x01(\tR\bmapUsers\x12!\n" +
+	"\fmap_accounts\x18\x03 \x01(\tR\vmapAccounts\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x12)\n" +
+	"\x10resource_version\x18\x05 \x01(\tR\x0fresourceVersion\"\xa3\x01\n" +
 	"\x13ReviewTokenResponse\x12$\n" +
 	"\rauthenticated\x18\x01 \x01(\bR\rauthenticated\x122\n" +
 	"\x04user\x18\x02 \x01(\v2\x1e.saltbush.delivery.v1.UserInfoR\x04user\x12\x14\n" +
@@ -713,39 +815,41 @@ func file_saltbush_delivery_v1_review_proto_rawDescGZIP() []byte {
 	return file_saltbush_delivery_v1_review_proto_rawDescData
 }
 
-var file_saltbush_delivery_v1_review_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_saltbush_delivery_v1_review_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_saltbush_delivery_v1_review_proto_goTypes = []any{
 	(*ClusterName)(nil),           // 0: saltbush.delivery.v1.ClusterName
 	(*ReviewTokenRequest)(nil),    // 1: saltbush.delivery.v1.ReviewTokenRequest
-	(*ReviewTokenResponse)(nil),   // 2: saltbush.delivery.v1.ReviewTokenResponse
-	(*UserInfo)(nil),              // 3: saltbush.delivery.v1.UserInfo
-	(*ExtraValue)(nil),            // 4: saltbush.delivery.v1.ExtraValue
-	(*ReviewAccessRequest)(nil),   // 5: saltbush.delivery.v1.ReviewAccessRequest
-	(*ResourceAttributes)(nil),    // 6: saltbush.delivery.v1.ResourceAttributes
-	(*NonResourceAttributes)(nil), // 7: saltbush.delivery.v1.NonResourceAttributes
-	(*ReviewAccessResponse)(nil),  // 8: saltbush.delivery.v1.ReviewAccessResponse
-	nil,                           // 9: saltbush.delivery.v1.UserInfo.ExtraEntry
-	nil,                           // 10: saltbush.delivery.v1.ReviewAccessRequest.ExtraEntry
+	(*AwsAuthConfigMap)(nil),      // 2: saltbush.delivery.v1.AwsAuthConfigMap
+	(*ReviewTokenResponse)(nil),   // 3: saltbush.delivery.v1.ReviewTokenResponse
+	(*UserInfo)(nil),              // 4: saltbush.delivery.v1.UserInfo
+	(*ExtraValue)(nil),            // 5: saltbush.delivery.v1.ExtraValue
+	(*ReviewAccessRequest)(nil),   // 6: saltbush.delivery.v1.ReviewAccessRequest
+	(*ResourceAttributes)(nil),    // 7: saltbush.delivery.v1.ResourceAttributes
+	(*NonResourceAttributes)(nil), // 8: saltbush.delivery.v1.NonResourceAttributes
+	(*ReviewAccessResponse)(nil),  // 9: saltbush.delivery.v1.ReviewAccessResponse
+	nil,                           // 10: saltbush.delivery.v1.UserInfo.ExtraEntry
+	nil,                           // 11: saltbush.delivery.v1.ReviewAccessRequest.ExtraEntry
 }
 var file_saltbush_delivery_v1_review_proto_depIdxs = []int32{
 	0,  // 0: saltbush.delivery.v1.ReviewTokenRequest.cluster:type_name -> saltbush.delivery.v1.ClusterName
-	3,  // 1: saltbush.delivery.v1.ReviewTokenResponse.user:type_name -> saltbush.delivery.v1.UserInfo
-	9,  // 2: saltbush.delivery.v1.UserInfo.extra:type_name -> saltbush.delivery.v1.UserInfo.ExtraEntry
-	0,  // 3: saltbush.delivery.v1.ReviewAccessRequest.cluster:type_name -> saltbush.delivery.v1.ClusterName
-	10, // 4: saltbush.delivery.v1.ReviewAccessRequest.extra:type_name -> saltbush.delivery.v1.ReviewAccessRequest.ExtraEntry
-	6,  // 5: saltbush.delivery.v1.ReviewAccessRequest.resource_attributes:type_name -> saltbush.delivery.v1.ResourceAttributes
-	7,  // 6: saltbush.delivery.v1.ReviewAccessRequest.non_resource_attributes:type_name -> saltbush.delivery.v1.NonResourceAttributes
-	4,  // 7: saltbush.delivery.v1.UserInfo.ExtraEntry.value:type_name -> saltbush.delivery.v1.ExtraValue
-	4,  // 8: saltbush.delivery.v1.ReviewAccessRequest.ExtraEntry.value:type_name -> saltbush.delivery.v1.ExtraValue
-	1,  // 9: saltbush.delivery.v1.AccessReviewService.ReviewToken:input_type -> saltbush.delivery.v1.ReviewTokenRequest
-	5,  // 10: saltbush.delivery.v1.AccessReviewService.ReviewAccess:input_type -> saltbush.delivery.v1.ReviewAccessRequest
-	2,  // 11: saltbush.delivery.v1.AccessReviewService.ReviewToken:output_type -> saltbush.delivery.v1.ReviewTokenResponse
-	8,  // 12: saltbush.delivery.v1.AccessReviewService.ReviewAccess:output_type -> saltbush.delivery.v1.ReviewAccessResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 1: saltbush.delivery.v1.ReviewTokenRequest.aws_auth:type_name -> saltbush.delivery.v1.AwsAuthConfigMap
+	4,  // 2: saltbush.delivery.v1.ReviewTokenResponse.user:type_name -> saltbush.delivery.v1.UserInfo
+	10, // 3: saltbush.delivery.v1.UserInfo.extra:type_name -> saltbush.delivery.v1.UserInfo.ExtraEntry
+	0,  // 4: saltbush.delivery.v1.ReviewAccessRequest.cluster:type_name -> saltbush.delivery.v1.ClusterName
+	11, // 5: saltbush.delivery.v1.ReviewAccessRequest.extra:type_name -> saltbush.delivery.v1.ReviewAccessRequest.ExtraEntry
+	7,  // 6: saltbush.delivery.v1.ReviewAccessRequest.resource_attributes:type_name -> saltbush.delivery.v1.ResourceAttributes
+	8,  // 7: saltbush.delivery.v1.ReviewAccessRequest.non_resource_attributes:type_name -> saltbush.delivery.v1.NonResourceAttributes
+	5,  // 8: saltbush.delivery.v1.UserInfo.ExtraEntry.value:type_name -> saltbush.delivery.v1.ExtraValue
+	5,  // 9: saltbush.delivery.v1.ReviewAccessRequest.ExtraEntry.value:type_name -> saltbush.delivery.v1.ExtraValue
+	1,  // 10: saltbush.delivery.v1.AccessReviewService.ReviewToken:input_type -> saltbush.delivery.v1.ReviewTokenRequest
+	6,  // 11: saltbush.delivery.v1.AccessReviewService.ReviewAccess:input_type -> saltbush.delivery.v1.ReviewAccessRequest
+	3,  // 12: saltbush.delivery.v1.AccessReviewService.ReviewToken:output_type -> saltbush.delivery.v1.ReviewTokenResponse
+	9,  // 13: saltbush.delivery.v1.AccessReviewService.ReviewAccess:output_type -> saltbush.delivery.v1.ReviewAccessResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_delivery_v1_review_proto_init() }
@@ -759,7 +863,7 @@ func file_saltbush_delivery_v1_review_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_delivery_v1_review_proto_rawDesc), len(file_saltbush_delivery_v1_review_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
