@@ -49,6 +49,18 @@ func AddonUpdateKey(clusterUID, addon, updateID string) string {
 	return AddonUpdatesPrefix(clusterUID, addon) + updateID
 }
 
+// ClusterUpdatesPrefix is the prefix of a cluster incarnation's own update
+// records (UpdateClusterConfig), beside its add-ons' (updates/addons/): a
+// ListUpdates without addonName is one prefix scan.
+func ClusterUpdatesPrefix(clusterUID string) string {
+	return ClusterChildrenPrefix(clusterUID) + "updates/cluster/"
+}
+
+// ClusterUpdateKey is where one cluster update record lives.
+func ClusterUpdateKey(clusterUID, updateID string) string {
+	return ClusterUpdatesPrefix(clusterUID) + updateID
+}
+
 // AccessEntriesPrefix is the prefix of a cluster incarnation's access
 // entries.
 func AccessEntriesPrefix(clusterUID string) string {

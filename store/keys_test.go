@@ -32,3 +32,16 @@ func TestAddonDeadlineKeysSortByDeadline(t *testing.T) {
 		t.Fatal("a malformed deadline key was accepted")
 	}
 }
+
+func TestClusterUpdatesAreApartFromAddonUpdates(t *testing.T) {
+	cluster := store.ClusterUpdatesPrefix("uid")
+	for _, addon := range []string{"cluster", "coredns", "c"} {
+		a := store.AddonUpdatesPrefix("uid", addon)
+		if strings.HasPrefix(a, cluster) || strings.HasPrefix(cluster, a) {
+			t.Errorf("cluster updates %q and add-on %q updates %q overlap", cluster, addon, a)
+		}
+	}
+	if k := store.ClusterUpdateKey("uid", "id"); !strings.HasPrefix(k, store.ClusterChildrenPrefix("uid")) || k != cluster+"id" {
+		t.Errorf("ClusterUpdateKey = %q, want %q under the cluster's children", k, cluster+"id")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/update"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to
@@ -95,6 +96,18 @@ func (s *EKSServer) DeleteCluster(ctx context.Context, req *eksv1.DeleteClusterR
 		return nil, s.wire(ctx, "DeleteCluster", err)
 	}
 	return &eksv1.DeleteClusterResponse{Cluster: ToAPI(rec)}, nil
+}
+
+// UpdateClusterConfig implements eksv1.ClusterServiceServer.
+func (s *EKSServer) UpdateClusterConfig(ctx context.Context, req *eksv1.UpdateClusterConfigRequest) (*eksv1.UpdateClusterConfigResponse, error) {
+	if err := s.authorize(ctx, "eks:UpdateClusterConfig", req.GetName()); err != nil {
+		return nil, s.wire(ctx, "UpdateClusterConfig", err)
+	}
+	u, err := s.svc.UpdateConfig(ctx, req)
+	if err != nil {
+		return nil, s.wire(ctx, "UpdateClusterConfig", err)
+	}
+	return &eksv1.UpdateClusterConfigResponse{Update: update.ToAPI(u)}, nil
 }
 
 // ControlServer serves saltbush.control.v1.ClusterControlService.

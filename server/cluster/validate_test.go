@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -136,5 +137,75 @@ func TestValidateCreate(t *testing.T) {
 				t.Errorf("validateCreate = %v, want InvalidParameterException", err)
 			}
 		})
+	}
+}
+
+func TestValidateUpdateConfig(t *testing.T) {
+	access := func(mode string) *eksv1.UpdateClusterConfigRequest {
+		return &eksv1.UpdateClusterConfigRequest{Name: "c1", AccessConfig: &eksv1.UpdateAccessConfigRequest{AuthenticationMode: mode}}
+	}
+	logging := &eksv1.Logging{ClusterLogging: []*eksv1.LogSetup{{Types: []string{"api"}, Enabled: proto.Bool(true)}}}
+	tests := []struct {
+		name string
+		req  *eksv1.UpdateClusterConfigRequest
+		kind configKind
+		// msg is a substring of the InvalidParameterException's message;
+		// "" when the request is valid.
+		msg string
+	}{
+		{"authentication mode", access("API_AND_CONFIG_MAP"), kindAccess, ""},
+		{"unknown authentication mode", access("OIDC"), configKind{}, "Value 'OIDC' at 'accessConfig.authenticationMode'"},
+		{"lower-case authentication mode", access("api"), configKind{}, "Value 'api' at 'accessConfig.authenticationMode'"},
+		{"access config without a mode", access(""), configKind{}, "accessConfig authenticationMode is required"},
+		{"bad name", &eksv1.UpdateClusterConfigRequest{Name: "a/b", AccessConfig: &eksv1.UpdateAccessConfigRequest{AuthenticationMode: "API"}}, configKind{}, "at 'name'"},
+		{"nothing", &eksv1.UpdateClusterConfigRequest{Name: "c1"}, configKind{}, "No changes were specified"},
+		{"logging", &eksv1.UpdateClusterConfigRequest{Name: "c1", Logging: logging}, kindLogging, ""},
+		{"empty logging", &eksv1.UpdateClusterConfigRequest{Name: "c1", Logging: &eksv1.Logging{}}, configKind{}, "at least one log type"},
+		{"unknown log type", &eksv1.UpdateClusterConfigRequest{Name: "c1", Logging: &eksv1.Logging{ClusterLogging: []*eksv1.LogSetup{{Types: []string{"kubelet"}}}}}, configKind{}, `"kubelet"`},
+		{"deletion protection off", &eksv1.UpdateClusterConfigRequest{Name: "c1", DeletionProtection: proto.Bool(false)}, kindDeletionProtection, ""},
+		{"support type", &eksv1.UpdateClusterConfigRequest{Name: "c1", UpgradePolicy: &eksv1.UpgradePolicy{SupportType: "STANDARD"}}, kindUpgradePolicy, ""},
+		{"unknown support type", &eksv1.UpdateClusterConfigRequest{Name: "c1", UpgradePolicy: &eksv1.UpgradePolicy{SupportType: "FOREVER"}}, configKind{}, "'upgradePolicy.supportType'"},
+		{"empty upgrade policy", &eksv1.UpdateClusterConfigRequest{Name: "c1", UpgradePolicy: &eksv1.UpgradePolicy{}}, configKind{}, "upgradePolicy supportType is required"},
+		{"two kinds", &eksv1.UpdateClusterConfigRequest{Name: "c1", Logging: logging, DeletionProtection: proto.Bool(true)}, configKind{}, "Only one type of update can be allowed."},
+		{"access and an unsupported kind", &eksv1.UpdateClusterConfigRequest{Name: "c1", AccessConfig: &eksv1.UpdateAccessConfigRequest{AuthenticationMode: "API"},
+			ResourcesVpcConfig: &eksv1.VpcConfigRequest{}}, configKind{}, "Only one type of update can be allowed."},
+		{"Auto Mode is one kind", &eksv1.UpdateClusterConfigRequest{Name: "c1", ComputeConfig: &eksv1.ComputeConfig{}, StorageConfig: &eksv1.StorageConfig{},
+			KubernetesNetworkConfig: &eksv1.KubernetesNetworkConfigRequest{}}, configKind{}, "does not support changing computeConfig, kubernetesNetworkConfig, storageConfig"},
+		{"resourcesVpcConfig", &eksv1.UpdateClusterConfigRequest{Name: "c1", ResourcesVpcConfig: &eksv1.VpcConfigRequest{}}, configKind{}, "does not support changing resourcesVpcConfig"},
+		{"zonalShiftConfig", &eksv1.UpdateClusterConfigRequest{Name: "c1", ZonalShiftConfig: &eksv1.ZonalShiftConfig{}}, configKind{}, "does not support changing zonalShiftConfig"},
+		{"remoteNetworkConfig", &eksv1.UpdateClusterConfigRequest{Name: "c1", RemoteNetworkConfig: &eksv1.RemoteNetworkConfig{}}, configKind{}, "does not support changing remoteNetworkConfig"},
+		{"controlPlaneScalingConfig", &eksv1.UpdateClusterConfigRequest{Name: "c1", ControlPlaneScalingConfig: &eksv1.ControlPlaneScalingConfig{}}, configKind{}, "does not support changing controlPlaneScalingConfig"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := validateUpdateConfig(tc.req)
+			if tc.msg == "" {
+				if err != nil || k != tc.kind {
+					t.Errorf("validateUpdateConfig = %v, %v; want %v, nil", k, err, tc.kind)
+				}
+				return
+			}
+			var e *errdefs.Error
+			if !errors.As(err, &e) || e.Exception != errdefs.InvalidParameterException || !strings.Contains(e.Message, tc.msg) {
+				t.Errorf("validateUpdateConfig = %v, want InvalidParameterException saying %q", err, tc.msg)
+			}
+		})
+	}
+}
+
+func TestAuthModeChangeAllowed(t *testing.T) {
+	modes := []string{"CONFIG_MAP", "API_AND_CONFIG_MAP", "API"}
+	allowed := map[[2]string]bool{
+		{"CONFIG_MAP", "API_AND_CONFIG_MAP"}: true,
+		{"API_AND_CONFIG_MAP", "API"}:        true,
+	}
+	for _, from := range modes {
+		for _, to := range append(slices.Clone(modes), "", "OIDC") {
+			t.Run(from+" to "+to, func(t *testing.T) {
+				if got := authModeChangeAllowed(from, to); got != allowed[[2]string{from, to}] {
+					t.Errorf("authModeChangeAllowed(%s, %s) = %v", from, to, got)
+				}
+			})
+		}
 	}
 }

@@ -1,8 +1,9 @@
 // Package update owns EKS update records as callers see them:
 // DescribeUpdate and ListUpdates. The records are written by the resource
 // that changes (server/addon writes an add-on update in the same transaction
-// as the add-on generation it describes); this package reads and renders
-// them.
+// as the add-on generation it describes, server/cluster a cluster update in
+// the same transaction as the cluster record it changed); this package reads
+// and renders them.
 package update
 
 import (
@@ -23,8 +24,16 @@ import (
 	"github.com/saltbush/saltbush/store"
 )
 
-// TypeAddonUpdate is the update type of every add-on update.
-const TypeAddonUpdate = "AddonUpdate"
+// The update types, as AWS names them.
+const (
+	// TypeAddonUpdate is the type of every add-on update.
+	TypeAddonUpdate = "AddonUpdate"
+	// The cluster update types UpdateClusterConfig records.
+	TypeAccessConfigUpdate       = "AccessConfigUpdate"
+	TypeLoggingUpdate            = "LoggingUpdate"
+	TypeDeletionProtectionUpdate = "DeletionProtectionUpdate"
+	TypeUpgradePolicyUpdate      = "UpgradePolicyUpdate"
+)
 
 // Clusters resolves a cluster name of the caller's account.
 type Clusters interface {
@@ -62,8 +71,8 @@ func (s *Service) cluster(ctx context.Context, name string) (*storagev1.ClusterR
 }
 
 // scope checks the filter and, for an add-on, that the add-on exists. It
-// returns the key prefix the updates live under, or "" for cluster updates
-// (saltbush records none).
+// returns the key prefix the updates live under: the add-on's, or without
+// addonName the cluster's own (UpdateClusterConfig).
 func (s *Service) scope(ctx context.Context, c *storagev1.ClusterRecord, f Filter) (string, error) {
 	switch {
 	case f.NodegroupName != "":
@@ -73,7 +82,7 @@ func (s *Service) scope(ctx context.Context, c *storagev1.ClusterRecord, f Filte
 		return "", errdefs.NotFound("No capability found for name: %s.", f.CapabilityName).
 			WithField("clusterName", c.GetName())
 	case f.AddonName == "":
-		return "", nil
+		return store.ClusterUpdatesPrefix(c.GetUid()), nil
 	}
 	if !addonNamePattern.MatchString(f.AddonName) {
 		return "", errdefs.InvalidParameter("Addon name %q is not valid.", f.AddonName).
@@ -104,7 +113,7 @@ func (s *Service) Describe(ctx context.Context, clusterName, updateID string, f 
 		missing = missing.WithField("addonName", f.AddonName)
 	}
 	// Update ids are UUIDs; anything else (a "/" above all) is not a key.
-	if _, perr := uuid.Parse(updateID); perr != nil || prefix == "" {
+	if _, perr := uuid.Parse(updateID); perr != nil {
 		return nil, missing
 	}
 	rec := &storagev1.UpdateRecord{}
@@ -118,7 +127,7 @@ func (s *Service) Describe(ctx context.Context, clusterName, updateID string, f 
 }
 
 // List returns one page of update ids of the caller's cluster in key
-// order. Add-on update ids are UUIDv7, so key order is creation order.
+// order. Update ids are UUIDv7, so key order is creation order.
 func (s *Service) List(ctx context.Context, clusterName string, f Filter, maxResults *int32, nextToken string) ([]string, string, error) {
 	c, err := s.cluster(ctx, clusterName)
 	if err != nil {
@@ -131,12 +140,6 @@ func (s *Service) List(ctx context.Context, clusterName string, f Filter, maxRes
 	prefix, err := s.scope(ctx, c, f)
 	if err != nil {
 		return nil, "", err
-	}
-	if prefix == "" {
-		if nextToken != "" {
-			return nil, "", paging.InvalidToken(nil)
-		}
-		return []string{}, "", nil
 	}
 	page, err := s.store.List(ctx, store.ListOptions{
 		Prefix:   prefix,

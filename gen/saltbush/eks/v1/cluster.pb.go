@@ -975,6 +975,52 @@ func (x *AccessConfigResponse) GetAuthenticationMode() string {
 	return ""
 }
 
+// UpdateAccessConfigRequest is AWS's UpdateAccessConfigRequest.
+type UpdateAccessConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// API, API_AND_CONFIG_MAP or CONFIG_MAP.
+	AuthenticationMode string `protobuf:"bytes,1,opt,name=authentication_mode,json=authenticationMode,proto3" json:"authentication_mode,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *UpdateAccessConfigRequest) Reset() {
+	*x = UpdateAccessConfigRequest{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAccessConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAccessConfigRequest) ProtoMessage() {}
+
+func (x *UpdateAccessConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAccessConfigRequest.ProtoReflect.Descriptor instead.
+func (*UpdateAccessConfigRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UpdateAccessConfigRequest) GetAuthenticationMode() string {
+	if x != nil {
+		return x.AuthenticationMode
+	}
+	return ""
+}
+
 // UpgradePolicy is AWS's UpgradePolicyRequest and UpgradePolicyResponse.
 type UpgradePolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -986,7 +1032,7 @@ type UpgradePolicy struct {
 
 func (x *UpgradePolicy) Reset() {
 	*x = UpgradePolicy{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1044,7 @@ func (x *UpgradePolicy) String() string {
 func (*UpgradePolicy) ProtoMessage() {}
 
 func (x *UpgradePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1057,7 @@ func (x *UpgradePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpgradePolicy.ProtoReflect.Descriptor instead.
 func (*UpgradePolicy) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpgradePolicy) GetSupportType() string {
@@ -1031,7 +1077,7 @@ type ZonalShiftConfig struct {
 
 func (x *ZonalShiftConfig) Reset() {
 	*x = ZonalShiftConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1089,7 @@ func (x *ZonalShiftConfig) String() string {
 func (*ZonalShiftConfig) ProtoMessage() {}
 
 func (x *ZonalShiftConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1102,7 @@ func (x *ZonalShiftConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZonalShiftConfig.ProtoReflect.Descriptor instead.
 func (*ZonalShiftConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ZonalShiftConfig) GetEnabled() bool {
@@ -1079,7 +1125,7 @@ type ComputeConfig struct {
 
 func (x *ComputeConfig) Reset() {
 	*x = ComputeConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1137,7 @@ func (x *ComputeConfig) String() string {
 func (*ComputeConfig) ProtoMessage() {}
 
 func (x *ComputeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1150,7 @@ func (x *ComputeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComputeConfig.ProtoReflect.Descriptor instead.
 func (*ComputeConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ComputeConfig) GetEnabled() bool {
@@ -1138,7 +1184,7 @@ type StorageConfig struct {
 
 func (x *StorageConfig) Reset() {
 	*x = StorageConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1196,7 @@ func (x *StorageConfig) String() string {
 func (*StorageConfig) ProtoMessage() {}
 
 func (x *StorageConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1209,7 @@ func (x *StorageConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageConfig.ProtoReflect.Descriptor instead.
 func (*StorageConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StorageConfig) GetBlockStorage() *BlockStorage {
@@ -1183,7 +1229,7 @@ type BlockStorage struct {
 
 func (x *BlockStorage) Reset() {
 	*x = BlockStorage{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1241,7 @@ func (x *BlockStorage) String() string {
 func (*BlockStorage) ProtoMessage() {}
 
 func (x *BlockStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1254,7 @@ func (x *BlockStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStorage.ProtoReflect.Descriptor instead.
 func (*BlockStorage) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BlockStorage) GetEnabled() bool {
@@ -1230,7 +1276,7 @@ type RemoteNetworkConfig struct {
 
 func (x *RemoteNetworkConfig) Reset() {
 	*x = RemoteNetworkConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1288,7 @@ func (x *RemoteNetworkConfig) String() string {
 func (*RemoteNetworkConfig) ProtoMessage() {}
 
 func (x *RemoteNetworkConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1301,7 @@ func (x *RemoteNetworkConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteNetworkConfig.ProtoReflect.Descriptor instead.
 func (*RemoteNetworkConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoteNetworkConfig) GetRemoteNodeNetworks() []*RemoteNetwork {
@@ -1282,7 +1328,7 @@ type RemoteNetwork struct {
 
 func (x *RemoteNetwork) Reset() {
 	*x = RemoteNetwork{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1340,7 @@ func (x *RemoteNetwork) String() string {
 func (*RemoteNetwork) ProtoMessage() {}
 
 func (x *RemoteNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1353,7 @@ func (x *RemoteNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteNetwork.ProtoReflect.Descriptor instead.
 func (*RemoteNetwork) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoteNetwork) GetCidrs() []string {
@@ -1328,7 +1374,7 @@ type ControlPlaneScalingConfig struct {
 
 func (x *ControlPlaneScalingConfig) Reset() {
 	*x = ControlPlaneScalingConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1386,7 @@ func (x *ControlPlaneScalingConfig) String() string {
 func (*ControlPlaneScalingConfig) ProtoMessage() {}
 
 func (x *ControlPlaneScalingConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1399,7 @@ func (x *ControlPlaneScalingConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlPlaneScalingConfig.ProtoReflect.Descriptor instead.
 func (*ControlPlaneScalingConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ControlPlaneScalingConfig) GetTier() string {
@@ -1373,7 +1419,7 @@ type ClusterHealth struct {
 
 func (x *ClusterHealth) Reset() {
 	*x = ClusterHealth{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1431,7 @@ func (x *ClusterHealth) String() string {
 func (*ClusterHealth) ProtoMessage() {}
 
 func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1444,7 @@ func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterHealth.ProtoReflect.Descriptor instead.
 func (*ClusterHealth) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterHealth) GetIssues() []*ClusterIssue {
@@ -1420,7 +1466,7 @@ type ClusterIssue struct {
 
 func (x *ClusterIssue) Reset() {
 	*x = ClusterIssue{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1478,7 @@ func (x *ClusterIssue) String() string {
 func (*ClusterIssue) ProtoMessage() {}
 
 func (x *ClusterIssue) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1491,7 @@ func (x *ClusterIssue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterIssue.ProtoReflect.Descriptor instead.
 func (*ClusterIssue) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClusterIssue) GetCode() string {
@@ -1497,7 +1543,7 @@ type CreateClusterRequest struct {
 
 func (x *CreateClusterRequest) Reset() {
 	*x = CreateClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1555,7 @@ func (x *CreateClusterRequest) String() string {
 func (*CreateClusterRequest) ProtoMessage() {}
 
 func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1568,7 @@ func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClusterRequest.ProtoReflect.Descriptor instead.
 func (*CreateClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateClusterRequest) GetName() string {
@@ -1661,7 +1707,7 @@ type CreateClusterResponse struct {
 
 func (x *CreateClusterResponse) Reset() {
 	*x = CreateClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1719,7 @@ func (x *CreateClusterResponse) String() string {
 func (*CreateClusterResponse) ProtoMessage() {}
 
 func (x *CreateClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1732,7 @@ func (x *CreateClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClusterResponse.ProtoReflect.Descriptor instead.
 func (*CreateClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateClusterResponse) GetCluster() *Cluster {
@@ -1706,7 +1752,7 @@ type DescribeClusterRequest struct {
 
 func (x *DescribeClusterRequest) Reset() {
 	*x = DescribeClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1764,7 @@ func (x *DescribeClusterRequest) String() string {
 func (*DescribeClusterRequest) ProtoMessage() {}
 
 func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1777,7 @@ func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{25}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DescribeClusterRequest) GetName() string {
@@ -1751,7 +1797,7 @@ type DescribeClusterResponse struct {
 
 func (x *DescribeClusterResponse) Reset() {
 	*x = DescribeClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1809,7 @@ func (x *DescribeClusterResponse) String() string {
 func (*DescribeClusterResponse) ProtoMessage() {}
 
 func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1822,7 @@ func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{26}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DescribeClusterResponse) GetCluster() *Cluster {
@@ -1800,7 +1846,7 @@ type ListClustersRequest struct {
 
 func (x *ListClustersRequest) Reset() {
 	*x = ListClustersRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1858,7 @@ func (x *ListClustersRequest) String() string {
 func (*ListClustersRequest) ProtoMessage() {}
 
 func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1871,7 @@ func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListClustersRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{27}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListClustersRequest) GetMaxResults() int32 {
@@ -1860,7 +1906,7 @@ type ListClustersResponse struct {
 
 func (x *ListClustersResponse) Reset() {
 	*x = ListClustersResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1918,7 @@ func (x *ListClustersResponse) String() string {
 func (*ListClustersResponse) ProtoMessage() {}
 
 func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1931,7 @@ func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListClustersResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{28}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListClustersResponse) GetClusters() []string {
@@ -1912,7 +1958,7 @@ type DeleteClusterRequest struct {
 
 func (x *DeleteClusterRequest) Reset() {
 	*x = DeleteClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +1970,7 @@ func (x *DeleteClusterRequest) String() string {
 func (*DeleteClusterRequest) ProtoMessage() {}
 
 func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +1983,7 @@ func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterRequest.ProtoReflect.Descriptor instead.
 func (*DeleteClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{29}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteClusterRequest) GetName() string {
@@ -1957,7 +2003,7 @@ type DeleteClusterResponse struct {
 
 func (x *DeleteClusterResponse) Reset() {
 	*x = DeleteClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2015,7 @@ func (x *DeleteClusterResponse) String() string {
 func (*DeleteClusterResponse) ProtoMessage() {}
 
 func (x *DeleteClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2028,7 @@ func (x *DeleteClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterResponse.ProtoReflect.Descriptor instead.
 func (*DeleteClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{30}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteClusterResponse) GetCluster() *Cluster {
@@ -1992,11 +2038,199 @@ func (x *DeleteClusterResponse) GetCluster() *Cluster {
 	return nil
 }
 
+// UpdateClusterConfigRequest is AWS's UpdateClusterConfigRequest. AWS
+// allows one kind of update per call; see ClusterService.UpdateClusterConfig
+// for the kinds saltbush acts on.
+type UpdateClusterConfigRequest struct {
+	state                     protoimpl.MessageState          `protogen:"open.v1"`
+	Name                      string                          `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ResourcesVpcConfig        *VpcConfigRequest               `protobuf:"bytes,2,opt,name=resources_vpc_config,json=resourcesVpcConfig,proto3" json:"resources_vpc_config,omitempty"`
+	Logging                   *Logging                        `protobuf:"bytes,3,opt,name=logging,proto3" json:"logging,omitempty"`
+	ClientRequestToken        string                          `protobuf:"bytes,4,opt,name=client_request_token,json=clientRequestToken,proto3" json:"client_request_token,omitempty"`
+	AccessConfig              *UpdateAccessConfigRequest      `protobuf:"bytes,5,opt,name=access_config,json=accessConfig,proto3" json:"access_config,omitempty"`
+	UpgradePolicy             *UpgradePolicy                  `protobuf:"bytes,6,opt,name=upgrade_policy,json=upgradePolicy,proto3" json:"upgrade_policy,omitempty"`
+	ZonalShiftConfig          *ZonalShiftConfig               `protobuf:"bytes,7,opt,name=zonal_shift_config,json=zonalShiftConfig,proto3" json:"zonal_shift_config,omitempty"`
+	ComputeConfig             *ComputeConfig                  `protobuf:"bytes,8,opt,name=compute_config,json=computeConfig,proto3" json:"compute_config,omitempty"`
+	KubernetesNetworkConfig   *KubernetesNetworkConfigRequest `protobuf:"bytes,9,opt,name=kubernetes_network_config,json=kubernetesNetworkConfig,proto3" json:"kubernetes_network_config,omitempty"`
+	StorageConfig             *StorageConfig                  `protobuf:"bytes,10,opt,name=storage_config,json=storageConfig,proto3" json:"storage_config,omitempty"`
+	RemoteNetworkConfig       *RemoteNetworkConfig            `protobuf:"bytes,11,opt,name=remote_network_config,json=remoteNetworkConfig,proto3" json:"remote_network_config,omitempty"`
+	DeletionProtection        *bool                           `protobuf:"varint,12,opt,name=deletion_protection,json=deletionProtection,proto3,oneof" json:"deletion_protection,omitempty"`
+	ControlPlaneScalingConfig *ControlPlaneScalingConfig      `protobuf:"bytes,13,opt,name=control_plane_scaling_config,json=controlPlaneScalingConfig,proto3" json:"control_plane_scaling_config,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *UpdateClusterConfigRequest) Reset() {
+	*x = UpdateClusterConfigRequest{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateClusterConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateClusterConfigRequest) ProtoMessage() {}
+
+func (x *UpdateClusterConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateClusterConfigRequest.ProtoReflect.Descriptor instead.
+func (*UpdateClusterConfigRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *UpdateClusterConfigRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateClusterConfigRequest) GetResourcesVpcConfig() *VpcConfigRequest {
+	if x != nil {
+		return x.ResourcesVpcConfig
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetLogging() *Logging {
+	if x != nil {
+		return x.Logging
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetClientRequestToken() string {
+	if x != nil {
+		return x.ClientRequestToken
+	}
+	return ""
+}
+
+func (x *UpdateClusterConfigRequest) GetAccessConfig() *UpdateAccessConfigRequest {
+	if x != nil {
+		return x.AccessConfig
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetUpgradePolicy() *UpgradePolicy {
+	if x != nil {
+		return x.UpgradePolicy
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetZonalShiftConfig() *ZonalShiftConfig {
+	if x != nil {
+		return x.ZonalShiftConfig
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetComputeConfig() *ComputeConfig {
+	if x != nil {
+		return x.ComputeConfig
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetKubernetesNetworkConfig() *KubernetesNetworkConfigRequest {
+	if x != nil {
+		return x.KubernetesNetworkConfig
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetStorageConfig() *StorageConfig {
+	if x != nil {
+		return x.StorageConfig
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetRemoteNetworkConfig() *RemoteNetworkConfig {
+	if x != nil {
+		return x.RemoteNetworkConfig
+	}
+	return nil
+}
+
+func (x *UpdateClusterConfigRequest) GetDeletionProtection() bool {
+	if x != nil && x.DeletionProtection != nil {
+		return *x.DeletionProtection
+	}
+	return false
+}
+
+func (x *UpdateClusterConfigRequest) GetControlPlaneScalingConfig() *ControlPlaneScalingConfig {
+	if x != nil {
+		return x.ControlPlaneScalingConfig
+	}
+	return nil
+}
+
+// UpdateClusterConfigResponse is AWS's UpdateClusterConfigResponse.
+type UpdateClusterConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateClusterConfigResponse) Reset() {
+	*x = UpdateClusterConfigResponse{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateClusterConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateClusterConfigResponse) ProtoMessage() {}
+
+func (x *UpdateClusterConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateClusterConfigResponse.ProtoReflect.Descriptor instead.
+func (*UpdateClusterConfigResponse) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *UpdateClusterConfigResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
 var File_saltbush_eks_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsaltbush/eks/v1/cluster.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\"\xef\v\n" +
+	"\x1dsaltbush/eks/v1/cluster.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1csaltbush/eks/v1/update.proto\"\xef\v\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03arn\x18\x02 \x01(\tR\x03arn\x12\x1d\n" +
@@ -2085,7 +2319,9 @@ const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\x14AccessConfigResponse\x12a\n" +
 	"+bootstrap_cluster_creator_admin_permissions\x18\x01 \x01(\bH\x00R'bootstrapClusterCreatorAdminPermissions\x88\x01\x01\x12/\n" +
 	"\x13authentication_mode\x18\x02 \x01(\tR\x12authenticationModeB.\n" +
-	",_bootstrap_cluster_creator_admin_permissions\"2\n" +
+	",_bootstrap_cluster_creator_admin_permissions\"L\n" +
+	"\x19UpdateAccessConfigRequest\x12/\n" +
+	"\x13authentication_mode\x18\x01 \x01(\tR\x12authenticationMode\"2\n" +
 	"\rUpgradePolicy\x12!\n" +
 	"\fsupport_type\x18\x01 \x01(\tR\vsupportType\"=\n" +
 	"\x10ZonalShiftConfig\x12\x1d\n" +
@@ -2164,12 +2400,31 @@ const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"K\n" +
 	"\x15DeleteClusterResponse\x122\n" +
-	"\acluster\x18\x01 \x01(\v2\x18.saltbush.eks.v1.ClusterR\acluster2\xf0\x03\n" +
+	"\acluster\x18\x01 \x01(\v2\x18.saltbush.eks.v1.ClusterR\acluster\"\xe4\a\n" +
+	"\x1aUpdateClusterConfigRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12S\n" +
+	"\x14resources_vpc_config\x18\x02 \x01(\v2!.saltbush.eks.v1.VpcConfigRequestR\x12resourcesVpcConfig\x122\n" +
+	"\alogging\x18\x03 \x01(\v2\x18.saltbush.eks.v1.LoggingR\alogging\x120\n" +
+	"\x14client_request_token\x18\x04 \x01(\tR\x12clientRequestToken\x12O\n" +
+	"\raccess_config\x18\x05 \x01(\v2*.saltbush.eks.v1.UpdateAccessConfigRequestR\faccessConfig\x12E\n" +
+	"\x0eupgrade_policy\x18\x06 \x01(\v2\x1e.saltbush.eks.v1.UpgradePolicyR\rupgradePolicy\x12O\n" +
+	"\x12zonal_shift_config\x18\a \x01(\v2!.saltbush.eks.v1.ZonalShiftConfigR\x10zonalShiftConfig\x12E\n" +
+	"\x0ecompute_config\x18\b \x01(\v2\x1e.saltbush.eks.v1.ComputeConfigR\rcomputeConfig\x12k\n" +
+	"\x19kubernetes_network_config\x18\t \x01(\v2/.saltbush.eks.v1.KubernetesNetworkConfigRequestR\x17kubernetesNetworkConfig\x12E\n" +
+	"\x0estorage_config\x18\n" +
+	" \x01(\v2\x1e.saltbush.eks.v1.StorageConfigR\rstorageConfig\x12X\n" +
+	"\x15remote_network_config\x18\v \x01(\v2$.saltbush.eks.v1.RemoteNetworkConfigR\x13remoteNetworkConfig\x124\n" +
+	"\x13deletion_protection\x18\f \x01(\bH\x00R\x12deletionProtection\x88\x01\x01\x12k\n" +
+	"\x1ccontrol_plane_scaling_config\x18\r \x01(\v2*.saltbush.eks.v1.ControlPlaneScalingConfigR\x19controlPlaneScalingConfigB\x16\n" +
+	"\x14_deletion_protection\"N\n" +
+	"\x1bUpdateClusterConfigResponse\x12/\n" +
+	"\x06update\x18\x01 \x01(\v2\x17.saltbush.eks.v1.UpdateR\x06update2\x8e\x05\n" +
 	"\x0eClusterService\x12t\n" +
 	"\rCreateCluster\x12%.saltbush.eks.v1.CreateClusterRequest\x1a&.saltbush.eks.v1.CreateClusterResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/clusters\x12~\n" +
 	"\x0fDescribeCluster\x12'.saltbush.eks.v1.DescribeClusterRequest\x1a(.saltbush.eks.v1.DescribeClusterResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/clusters/{name}\x12n\n" +
 	"\fListClusters\x12$.saltbush.eks.v1.ListClustersRequest\x1a%.saltbush.eks.v1.ListClustersResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/clusters\x12x\n" +
-	"\rDeleteCluster\x12%.saltbush.eks.v1.DeleteClusterRequest\x1a&.saltbush.eks.v1.DeleteClusterResponse\"\x18\x82\xd3\xe4\x93\x02\x12*\x10/clusters/{name}B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
+	"\rDeleteCluster\x12%.saltbush.eks.v1.DeleteClusterRequest\x1a&.saltbush.eks.v1.DeleteClusterResponse\"\x18\x82\xd3\xe4\x93\x02\x12*\x10/clusters/{name}\x12\x9b\x01\n" +
+	"\x13UpdateClusterConfig\x12+.saltbush.eks.v1.UpdateClusterConfigRequest\x1a,.saltbush.eks.v1.UpdateClusterConfigResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/clusters/{name}/update-configB8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 
 var (
 	file_saltbush_eks_v1_cluster_proto_rawDescOnce sync.Once
@@ -2183,7 +2438,7 @@ func file_saltbush_eks_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_saltbush_eks_v1_cluster_proto_rawDescData
 }
 
-var file_saltbush_eks_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_saltbush_eks_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_saltbush_eks_v1_cluster_proto_goTypes = []any{
 	(*Cluster)(nil),                         // 0: saltbush.eks.v1.Cluster
 	(*VpcConfigRequest)(nil),                // 1: saltbush.eks.v1.VpcConfigRequest
@@ -2198,78 +2453,95 @@ var file_saltbush_eks_v1_cluster_proto_goTypes = []any{
 	(*Certificate)(nil),                     // 10: saltbush.eks.v1.Certificate
 	(*CreateAccessConfigRequest)(nil),       // 11: saltbush.eks.v1.CreateAccessConfigRequest
 	(*AccessConfigResponse)(nil),            // 12: saltbush.eks.v1.AccessConfigResponse
-	(*UpgradePolicy)(nil),                   // 13: saltbush.eks.v1.UpgradePolicy
-	(*ZonalShiftConfig)(nil),                // 14: saltbush.eks.v1.ZonalShiftConfig
-	(*ComputeConfig)(nil),                   // 15: saltbush.eks.v1.ComputeConfig
-	(*StorageConfig)(nil),                   // 16: saltbush.eks.v1.StorageConfig
-	(*BlockStorage)(nil),                    // 17: saltbush.eks.v1.BlockStorage
-	(*RemoteNetworkConfig)(nil),             // 18: saltbush.eks.v1.RemoteNetworkConfig
-	(*RemoteNetwork)(nil),                   // 19: saltbush.eks.v1.RemoteNetwork
-	(*ControlPlaneScalingConfig)(nil),       // 20: saltbush.eks.v1.ControlPlaneScalingConfig
-	(*ClusterHealth)(nil),                   // 21: saltbush.eks.v1.ClusterHealth
-	(*ClusterIssue)(nil),                    // 22: saltbush.eks.v1.ClusterIssue
-	(*CreateClusterRequest)(nil),            // 23: saltbush.eks.v1.CreateClusterRequest
-	(*CreateClusterResponse)(nil),           // 24: saltbush.eks.v1.CreateClusterResponse
-	(*DescribeClusterRequest)(nil),          // 25: saltbush.eks.v1.DescribeClusterRequest
-	(*DescribeClusterResponse)(nil),         // 26: saltbush.eks.v1.DescribeClusterResponse
-	(*ListClustersRequest)(nil),             // 27: saltbush.eks.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),            // 28: saltbush.eks.v1.ListClustersResponse
-	(*DeleteClusterRequest)(nil),            // 29: saltbush.eks.v1.DeleteClusterRequest
-	(*DeleteClusterResponse)(nil),           // 30: saltbush.eks.v1.DeleteClusterResponse
-	nil,                                     // 31: saltbush.eks.v1.Cluster.TagsEntry
-	nil,                                     // 32: saltbush.eks.v1.CreateClusterRequest.TagsEntry
+	(*UpdateAccessConfigRequest)(nil),       // 13: saltbush.eks.v1.UpdateAccessConfigRequest
+	(*UpgradePolicy)(nil),                   // 14: saltbush.eks.v1.UpgradePolicy
+	(*ZonalShiftConfig)(nil),                // 15: saltbush.eks.v1.ZonalShiftConfig
+	(*ComputeConfig)(nil),                   // 16: saltbush.eks.v1.ComputeConfig
+	(*StorageConfig)(nil),                   // 17: saltbush.eks.v1.StorageConfig
+	(*BlockStorage)(nil),                    // 18: saltbush.eks.v1.BlockStorage
+	(*RemoteNetworkConfig)(nil),             // 19: saltbush.eks.v1.RemoteNetworkConfig
+	(*RemoteNetwork)(nil),                   // 20: saltbush.eks.v1.RemoteNetwork
+	(*ControlPlaneScalingConfig)(nil),       // 21: saltbush.eks.v1.ControlPlaneScalingConfig
+	(*ClusterHealth)(nil),                   // 22: saltbush.eks.v1.ClusterHealth
+	(*ClusterIssue)(nil),                    // 23: saltbush.eks.v1.ClusterIssue
+	(*CreateClusterRequest)(nil),            // 24: saltbush.eks.v1.CreateClusterRequest
+	(*CreateClusterResponse)(nil),           // 25: saltbush.eks.v1.CreateClusterResponse
+	(*DescribeClusterRequest)(nil),          // 26: saltbush.eks.v1.DescribeClusterRequest
+	(*DescribeClusterResponse)(nil),         // 27: saltbush.eks.v1.DescribeClusterResponse
+	(*ListClustersRequest)(nil),             // 28: saltbush.eks.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),            // 29: saltbush.eks.v1.ListClustersResponse
+	(*DeleteClusterRequest)(nil),            // 30: saltbush.eks.v1.DeleteClusterRequest
+	(*DeleteClusterResponse)(nil),           // 31: saltbush.eks.v1.DeleteClusterResponse
+	(*UpdateClusterConfigRequest)(nil),      // 32: saltbush.eks.v1.UpdateClusterConfigRequest
+	(*UpdateClusterConfigResponse)(nil),     // 33: saltbush.eks.v1.UpdateClusterConfigResponse
+	nil,                                     // 34: saltbush.eks.v1.Cluster.TagsEntry
+	nil,                                     // 35: saltbush.eks.v1.CreateClusterRequest.TagsEntry
+	(*Update)(nil),                          // 36: saltbush.eks.v1.Update
 }
 var file_saltbush_eks_v1_cluster_proto_depIdxs = []int32{
 	2,  // 0: saltbush.eks.v1.Cluster.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigResponse
 	4,  // 1: saltbush.eks.v1.Cluster.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigResponse
 	6,  // 2: saltbush.eks.v1.Cluster.logging:type_name -> saltbush.eks.v1.Logging
 	10, // 3: saltbush.eks.v1.Cluster.certificate_authority:type_name -> saltbush.eks.v1.Certificate
-	31, // 4: saltbush.eks.v1.Cluster.tags:type_name -> saltbush.eks.v1.Cluster.TagsEntry
+	34, // 4: saltbush.eks.v1.Cluster.tags:type_name -> saltbush.eks.v1.Cluster.TagsEntry
 	8,  // 5: saltbush.eks.v1.Cluster.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
 	12, // 6: saltbush.eks.v1.Cluster.access_config:type_name -> saltbush.eks.v1.AccessConfigResponse
-	13, // 7: saltbush.eks.v1.Cluster.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
-	14, // 8: saltbush.eks.v1.Cluster.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
-	21, // 9: saltbush.eks.v1.Cluster.health:type_name -> saltbush.eks.v1.ClusterHealth
-	15, // 10: saltbush.eks.v1.Cluster.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
-	16, // 11: saltbush.eks.v1.Cluster.storage_config:type_name -> saltbush.eks.v1.StorageConfig
-	18, // 12: saltbush.eks.v1.Cluster.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
-	20, // 13: saltbush.eks.v1.Cluster.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	14, // 7: saltbush.eks.v1.Cluster.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
+	15, // 8: saltbush.eks.v1.Cluster.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
+	22, // 9: saltbush.eks.v1.Cluster.health:type_name -> saltbush.eks.v1.ClusterHealth
+	16, // 10: saltbush.eks.v1.Cluster.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	17, // 11: saltbush.eks.v1.Cluster.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	19, // 12: saltbush.eks.v1.Cluster.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	21, // 13: saltbush.eks.v1.Cluster.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
 	5,  // 14: saltbush.eks.v1.KubernetesNetworkConfigRequest.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
 	5,  // 15: saltbush.eks.v1.KubernetesNetworkConfigResponse.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
 	7,  // 16: saltbush.eks.v1.Logging.cluster_logging:type_name -> saltbush.eks.v1.LogSetup
 	9,  // 17: saltbush.eks.v1.EncryptionConfig.provider:type_name -> saltbush.eks.v1.Provider
-	17, // 18: saltbush.eks.v1.StorageConfig.block_storage:type_name -> saltbush.eks.v1.BlockStorage
-	19, // 19: saltbush.eks.v1.RemoteNetworkConfig.remote_node_networks:type_name -> saltbush.eks.v1.RemoteNetwork
-	19, // 20: saltbush.eks.v1.RemoteNetworkConfig.remote_pod_networks:type_name -> saltbush.eks.v1.RemoteNetwork
-	22, // 21: saltbush.eks.v1.ClusterHealth.issues:type_name -> saltbush.eks.v1.ClusterIssue
+	18, // 18: saltbush.eks.v1.StorageConfig.block_storage:type_name -> saltbush.eks.v1.BlockStorage
+	20, // 19: saltbush.eks.v1.RemoteNetworkConfig.remote_node_networks:type_name -> saltbush.eks.v1.RemoteNetwork
+	20, // 20: saltbush.eks.v1.RemoteNetworkConfig.remote_pod_networks:type_name -> saltbush.eks.v1.RemoteNetwork
+	23, // 21: saltbush.eks.v1.ClusterHealth.issues:type_name -> saltbush.eks.v1.ClusterIssue
 	1,  // 22: saltbush.eks.v1.CreateClusterRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
 	3,  // 23: saltbush.eks.v1.CreateClusterRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
 	6,  // 24: saltbush.eks.v1.CreateClusterRequest.logging:type_name -> saltbush.eks.v1.Logging
-	32, // 25: saltbush.eks.v1.CreateClusterRequest.tags:type_name -> saltbush.eks.v1.CreateClusterRequest.TagsEntry
+	35, // 25: saltbush.eks.v1.CreateClusterRequest.tags:type_name -> saltbush.eks.v1.CreateClusterRequest.TagsEntry
 	8,  // 26: saltbush.eks.v1.CreateClusterRequest.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
 	11, // 27: saltbush.eks.v1.CreateClusterRequest.access_config:type_name -> saltbush.eks.v1.CreateAccessConfigRequest
-	13, // 28: saltbush.eks.v1.CreateClusterRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
-	14, // 29: saltbush.eks.v1.CreateClusterRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
-	15, // 30: saltbush.eks.v1.CreateClusterRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
-	16, // 31: saltbush.eks.v1.CreateClusterRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
-	18, // 32: saltbush.eks.v1.CreateClusterRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
-	20, // 33: saltbush.eks.v1.CreateClusterRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	14, // 28: saltbush.eks.v1.CreateClusterRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
+	15, // 29: saltbush.eks.v1.CreateClusterRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
+	16, // 30: saltbush.eks.v1.CreateClusterRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	17, // 31: saltbush.eks.v1.CreateClusterRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	19, // 32: saltbush.eks.v1.CreateClusterRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	21, // 33: saltbush.eks.v1.CreateClusterRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
 	0,  // 34: saltbush.eks.v1.CreateClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
 	0,  // 35: saltbush.eks.v1.DescribeClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
 	0,  // 36: saltbush.eks.v1.DeleteClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
-	23, // 37: saltbush.eks.v1.ClusterService.CreateCluster:input_type -> saltbush.eks.v1.CreateClusterRequest
-	25, // 38: saltbush.eks.v1.ClusterService.DescribeCluster:input_type -> saltbush.eks.v1.DescribeClusterRequest
-	27, // 39: saltbush.eks.v1.ClusterService.ListClusters:input_type -> saltbush.eks.v1.ListClustersRequest
-	29, // 40: saltbush.eks.v1.ClusterService.DeleteCluster:input_type -> saltbush.eks.v1.DeleteClusterRequest
-	24, // 41: saltbush.eks.v1.ClusterService.CreateCluster:output_type -> saltbush.eks.v1.CreateClusterResponse
-	26, // 42: saltbush.eks.v1.ClusterService.DescribeCluster:output_type -> saltbush.eks.v1.DescribeClusterResponse
-	28, // 43: saltbush.eks.v1.ClusterService.ListClusters:output_type -> saltbush.eks.v1.ListClustersResponse
-	30, // 44: saltbush.eks.v1.ClusterService.DeleteCluster:output_type -> saltbush.eks.v1.DeleteClusterResponse
-	41, // [41:45] is the sub-list for method output_type
-	37, // [37:41] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	1,  // 37: saltbush.eks.v1.UpdateClusterConfigRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
+	6,  // 38: saltbush.eks.v1.UpdateClusterConfigRequest.logging:type_name -> saltbush.eks.v1.Logging
+	13, // 39: saltbush.eks.v1.UpdateClusterConfigRequest.access_config:type_name -> saltbush.eks.v1.UpdateAccessConfigRequest
+	14, // 40: saltbush.eks.v1.UpdateClusterConfigRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
+	15, // 41: saltbush.eks.v1.UpdateClusterConfigRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
+	16, // 42: saltbush.eks.v1.UpdateClusterConfigRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	3,  // 43: saltbush.eks.v1.UpdateClusterConfigRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
+	17, // 44: saltbush.eks.v1.UpdateClusterConfigRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	19, // 45: saltbush.eks.v1.UpdateClusterConfigRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	21, // 46: saltbush.eks.v1.UpdateClusterConfigRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	36, // 47: saltbush.eks.v1.UpdateClusterConfigResponse.update:type_name -> saltbush.eks.v1.Update
+	24, // 48: saltbush.eks.v1.ClusterService.CreateCluster:input_type -> saltbush.eks.v1.CreateClusterRequest
+	26, // 49: saltbush.eks.v1.ClusterService.DescribeCluster:input_type -> saltbush.eks.v1.DescribeClusterRequest
+	28, // 50: saltbush.eks.v1.ClusterService.ListClusters:input_type -> saltbush.eks.v1.ListClustersRequest
+	30, // 51: saltbush.eks.v1.ClusterService.DeleteCluster:input_type -> saltbush.eks.v1.DeleteClusterRequest
+	32, // 52: saltbush.eks.v1.ClusterService.UpdateClusterConfig:input_type -> saltbush.eks.v1.UpdateClusterConfigRequest
+	25, // 53: saltbush.eks.v1.ClusterService.CreateCluster:output_type -> saltbush.eks.v1.CreateClusterResponse
+	27, // 54: saltbush.eks.v1.ClusterService.DescribeCluster:output_type -> saltbush.eks.v1.DescribeClusterResponse
+	29, // 55: saltbush.eks.v1.ClusterService.ListClusters:output_type -> saltbush.eks.v1.ListClustersResponse
+	31, // 56: saltbush.eks.v1.ClusterService.DeleteCluster:output_type -> saltbush.eks.v1.DeleteClusterResponse
+	33, // 57: saltbush.eks.v1.ClusterService.UpdateClusterConfig:output_type -> saltbush.eks.v1.UpdateClusterConfigResponse
+	53, // [53:58] is the sub-list for method output_type
+	48, // [48:53] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_eks_v1_cluster_proto_init() }
@@ -2277,6 +2549,7 @@ func file_saltbush_eks_v1_cluster_proto_init() {
 	if File_saltbush_eks_v1_cluster_proto != nil {
 		return
 	}
+	file_saltbush_eks_v1_update_proto_init()
 	file_saltbush_eks_v1_cluster_proto_msgTypes[0].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[1].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[2].OneofWrappers = []any{}
@@ -2284,18 +2557,19 @@ func file_saltbush_eks_v1_cluster_proto_init() {
 	file_saltbush_eks_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[11].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[12].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[14].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[15].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[17].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[23].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[27].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[16].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[18].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[24].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[28].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_eks_v1_cluster_proto_rawDesc), len(file_saltbush_eks_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_CreateCluster_FullMethodName   = "/saltbush.eks.v1.ClusterService/CreateCluster"
-	ClusterService_DescribeCluster_FullMethodName = "/saltbush.eks.v1.ClusterService/DescribeCluster"
-	ClusterService_ListClusters_FullMethodName    = "/saltbush.eks.v1.ClusterService/ListClusters"
-	ClusterService_DeleteCluster_FullMethodName   = "/saltbush.eks.v1.ClusterService/DeleteCluster"
+	ClusterService_CreateCluster_FullMethodName       = "/saltbush.eks.v1.ClusterService/CreateCluster"
+	ClusterService_DescribeCluster_FullMethodName     = "/saltbush.eks.v1.ClusterService/DescribeCluster"
+	ClusterService_ListClusters_FullMethodName        = "/saltbush.eks.v1.ClusterService/ListClusters"
+	ClusterService_DeleteCluster_FullMethodName       = "/saltbush.eks.v1.ClusterService/DeleteCluster"
+	ClusterService_UpdateClusterConfig_FullMethodName = "/saltbush.eks.v1.ClusterService/UpdateClusterConfig"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -48,6 +49,18 @@ type ClusterServiceClient interface {
 	// DeleteCluster moves a cluster to DELETING. The record is purged once
 	// teardown is confirmed (ClusterControlService.FinalizeDeletion).
 	DeleteCluster(ctx context.Context, in *DeleteClusterRequest, opts ...grpc.CallOption) (*DeleteClusterResponse, error)
+	// UpdateClusterConfig changes one kind of configuration of an ACTIVE
+	// cluster and records it as a cluster update (DescribeUpdate and
+	// ListUpdates without addonName). saltbush acts on accessConfig
+	// (AccessConfigUpdate: the authentication mode, one way only, CONFIG_MAP
+	// to API_AND_CONFIG_MAP to API), and on the configuration it only stores
+	// and echoes: logging (LoggingUpdate), deletionProtection
+	// (DeletionProtectionUpdate) and upgradePolicy (UpgradePolicyUpdate). The
+	// change and its update record commit in one transaction and take effect
+	// then (token reviews read the stored mode), so the update is returned
+	// with status Successful, never InProgress. Any other member is refused
+	// with an InvalidParameterException naming it.
+	UpdateClusterConfig(ctx context.Context, in *UpdateClusterConfigRequest, opts ...grpc.CallOption) (*UpdateClusterConfigResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -98,6 +111,16 @@ func (c *clusterServiceClient) DeleteCluster(ctx context.Context, in *DeleteClus
 	return out, nil
 }
 
+func (c *clusterServiceClient) UpdateClusterConfig(ctx context.Context, in *UpdateClusterConfigRequest, opts ...grpc.CallOption) (*UpdateClusterConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateClusterConfigResponse)
+	err := c.cc.Invoke(ctx, ClusterService_UpdateClusterConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -121,6 +144,18 @@ type ClusterServiceServer interface {
 	// DeleteCluster moves a cluster to DELETING. The record is purged once
 	// teardown is confirmed (ClusterControlService.FinalizeDeletion).
 	DeleteCluster(context.Context, *DeleteClusterRequest) (*DeleteClusterResponse, error)
+	// UpdateClusterConfig changes one kind of configuration of an ACTIVE
+	// cluster and records it as a cluster update (DescribeUpdate and
+	// ListUpdates without addonName). saltbush acts on accessConfig
+	// (AccessConfigUpdate: the authentication mode, one way only, CONFIG_MAP
+	// to API_AND_CONFIG_MAP to API), and on the configuration it only stores
+	// and echoes: logging (LoggingUpdate), deletionProtection
+	// (DeletionProtectionUpdate) and upgradePolicy (UpgradePolicyUpdate). The
+	// change and its update record commit in one transaction and take effect
+	// then (token reviews read the stored mode), so the update is returned
+	// with status Successful, never InProgress. Any other member is refused
+	// with an InvalidParameterException naming it.
+	UpdateClusterConfig(context.Context, *UpdateClusterConfigRequest) (*UpdateClusterConfigResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -142,6 +177,9 @@ func (UnimplementedClusterServiceServer) ListClusters(context.Context, *ListClus
 }
 func (UnimplementedClusterServiceServer) DeleteCluster(context.Context, *DeleteClusterRequest) (*DeleteClusterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteCluster not implemented")
+}
+func (UnimplementedClusterServiceServer) UpdateClusterConfig(context.Context, *UpdateClusterConfigRequest) (*UpdateClusterConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateClusterConfig not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -236,6 +274,24 @@ func _ClusterService_DeleteCluster_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_UpdateClusterConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateClusterConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).UpdateClusterConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_UpdateClusterConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).UpdateClusterConfig(ctx, req.(*UpdateClusterConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -258,6 +314,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteCluster",
 			Handler:    _ClusterService_DeleteCluster_Handler,
+		},
+		{
+			MethodName: "UpdateClusterConfig",
+			Handler:    _ClusterService_UpdateClusterConfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

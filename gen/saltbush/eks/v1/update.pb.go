@@ -22,16 +22,19 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Update is AWS's Update shape. Its status follows what was observed:
-// InProgress until the update's generation is reported READY (Successful)
-// or FAILED (Failed), or a later change supersedes it (Cancelled).
+// Update is AWS's Update shape. An add-on update's status follows what was
+// observed: InProgress until the update's generation is reported READY
+// (Successful) or FAILED (Failed), or a later change supersedes it
+// (Cancelled). A cluster update is Successful from the start: its change
+// took effect when it was recorded.
 type Update struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A UUID of its own, never the add-on ARN.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// InProgress, Failed, Cancelled or Successful.
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	// AddonUpdate for add-on updates.
+	// AddonUpdate for add-on updates; AccessConfigUpdate, LoggingUpdate,
+	// DeletionProtectionUpdate or UpgradePolicyUpdate for cluster updates.
 	Type   string         `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	Params []*UpdateParam `protobuf:"bytes,4,rep,name=params,proto3" json:"params,omitempty"`
 	// Epoch seconds with millisecond fraction.
@@ -117,7 +120,10 @@ func (x *Update) GetErrors() []*ErrorDetail {
 type UpdateParam struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// AddonVersion, ServiceAccountRoleArn, ResolveConflicts,
-	// ConfigurationValues or PodIdentityAssociations.
+	// ConfigurationValues or PodIdentityAssociations (add-on updates);
+	// AuthenticationMode, ClusterLogging, DeletionProtection or UpgradePolicy
+	// (cluster updates, whose values are JSON as AWS sends them:
+	// `"API"` with its quotes).
 	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields

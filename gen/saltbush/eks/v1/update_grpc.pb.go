@@ -27,15 +27,17 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// UpdateService serves EKS update records. saltbush records updates for
-// add-ons only (type AddonUpdate); as in AWS they are reached through the
-// cluster and scoped by `addonName`.
+// UpdateService serves EKS update records: add-on updates (type
+// AddonUpdate), reached as in AWS through the cluster and scoped by
+// `addonName`, and cluster updates (UpdateClusterConfig: AccessConfigUpdate,
+// LoggingUpdate, DeletionProtectionUpdate, UpgradePolicyUpdate), reached
+// without `addonName`.
 type UpdateServiceClient interface {
 	// DescribeUpdate returns one update. For an add-on update `addonName` is
-	// required, as AWS requires it.
+	// required, as AWS requires it; without it the id names a cluster update.
 	DescribeUpdate(ctx context.Context, in *DescribeUpdateRequest, opts ...grpc.CallOption) (*DescribeUpdateResponse, error)
-	// ListUpdates lists update ids, paged. With `addonName` it lists that
-	// add-on's updates; without it, the cluster's own updates (none yet).
+	// ListUpdates lists update ids in creation order, paged. With `addonName`
+	// it lists that add-on's updates; without it, the cluster's own updates.
 	ListUpdates(ctx context.Context, in *ListUpdatesRequest, opts ...grpc.CallOption) (*ListUpdatesResponse, error)
 }
 
@@ -71,15 +73,17 @@ func (c *updateServiceClient) ListUpdates(ctx context.Context, in *ListUpdatesRe
 // All implementations must embed UnimplementedUpdateServiceServer
 // for forward compatibility.
 //
-// UpdateService serves EKS update records. saltbush records updates for
-// add-ons only (type AddonUpdate); as in AWS they are reached through the
-// cluster and scoped by `addonName`.
+// UpdateService serves EKS update records: add-on updates (type
+// AddonUpdate), reached as in AWS through the cluster and scoped by
+// `addonName`, and cluster updates (UpdateClusterConfig: AccessConfigUpdate,
+// LoggingUpdate, DeletionProtectionUpdate, UpgradePolicyUpdate), reached
+// without `addonName`.
 type UpdateServiceServer interface {
 	// DescribeUpdate returns one update. For an add-on update `addonName` is
-	// required, as AWS requires it.
+	// required, as AWS requires it; without it the id names a cluster update.
 	DescribeUpdate(context.Context, *DescribeUpdateRequest) (*DescribeUpdateResponse, error)
-	// ListUpdates lists update ids, paged. With `addonName` it lists that
-	// add-on's updates; without it, the cluster's own updates (none yet).
+	// ListUpdates lists update ids in creation order, paged. With `addonName`
+	// it lists that add-on's updates; without it, the cluster's own updates.
 	ListUpdates(context.Context, *ListUpdatesRequest) (*ListUpdatesResponse, error)
 	mustEmbedUnimplementedUpdateServiceServer()
 }

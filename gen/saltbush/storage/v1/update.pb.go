@@ -78,9 +78,14 @@ func (UpdateStatus) EnumDescriptor() ([]byte, []int) {
 	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{0}
 }
 
-// UpdateRecord is stored at clusters/{cluster-uid}/updates/addons/{addon}/{id},
-// written in the same transaction as the add-on generation it describes. Its
-// status follows that generation's observed outcome.
+// UpdateRecord is stored at clusters/{cluster-uid}/updates/addons/{addon}/{id}
+// for an add-on update, written in the same transaction as the add-on
+// generation it describes; its status follows that generation's observed
+// outcome. A cluster update (UpdateClusterConfig) is stored at
+// clusters/{cluster-uid}/updates/cluster/{id}, written in the same
+// transaction as the cluster record it changed, with status SUCCESSFUL: the
+// change took effect when it committed. Its addon_name, addon_uid and
+// generation are empty.
 type UpdateRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A UUID of its own.
@@ -91,7 +96,7 @@ type UpdateRecord struct {
 	AddonUid string `protobuf:"bytes,4,opt,name=addon_uid,json=addonUid,proto3" json:"addon_uid,omitempty"`
 	// The add-on generation this update produced.
 	Generation int64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	// AddonUpdate.
+	// AddonUpdate, or a cluster update type (AccessConfigUpdate, ...).
 	Type          string                 `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
 	Status        UpdateStatus           `protobuf:"varint,7,opt,name=status,proto3,enum=saltbush.storage.v1.UpdateStatus" json:"status,omitempty"`
 	Params        []*UpdateParam         `protobuf:"bytes,8,rep,name=params,proto3" json:"params,omitempty"`
