@@ -334,7 +334,14 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	eksAccess := access.NewEKSServer(entries, authorizer)
-	reviews, err := review.NewService(clusters, keyCache, entries, &token.Verifier{
+	// Reviews read cluster records and access entries from a watch-fed
+	// view of the clusters whose agents ask, stopped with the server.
+	reviewView, err := review.NewView(s.store, review.DefaultViewIdle, s.registry, log.With("component", "review-view"))
+	if err != nil {
+		return nil, err
+	}
+	go reviewView.Run(s.background)
+	reviews, err := review.NewService(clusters, keyCache, entries, reviewView, &token.Verifier{
 		// AWS's STS hosts, saltbush's own region's (a private cloud may
 		// name its region anything), and the configured ones.
 		Hosts:  token.DefaultHosts(append([]string{"sts." + cfg.Cluster.Region + ".amazonaws.com"}, cfg.STSHosts...)...),

@@ -36,6 +36,21 @@ func (s *Service) Binding(ctx context.Context, clusterUID string, p Principal) (
 		}
 		return Binding{}, false, fmt.Errorf("access entry of %s on cluster %s: %w", p.Canonical(), clusterUID, err)
 	}
+	return bindingOf(rec), true, nil
+}
+
+// DecodeBinding is the binding of a stored access entry record (a value
+// under store.AccessEntriesPrefix), for views that mirror entries from a
+// watch instead of reading them one by one.
+func DecodeBinding(value []byte) (Binding, error) {
+	rec := &storagev1.AccessEntryRecord{}
+	if err := store.Decode(value, rec); err != nil {
+		return Binding{}, err
+	}
+	return bindingOf(rec), nil
+}
+
+func bindingOf(rec *storagev1.AccessEntryRecord) Binding {
 	b := Binding{
 		EntryUID: rec.GetUid(),
 		Type:     TypeName(rec.GetType()),
@@ -46,7 +61,7 @@ func (s *Service) Binding(ctx context.Context, clusterUID string, p Principal) (
 	for _, a := range rec.GetPolicies() {
 		b.Policies = append(b.Policies, accesspolicy.Association{PolicyARN: a.GetPolicyArn(), Scope: scopeOf(a)})
 	}
-	return b, true, nil
+	return b
 }
 
 // scopeOf is an association's scope. A record with no known scope type

@@ -1,12 +1,14 @@
 // Package review answers, for a cluster's guest agent, the two webhook
-// questions of the cluster's kube-apiserver (DESIGN §4.3, §6.6):
+// questions of the cluster's kube-apiserver (docs/architecture.md):
 //
 //   - ReviewToken (TokenReview): who bears this `aws eks get-token` token?
 //     The token is checked as aws-iam-authenticator checks it and its
 //     presigned SigV4 signature verified against saltbush's key store
 //     (package token); the signer is canonicalized (an assumed-role
-//     session is its role plus the session name) and mapped through the
-//     cluster's access entry to a Kubernetes username and groups.
+//     session is its role plus the session name) and mapped to a
+//     Kubernetes username and groups through the cluster's access entry
+//     or, as the cluster's authentication mode allows, its aws-auth
+//     ConfigMap, which the agent sends with the token.
 //   - ReviewAccess (SubjectAccessReview): may this user do this? The
 //     entry's associated access policies decide within their scopes
 //     (package accesspolicy); when none allows, the answer is "no
@@ -16,6 +18,9 @@
 // about must be the incarnation the certificate names, and the agent's
 // instance one of its members. Only an ACTIVE (or UPDATING) cluster
 // authenticates anyone.
+//
+// What a review reads of etcd (the cluster record, the access entry) comes
+// from a watch-fed View when it holds the cluster (view.go).
 package review
 
 import (
@@ -59,6 +64,10 @@ type Service struct {
 	clusters Clusters
 	keys     Keys
 	entries  Entries
+	// view answers cluster and entry reads from memory when it holds
+	// them; nil reads etcd every time.
+	view     *View
+	awsAuth  awsAuthMemo
 	tokens   *token.Verifier
 	policies *accesspolicy.Catalog
 	log      *slog.Logger
@@ -66,9 +75,10 @@ type Service struct {
 }
 
 // NewService returns the review service; its metrics are registered on reg.
-func NewService(clusters Clusters, keys Keys, entries Entries, tokens *token.Verifier, policies *accesspolicy.Catalog, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+// view may be nil (every review reads etcd).
+func NewService(clusters Clusters, keys Keys, entries Entries, view *View, tokens *token.Verifier, policies *accesspolicy.Catalog, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
 	s := &Service{
-		clusters: clusters, keys: keys, entries: entries, tokens: tokens, policies: policies, log: log,
+		clusters: clusters, keys: keys, entries: entries, view: view, tokens: tokens, policies: policies, log: log,
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "saltbush_access_reviews_total",
 			Help: "Token and access reviews answered for guest agents, by review (token, access) and result (authenticated, unauthenticated, allowed, no_opinion).",
@@ -95,6 +105,11 @@ func (s *Service) agentCluster(ctx context.Context, name *deliveryv1.ClusterName
 	if identity.ValidateAccountID(name.GetAccountId()) != nil || name.GetName() == "" {
 		return nil, errdefs.InvalidParameter("cluster must name an account id and a cluster name.")
 	}
+	if c, ok := s.view.cluster(who.Agent.ClusterUID, name.GetAccountId(), name.GetName()); ok && member(c, who.Agent.Instance) {
+		return c, nil
+	}
+	// Not in the view, or not a member there (the member may have been
+	// added an instant ago on another replica): etcd says.
 	ref := &controlv1.ClusterRef{AccountId: name.GetAccountId(), Name: name.GetName()}
 	// A serializable read; a miss or another incarnation is confirmed
 	// linearizably (the cluster may be new to this member).
@@ -111,12 +126,31 @@ func (s *Service) agentCluster(ctx context.Context, name *deliveryv1.ClusterName
 	case c.GetUid() != who.Agent.ClusterUID:
 		return nil, refused
 	}
-	for _, m := range c.GetMembers() {
-		if m.GetInstanceId() == who.Agent.Instance {
-			return c, nil
-		}
+	// The incarnation exists at this name: later reviews of it are
+	// answered from the view once it has loaded.
+	s.view.want(c.GetUid(), name.GetAccountId(), name.GetName())
+	if member(c, who.Agent.Instance) {
+		return c, nil
 	}
 	return nil, refused
+}
+
+func member(c *storagev1.ClusterRecord, instance string) bool {
+	for _, m := range c.GetMembers() {
+		if m.GetInstanceId() == instance {
+			return true
+		}
+	}
+	return false
+}
+
+// binding returns p's access entry on cluster c, from the view when it
+// holds the cluster's entries.
+func (s *Service) binding(ctx context.Context, c *storagev1.ClusterRecord, p access.Principal) (access.Binding, bool, error) {
+	if b, found, held, err := s.view.binding(c.GetUid(), p); held {
+		return b, found, err
+	}
+	return s.entries.Binding(ctx, c.GetUid(), p)
 }
 
 // serving reports whether a cluster authenticates users: ACTIVE, or
@@ -153,11 +187,12 @@ func (i identityOf) uid() string {
 	return "aws-iam-authenticator:" + i.signer.Principal.Account + ":" + i.signer.Principal.ID()
 }
 
-// username fills in an entry's username template the way
-// aws-iam-authenticator renders its mappings. There is no EC2 API here to
-// look up a node's private DNS name: {{EC2PrivateDNSName}} becomes the
-// session name, which for a node role is the instance's name.
-func (i identityOf) username(template string) string {
+// render fills in a username or group template (of an access entry or an
+// aws-auth mapping) the way aws-iam-authenticator renders its mappings.
+// There is no EC2 API here to look up a node's private DNS name:
+// {{EC2PrivateDNSName}} becomes the session name, which for a node role is
+// the instance's name.
+func (i identityOf) render(template string) string {
 	if !strings.Contains(template, "{{") {
 		return template
 	}
@@ -188,7 +223,7 @@ func (s *Service) ReviewToken(ctx context.Context, req *deliveryv1.ReviewTokenRe
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.reviewToken(ctx, c, req.GetToken())
+	resp, err := s.reviewToken(ctx, c, req.GetToken(), req.GetAwsAuth())
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +243,7 @@ func unauthenticated(format string, args ...any) *deliveryv1.ReviewTokenResponse
 	return &deliveryv1.ReviewTokenResponse{Error: fmt.Sprintf(format, args...)}
 }
 
-func (s *Service) reviewToken(ctx context.Context, c *storagev1.ClusterRecord, raw string) (*deliveryv1.ReviewTokenResponse, error) {
+func (s *Service) reviewToken(ctx context.Context, c *storagev1.ClusterRecord, raw string, cm *deliveryv1.AwsAuthConfigMap) (*deliveryv1.ReviewTokenResponse, error) {
 	if !serving(c) {
 		return unauthenticated("cluster %s is %s: it authenticates no one until it is ACTIVE", c.GetName(), statusName(c)), nil
 	}
@@ -232,14 +267,17 @@ func (s *Service) reviewToken(ctx context.Context, c *storagev1.ClusterRecord, r
 	if !ok {
 		return unauthenticated("the signer %s is not an IAM principal", cred.PrincipalARN), nil
 	}
-	b, ok, err := s.entries.Binding(ctx, c.GetUid(), signer.Principal)
+	who := identityOf{signer: signer, accessKeyID: id.AccessKeyID}
+	username, groups, ok, err := s.mapSigner(ctx, c, who, cm)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
+		if usesConfigMap(c) {
+			return unauthenticated("ARN %s is not mapped: it has no access entry on cluster %s and the cluster's aws-auth ConfigMap does not map it", signer.ARN, c.GetName()), nil
+		}
 		return unauthenticated("ARN %s is not mapped: it has no access entry on cluster %s", signer.ARN, c.GetName()), nil
 	}
-	who := identityOf{signer: signer, accessKeyID: id.AccessKeyID}
 	extra := map[string]*deliveryv1.ExtraValue{
 		extraARN:          {Values: []string{signer.ARN}},
 		extraCanonicalARN: {Values: []string{signer.Principal.Canonical()}},
@@ -250,12 +288,62 @@ func (s *Service) reviewToken(ctx context.Context, c *storagev1.ClusterRecord, r
 	return &deliveryv1.ReviewTokenResponse{
 		Authenticated: true,
 		User: &deliveryv1.UserInfo{
-			Username: who.username(b.Username),
+			Username: username,
 			Uid:      who.uid(),
-			Groups:   b.Groups,
+			Groups:   groups,
 			Extra:    extra,
 		},
 	}, nil
+}
+
+// usesConfigMap reports whether a cluster's authentication mode lets its
+// aws-auth ConfigMap map users (CONFIG_MAP or API_AND_CONFIG_MAP). In API
+// mode (and for a record with no mode) the ConfigMap is ignored.
+func usesConfigMap(c *storagev1.ClusterRecord) bool {
+	switch c.GetAccessConfig().GetAuthenticationMode() {
+	case "CONFIG_MAP", "API_AND_CONFIG_MAP":
+		return true
+	}
+	return false
+}
+
+// mapSigner maps a verified signer to its Kubernetes username and groups.
+//
+// The signer's access entry is consulted first in every mode, and wins:
+//   - API: access entries only; the aws-auth ConfigMap is ignored.
+//   - API_AND_CONFIG_MAP: the entry when the signer has one, otherwise
+//     aws-auth, as EKS does.
+//   - CONFIG_MAP: aws-auth. The only entry that can exist in this mode is
+//     the cluster creator's bootstrap admin entry (CreateAccessEntry is
+//     refused in CONFIG_MAP mode, and a cluster's mode only ever moves
+//     towards API), and AWS likewise keeps the creator an administrator of
+//     a CONFIG_MAP cluster without any aws-auth mapping.
+func (s *Service) mapSigner(ctx context.Context, c *storagev1.ClusterRecord, who identityOf, cm *deliveryv1.AwsAuthConfigMap) (username string, groups []string, ok bool, err error) {
+	b, ok, err := s.binding(ctx, c, who.signer.Principal)
+	if err != nil {
+		return "", nil, false, err
+	}
+	if ok {
+		return who.render(b.Username), b.Groups, true, nil
+	}
+	if !usesConfigMap(c) || cm == nil {
+		return "", nil, false, nil
+	}
+	auth, perr := s.awsAuth.get(c.GetUid(), cm)
+	if perr != nil {
+		// aws-iam-authenticator logs and keeps the good entries.
+		s.log.WarnContext(ctx, "aws-auth ConfigMap entries skipped", "cluster", c.GetName(), "uid", c.GetUid(),
+			"configmap_uid", cm.GetUid(), "resource_version", cm.GetResourceVersion(), "error", perr)
+	}
+	m, ok := auth.lookup(who.signer)
+	if !ok {
+		return "", nil, false, nil
+	}
+	groups = make([]string, 0, len(m.groups))
+	for _, g := range m.groups {
+		groups = append(groups, who.render(g))
+	}
+	return who.render(m.username), groups, true, nil
 }
 
 // ReviewAccess answers a SubjectAccessReview for the calling agent's
@@ -345,7 +433,7 @@ func (s *Service) reviewAccess(ctx context.Context, c *storagev1.ClusterRecord, 
 	if err != nil {
 		return noOpinion("user %s is not an access entry's principal", req.GetUser()), nil
 	}
-	b, ok, err := s.entries.Binding(ctx, c.GetUid(), p)
+	b, ok, err := s.binding(ctx, c, p)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +444,7 @@ func (s *Service) reviewAccess(ctx context.Context, c *storagev1.ClusterRecord, 
 		signer:      access.Signer{Principal: p, SessionName: one(req.GetExtra(), extraSessionName)},
 		accessKeyID: one(req.GetExtra(), extraAccessKeyID),
 	}
-	if req.GetUser() != who.username(b.Username) || (req.GetUid() != "" && req.GetUid() != who.uid()) {
+	if req.GetUser() != who.render(b.Username) || (req.GetUid() != "" && req.GetUid() != who.uid()) {
 		return noOpinion("user %s is not the username of %s's access entry", req.GetUser(), p.Canonical()), nil
 	}
 	d := s.policies.Authorize(b.Policies, attrs)

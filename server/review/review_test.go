@@ -25,7 +25,7 @@ func TestUsernameTemplates(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			who := identityOf{signer: tc.signer, accessKeyID: "AKIAEXAMPLE"}
-			if got := who.username(tc.template); got != tc.want {
+			if got := who.render(tc.template); got != tc.want {
 				t.Errorf("= %q, want %q", got, tc.want)
 			}
 		})

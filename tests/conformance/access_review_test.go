@@ -207,8 +207,14 @@ func TestReviewTokenRealTokens(t *testing.T) {
 		if _, err := h.eks.DeleteAccessEntry(ctxT(t), &eks.DeleteAccessEntryInput{ClusterName: aws.String(h.cluster), PrincipalArn: aws.String(teamRoleARN)}); err != nil {
 			t.Fatal(err)
 		}
-		// The same token, a moment later.
-		if got := h.reviewRaw(t, tok); got.GetAuthenticated() || !strings.Contains(got.GetError(), "no access entry") {
+		// The same token, once the review view has the deletion (one
+		// watch delivery).
+		var got *deliveryv1.ReviewTokenResponse
+		eventually(t, "a deleted entry stops authenticating", func() bool {
+			got = h.reviewRaw(t, tok)
+			return !got.GetAuthenticated()
+		})
+		if !strings.Contains(got.GetError(), "no access entry") {
 			t.Errorf("after delete: %v", got)
 		}
 	})
@@ -216,10 +222,32 @@ func TestReviewTokenRealTokens(t *testing.T) {
 		if _, err := h.eks.DeleteCluster(ctxT(t), &eks.DeleteClusterInput{Name: aws.String(h.cluster)}); err != nil {
 			t.Fatal(err)
 		}
-		if got := h.token(t, h.dev, servertest.TokenOptions{}); got.GetAuthenticated() || !strings.Contains(got.GetError(), "DELETING") {
+		var got *deliveryv1.ReviewTokenResponse
+		eventually(t, "a DELETING cluster stops authenticating", func() bool {
+			got = h.token(t, h.dev, servertest.TokenOptions{})
+			return !got.GetAuthenticated()
+		})
+		if !strings.Contains(got.GetError(), "DELETING") {
 			t.Errorf("DELETING cluster: %v", got)
 		}
 	})
+}
+
+// eventually polls cond until it holds, failing the test after 10s, and
+// logs how long it took: what a change takes to reach a review (one watch
+// delivery) is measured here, never asserted.
+func eventually(t *testing.T, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%s: still not so after 10s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(start)
+	t.Logf("%s: after %v", what, took)
+	return took
 }
 
 // retoken decodes a token, edits its URL and encodes it again.
@@ -279,11 +307,16 @@ func TestReviewBoundToAgentCluster(t *testing.T) {
 	if _, err := healthpb.NewHealthClient(h.srv.AgentConn(t, h.uid, agentInstance)).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("agent health check: %v", err)
 	}
-	// A member removed is refused at once.
+	// A member removed is refused once the review view has the change
+	// (one watch delivery).
 	if _, err := controlv1.NewClusterControlServiceClient(h.srv.GRPC(t)).RemoveMember(ctx, &controlv1.RemoveMemberRequest{Cluster: h.ref(), InstanceId: agentInstance}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := h.review.ReviewToken(ctx, &deliveryv1.ReviewTokenRequest{Cluster: h.name(), Token: tok})
+	var err error
+	eventually(t, "a removed member is refused", func() bool {
+		_, err = h.review.ReviewToken(ctx, &deliveryv1.ReviewTokenRequest{Cluster: h.name(), Token: tok})
+		return err != nil
+	})
 	wantGRPCErr(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
 }
 
@@ -351,11 +384,14 @@ func TestReviewAccessDecisions(t *testing.T) {
 			PrincipalArn: aws.String(teamRoleARN), PolicyArn: aws.String(editPolicy)}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := h.review.ReviewAccess(ctx, &deliveryv1.ReviewAccessRequest{Cluster: h.name(), User: team.GetUsername(), Uid: team.GetUid(), Extra: team.GetExtra(),
-			ResourceAttributes: res("create", "apps", "deployments", "dev")})
-		if err != nil || got.GetAllowed() {
-			t.Errorf("after disassociation: %v %v", got, err)
-		}
+		eventually(t, "a disassociated policy stops allowing", func() bool {
+			got, err := h.review.ReviewAccess(ctx, &deliveryv1.ReviewAccessRequest{Cluster: h.name(), User: team.GetUsername(), Uid: team.GetUid(), Extra: team.GetExtra(),
+				ResourceAttributes: res("create", "apps", "deployments", "dev")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return !got.GetAllowed()
+		})
 	})
 }
 
