@@ -76,14 +76,16 @@ demo:
 	bash scripts/demo.sh
 
 ## kube: the real Kubernetes control plane the guest tests run against
-## (kube-apiserver, kube-controller-manager, kube-scheduler), built from
-## k8s.io/kubernetes through the Go module proxy (tools/kube/go.mod pins
-## it). About 10 minutes cold on 2 cores; the Go build cache keeps it.
+## (kube-apiserver, kube-controller-manager, kube-scheduler) and the real
+## kubectl the access tests drive, built from k8s.io/kubernetes through
+## the Go module proxy (tools/kube/go.mod pins it). About 12 minutes cold
+## on 2 cores; the Go build cache keeps it.
 KUBE_BIN := $(CURDIR)/bin/kube
+KUBE_CMDS := kube-apiserver kube-controller-manager kube-scheduler kubectl
 kube: $(KUBE_BIN)/.built
 $(KUBE_BIN)/.built: tools/kube/go.mod tools/kube/go.sum
-	cd tools/kube && $(GO) build -o $(KUBE_BIN)/ k8s.io/kubernetes/cmd/kube-apiserver \
-		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+	cd tools/kube && $(GO) build -o $(KUBE_BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_CMDS))
+	@for c in $(KUBE_CMDS); do test -x $(KUBE_BIN)/$$c || { echo "$$c was not built" >&2; exit 1; }; done
 	touch $@
 
 unit: kube

@@ -1,7 +1,10 @@
 // Command saltbush-agent is the guest agent of a saltbush cluster's
 // control-plane VM: `saltbush-agent run` holds the delivery stream and,
-// as the cluster's executor, applies its add-ons; `saltbush-agent status`
-// shows what a running agent is doing. See images/README.md for how a VM
+// as the cluster's executor, applies its add-ons, and serves the
+// apiserver's authentication and authorization webhooks;
+// `saltbush-agent webhook-config` writes the webhooks' kubeconfig files
+// before the apiserver starts; `saltbush-agent status` shows what a
+// running agent is doing. See images/README.md for how a VM
 // image runs it and docs/delivery-protocol.md for the protocol.
 package main
 
@@ -24,6 +27,7 @@ import (
 
 	"github.com/saltbush/saltbush/guest/agent"
 	"github.com/saltbush/saltbush/guest/config"
+	"github.com/saltbush/saltbush/guest/webhook"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -38,7 +42,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), newStatusCommand(), &cobra.Command{
+	root.AddCommand(newRunCommand(), newWebhookConfigCommand(), newStatusCommand(), &cobra.Command{
 		Use: "version", Short: "Print the agent's version",
 		Run: func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version) },
 	})
@@ -68,11 +72,74 @@ func newRunCommand() *cobra.Command {
 	return cmd
 }
 
+// newWebhookConfigCommand writes the webhooks' certificates and kubeconfig
+// files and exits: K3s runs it before its apiserver starts (the apiserver
+// reads the files once, at its start), and `run` then serves with the same
+// material.
+func newWebhookConfigCommand() *cobra.Command {
+	cfg := config.Default()
+	cmd := &cobra.Command{
+		Use:   "webhook-config",
+		Short: "Write the apiserver's webhook kubeconfig files and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := config.Resolve(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
+			if cfg.WebhookAddr == "" {
+				return fmt.Errorf("webhook-addr is empty: the webhooks are off")
+			}
+			authn, authz, _, err := writeWebhookConfig(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), authn)
+			fmt.Fprintln(cmd.OutOrStdout(), authz)
+			return nil
+		},
+	}
+	cfg.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// writeWebhookConfig ensures the webhooks' TLS material and writes the two
+// kubeconfig files.
+func writeWebhookConfig(cfg config.Config) (authn, authz string, p *webhook.PKI, err error) {
+	host, _, err := net.SplitHostPort(cfg.WebhookAddr)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("webhook-addr %q: %w", cfg.WebhookAddr, err)
+	}
+	dir := cfg.WebhookDirectory()
+	p, _, err = webhook.EnsurePKI(dir, host, time.Now())
+	if err != nil {
+		return "", "", nil, err
+	}
+	authn, authz, err = p.WriteKubeconfigs(dir, cfg.WebhookAddr)
+	return authn, authz, p, err
+}
+
 func run(ctx context.Context, cfg config.Config) error {
 	log := newLogger(cfg)
 	a, err := agent.New(cfg, log, version)
 	if err != nil {
 		return err
+	}
+	if cfg.WebhookAddr != "" {
+		authn, authz, p, err := writeWebhookConfig(cfg)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", cfg.WebhookAddr)
+		if err != nil {
+			return fmt.Errorf("webhook address: %w", err)
+		}
+		log.Info("authentication and authorization webhooks", "addr", ln.Addr().String(),
+			"authentication_kubeconfig", authn, "authorization_kubeconfig", authz)
+		go func() {
+			if err := a.ServeWebhooks(ctx, ln, p); err != nil {
+				log.Error("webhook server", "err", err)
+			}
+		}()
 	}
 	if cfg.StatusAddr != "" {
 		ln, err := net.Listen("tcp", cfg.StatusAddr)

@@ -44,6 +44,7 @@ import (
 	"github.com/saltbush/saltbush/guest/inventory"
 	"github.com/saltbush/saltbush/guest/kube"
 	"github.com/saltbush/saltbush/guest/state"
+	"github.com/saltbush/saltbush/guest/webhook"
 )
 
 // Agent is one running guest agent.
@@ -59,6 +60,10 @@ type Agent struct {
 	applier *apply.Applier
 	health  *health.Watcher
 	metrics *metrics
+	// webhooks answer the apiserver's reviews, with the aws-auth
+	// ConfigMap awsAuth keeps.
+	webhooks *webhook.Server
+	awsAuth  *webhook.AwsAuth
 
 	// events carries host messages and stream changes to run.
 	events chan event
@@ -160,6 +165,19 @@ func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
 	}
 	a.link = hostlink.New(hostlink.Config{Endpoints: cfg.Endpoints, TLS: creds.TLSConfig(),
 		BackoffInitial: cfg.BackoffInitial, BackoffMax: cfg.BackoffMax, Log: log})
+	a.awsAuth = webhook.NewAwsAuth(kc.Kubernetes, log.With("component", "aws-auth"))
+	if a.webhooks, err = webhook.New(webhook.Config{
+		Cluster:          &deliveryv1.ClusterName{AccountId: cfg.AccountID, Name: cfg.ClusterName},
+		Host:             reviewHost{link: a.link},
+		AwsAuth:          a.awsAuth.Get,
+		CacheTTL:         cfg.ReviewCacheTTL,
+		NegativeCacheTTL: cfg.ReviewNegativeCacheTTL,
+		Timeout:          cfg.ReviewTimeout,
+		Log:              log.With("component", "webhook"),
+		Registerer:       a.metrics.reg,
+	}); err != nil {
+		return nil, err
+	}
 	a.health = health.New(kc.Dynamic, kc.Kubernetes, kc.Mapper, apply.AddonLabel, a.markDirty, log)
 	if st.Desired != nil {
 		a.held.Store(&deliveryv1.DesiredSet{Version: st.Desired.GetVersion(), Digest: st.Desired.GetDigest()})

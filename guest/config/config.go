@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -54,8 +55,18 @@ type Config struct {
 	// StateDir holds what the agent remembers across restarts.
 	StateDir string
 	// WebhookAddr is where the authentication and authorization webhooks
-	// for the local apiserver will be served (loopback).
+	// for the local apiserver are served (loopback; "" turns them off).
 	WebhookAddr string
+	// WebhookDir holds the webhooks' TLS material and the two kubeconfig
+	// files the apiserver reads ("" is StateDir/webhook).
+	WebhookDir string
+	// ReviewCacheTTL is how long an authenticated token or an allowed
+	// request is answered from the agent's memory; ReviewNegativeCacheTTL
+	// the same for a refused token or "no opinion". They bound how long a
+	// revoked access lasts (docs/agent.md, "Cluster access").
+	ReviewCacheTTL, ReviewNegativeCacheTTL time.Duration
+	// ReviewTimeout bounds one webhook review, asking saltbush included.
+	ReviewTimeout time.Duration
 	// StatusAddr serves /metrics and /status on loopback.
 	StatusAddr string
 
@@ -77,6 +88,14 @@ type Config struct {
 	LogJSON  bool
 }
 
+// WebhookDirectory is WebhookDir, or its default under StateDir.
+func (c Config) WebhookDirectory() string {
+	if c.WebhookDir != "" {
+		return c.WebhookDir
+	}
+	return filepath.Join(c.StateDir, "webhook")
+}
+
 // Default is the configuration before any file, variable or flag.
 func Default() Config {
 	return Config{
@@ -87,13 +106,18 @@ func Default() Config {
 		Kubeconfig:     "/etc/rancher/k3s/k3s.yaml",
 		StateDir:       "/var/lib/saltbush-agent",
 		WebhookAddr:    "127.0.0.1:9444",
-		StatusAddr:     "127.0.0.1:9445",
-		DriftInterval:  10 * time.Minute,
-		ReadyTimeout:   10 * time.Minute,
-		FailureGrace:   2 * time.Minute,
-		BackoffInitial: 500 * time.Millisecond,
-		BackoffMax:     30 * time.Second,
-		LogLevel:       "info",
+		ReviewCacheTTL: 10 * time.Second,
+		// A user refused an instant before their access entry was made
+		// waits at most this long.
+		ReviewNegativeCacheTTL: 3 * time.Second,
+		ReviewTimeout:          5 * time.Second,
+		StatusAddr:             "127.0.0.1:9445",
+		DriftInterval:          10 * time.Minute,
+		ReadyTimeout:           10 * time.Minute,
+		FailureGrace:           2 * time.Minute,
+		BackoffInitial:         500 * time.Millisecond,
+		BackoffMax:             30 * time.Second,
+		LogLevel:               "info",
 	}
 }
 
@@ -110,7 +134,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CAFile, "ca", c.CAFile, "CA bundle saltbush's certificate is verified against (PEM)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig of the cluster's apiserver")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the agent's persistent state")
-	fs.StringVar(&c.WebhookAddr, "webhook-addr", c.WebhookAddr, "loopback address of the apiserver's authentication and authorization webhooks")
+	fs.StringVar(&c.WebhookAddr, "webhook-addr", c.WebhookAddr, "loopback address of the apiserver's authentication and authorization webhooks (\"\" turns them off)")
+	fs.StringVar(&c.WebhookDir, "webhook-dir", c.WebhookDir, "directory of the webhooks' certificates and kubeconfig files (default <state-dir>/webhook)")
+	fs.DurationVar(&c.ReviewCacheTTL, "review-cache-ttl", c.ReviewCacheTTL, "how long an authenticated token or allowed request is cached (0 disables)")
+	fs.DurationVar(&c.ReviewNegativeCacheTTL, "review-negative-cache-ttl", c.ReviewNegativeCacheTTL, "how long a refused token or \"no opinion\" is cached (0 disables)")
+	fs.DurationVar(&c.ReviewTimeout, "review-timeout", c.ReviewTimeout, "deadline of one webhook review, asking saltbush included")
 	fs.StringVar(&c.StatusAddr, "status-addr", c.StatusAddr, "loopback address serving /metrics and /status")
 	fs.DurationVar(&c.DriftInterval, "drift-interval", c.DriftInterval, "how often every add-on is re-applied to undo drift")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long a new generation may take to become ready before it fails")
@@ -287,13 +315,16 @@ func (c Config) Validate() error {
 		}
 	}
 	for name, d := range map[string]time.Duration{"drift-interval": c.DriftInterval, "ready-timeout": c.ReadyTimeout,
-		"backoff-initial": c.BackoffInitial, "backoff-max": c.BackoffMax} {
+		"backoff-initial": c.BackoffInitial, "backoff-max": c.BackoffMax, "review-timeout": c.ReviewTimeout} {
 		if d <= 0 {
 			bad("%s must be positive", name)
 		}
 	}
 	if c.FailureGrace < 0 {
 		bad("failure-grace must not be negative")
+	}
+	if c.ReviewCacheTTL < 0 || c.ReviewNegativeCacheTTL < 0 {
+		bad("review-cache-ttl and review-negative-cache-ttl must not be negative")
 	}
 	if c.BackoffMax < c.BackoffInitial {
 		bad("backoff-max must not be below backoff-initial")

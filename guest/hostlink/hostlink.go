@@ -76,16 +76,16 @@ var errSilent = errors.New("saltbush was silent for fence-after; connecting agai
 type Link struct {
 	cfg Config
 
-	// conns are the endpoints' client connections, made on first use and
-	// kept (gRPC reconnects them); owned by Run's goroutine.
-	conns map[string]*grpc.ClientConn
-
 	// Timing heard in Assignments (nanoseconds), read by the sender.
 	heartbeat  atomic.Int64
 	fenceAfter atomic.Int64
 
 	mu      sync.Mutex
 	current *session
+	// conns are the endpoints' client connections, made on first use by
+	// Run's goroutine and kept (gRPC reconnects them); Conn reads them
+	// from the webhooks' goroutines, hence under mu.
+	conns map[string]*grpc.ClientConn
 }
 
 // session is one open stream's outbound side.
@@ -205,6 +205,8 @@ func backoff(initial, maxDelay time.Duration, failures int) time.Duration {
 }
 
 func (l *Link) conn(ep string) (*grpc.ClientConn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if c, ok := l.conns[ep]; ok {
 		return c, nil
 	}

@@ -92,3 +92,20 @@ func modulePath(gomod []byte) string {
 	}
 	return ""
 }
+
+// kubectlBinary is the real kubectl, built beside the control plane.
+const kubectlBinary = "kubectl"
+
+// Kubectl returns the path of the kubectl `make kube` builds from
+// k8s.io/kubernetes/cmd/kubectl, or an error that says how to build it.
+func Kubectl() (string, error) {
+	dir, err := findBinaries()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, kubectlBinary)
+	if info, err := os.Stat(path); err != nil || info.IsDir() || info.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("kubetest: %s not found or not executable in %s: run `make kube`", kubectlBinary, dir)
+	}
+	return path, nil
+}

@@ -1,0 +1,281 @@
+// Package accesstest starts the whole access chain for tests and
+// benchmarks: a saltbush server, one ACTIVE cluster, its guest agent
+// (the real saltbush-agent binary) serving the authentication and
+// authorization webhooks, and a real kube-apiserver (tests/kubetest)
+// configured with those webhooks exactly as images/k3s configures K3s's,
+// so that a token from `aws eks get-token` or the Go SDK presigner reaches
+// kubectl's apiserver and is decided by the cluster's access entries.
+package accesstest
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/agentproc"
+	"github.com/saltbush/saltbush/tests/kubetest"
+	"github.com/saltbush/saltbush/tests/netproxy"
+)
+
+// Instance is the cluster's one control-plane member.
+const Instance = "i-0acce55000000000a"
+
+// StaticToken, StaticUser and StaticGroup are a user of the apiserver's
+// static token file: the same request made with a token the apiserver
+// checks itself is the baseline the webhooks' cost is measured against.
+const (
+	StaticToken = "saltbush-static-token-for-benchmarks"
+	StaticUser  = "static-user"
+	StaticGroup = "static-readers"
+)
+
+// WebhookAPIServerArgs are the kube-apiserver flags that point it at the
+// agent's webhooks, as images/k3s/config.yaml.d/saltbush-webhooks.yaml sets
+// them for K3s (the apiserver's own caches off: the agent's cache is the
+// one cache, so its TTLs alone bound revocation).
+func WebhookAPIServerArgs(authn, authz string) []string {
+	return []string{
+		"--authentication-token-webhook-config-file=" + authn,
+		"--authentication-token-webhook-version=v1",
+		"--authentication-token-webhook-cache-ttl=0s",
+		"--authorization-mode=Node,RBAC,Webhook",
+		"--authorization-webhook-config-file=" + authz,
+		"--authorization-webhook-version=v1",
+		"--authorization-webhook-cache-authorized-ttl=0s",
+		"--authorization-webhook-cache-unauthorized-ttl=0s",
+	}
+}
+
+// Options configure Start.
+type Options struct {
+	// AgentBinary is agentproc.Build's result.
+	AgentBinary string
+	// AuthenticationMode of the cluster at creation; API when "".
+	AuthenticationMode string
+	// CacheTTL and NegativeCacheTTL are the agent's review caches.
+	CacheTTL, NegativeCacheTTL time.Duration
+	// ReviewTimeout bounds one review in the agent; 2 s when zero.
+	ReviewTimeout time.Duration
+}
+
+// World is a running access chain. Stop it when done.
+type World struct {
+	Server  *servertest.Server
+	EKS     *eks.Client
+	Account string
+	Cluster string
+	UID     string
+	Region  string
+	Kube    *kubetest.Cluster
+	Agent   *agentproc.Process
+	// Proxy carries the agent's gRPC to saltbush: Partition makes saltbush
+	// unreachable for the agent.
+	Proxy *netproxy.Proxy
+	// Kubectl is the real kubectl's path.
+	Kubectl string
+	// Dir is a scratch directory for kubeconfigs.
+	Dir string
+}
+
+// timing keeps delivery short, as the agent tests do.
+func timing(c *server.Config) {
+	c.Delivery.SessionTTL = 8 * time.Second
+	c.Delivery.HeartbeatInterval = time.Second
+	c.Delivery.FenceAfter = 4 * time.Second
+	c.Delivery.SafetyMargin = 2 * time.Second
+}
+
+// Start starts a world named cluster; ctx bounds the start.
+func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World {
+	tb.Helper()
+	kubectl, err := kubetest.Kubectl()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if o.ReviewTimeout == 0 {
+		o.ReviewTimeout = 2 * time.Second
+	}
+	if o.AuthenticationMode == "" {
+		o.AuthenticationMode = "API"
+	}
+	w := &World{Server: servertest.Start(tb, servertest.WithConfig(timing)), Cluster: cluster, Kubectl: kubectl, Dir: tb.TempDir()}
+	w.EKS, w.Account, w.Region = w.Server.EKS(tb), w.Server.Config.DevAccount, w.Server.Config.Cluster.Region
+	if _, err := w.EKS.CreateCluster(ctx, &eks.CreateClusterInput{
+		Name: aws.String(cluster), RoleArn: aws.String("arn:aws:iam::" + w.Account + ":role/eks"),
+		ResourcesVpcConfig: &types.VpcConfigRequest{SubnetIds: []string{"subnet-a"}},
+		AccessConfig:       &types.CreateAccessConfigRequest{AuthenticationMode: types.AuthenticationMode(o.AuthenticationMode)},
+	}); err != nil {
+		tb.Fatalf("CreateCluster: %v", err)
+	}
+	cc := controlv1.NewClusterControlServiceClient(w.Server.GRPC(tb))
+	ref := &controlv1.ClusterRef{AccountId: w.Account, Name: cluster}
+	out, err := cc.AddMember(ctx, &controlv1.AddMemberRequest{Cluster: ref, InstanceId: Instance})
+	if err != nil {
+		tb.Fatalf("AddMember: %v", err)
+	}
+	w.UID = out.GetCluster().GetUid()
+	w.Proxy = netproxy.Start(tb, w.Server.GRPCAddr())
+
+	// The webhooks' kubeconfigs exist before the apiserver starts, as
+	// K3s's ExecStartPre makes them (images/k3s).
+	agentDir := tb.TempDir()
+	webhookAddr, webhookDir := freeAddr(tb), filepath.Join(agentDir, "webhook")
+	cmd := exec.CommandContext(ctx, o.AgentBinary, "webhook-config", "--config", filepath.Join(agentDir, "none.yaml"),
+		"--state-dir", filepath.Join(agentDir, "state"), "--webhook-addr", webhookAddr, "--webhook-dir", webhookDir)
+	if err := os.WriteFile(filepath.Join(agentDir, "none.yaml"), nil, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	paths, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("saltbush-agent webhook-config: %v", err)
+	}
+	files := strings.Fields(string(paths))
+	if len(files) != 2 {
+		tb.Fatalf("saltbush-agent webhook-config printed %q, want two paths", paths)
+	}
+	tokens := filepath.Join(w.Dir, "static-tokens.csv")
+	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("%s,%s,%s,%q\n", StaticToken, StaticUser, "static-uid", StaticGroup)), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	w.Kube, err = kubetest.Start(ctx, kubetest.Options{
+		ExtraAPIServerArgs: append(WebhookAPIServerArgs(files[0], files[1]), "--token-auth-file="+tokens),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(w.Kube.Stop)
+	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+		Endpoint: w.Kube.Host(), PlatformVersion: "eks.1", CertificateAuthorityData: base64.StdEncoding.EncodeToString(w.Kube.CACert())}); err != nil {
+		tb.Fatalf("SetStatus ACTIVE: %v", err)
+	}
+	w.Agent, err = agentproc.Start(ctx, agentproc.Options{
+		Binary: o.AgentBinary, Dir: agentDir, Server: w.Server,
+		Account: w.Account, Cluster: cluster, UID: w.UID, Instance: Instance, Endpoints: []string{w.Proxy.Addr()},
+		Kubeconfig: w.Kube.UserKubeconfig("saltbush-agent", "system:masters"),
+		Args: []string{"--webhook-addr", webhookAddr, "--webhook-dir", webhookDir,
+			"--review-cache-ttl", o.CacheTTL.String(), "--review-negative-cache-ttl", o.NegativeCacheTTL.String(),
+			"--review-timeout", o.ReviewTimeout.String()},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		w.Agent.Stop()
+		if tb.Failed() {
+			log := w.Agent.Log()
+			if len(log) > 20000 {
+				log = log[len(log)-20000:]
+			}
+			tb.Logf("agent log (end):\n%s", log)
+		}
+	})
+	w.WaitConnected(ctx, tb)
+	return w
+}
+
+// WaitConnected waits until the agent holds a stream to saltbush.
+func (w *World) WaitConnected(ctx context.Context, tb testing.TB) {
+	tb.Helper()
+	for {
+		st, err := w.Agent.Status(ctx)
+		if err == nil && st.Connected {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("the agent did not connect to saltbush: %v (status %+v)\n%s", ctx.Err(), st, w.Agent.Log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TokenKubeconfig writes a kubeconfig for the cluster's apiserver whose
+// user presents token, and returns its path.
+func (w *World) TokenKubeconfig(tb testing.TB, name, token string) string {
+	tb.Helper()
+	path := filepath.Join(w.Dir, name+".kubeconfig")
+	ca := base64.StdEncoding.EncodeToString(w.Kube.CACert())
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: u
+  user:
+    token: %s
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+`, w.Kube.Host(), ca, token)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// Result is one kubectl run.
+type Result struct {
+	Stdout, Stderr string
+	Err            error
+}
+
+// Forbidden reports whether kubectl was refused by authorization.
+func (r Result) Forbidden() bool {
+	return r.Err != nil && strings.Contains(strings.ToLower(r.Stderr), "forbidden")
+}
+
+// Unauthorized reports whether kubectl was refused by authentication.
+func (r Result) Unauthorized() bool {
+	return r.Err != nil && (strings.Contains(r.Stderr, "Unauthorized") || strings.Contains(r.Stderr, "provide credentials"))
+}
+
+// Run runs kubectl with kubeconfig; env is added to the test's own.
+func (w *World) Run(ctx context.Context, kubeconfig string, env []string, args ...string) Result {
+	cmd := exec.CommandContext(ctx, w.Kubectl, append([]string{"--kubeconfig", kubeconfig, "--request-timeout", "30s"}, args...)...)
+	cmd.Env = Env(env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return Result{Stdout: stdout.String(), Stderr: stderr.String(), Err: err}
+}
+
+// Env is the test's environment without AWS_ variables or KUBECONFIG
+// (a developer's own must not leak into a test), plus extra.
+func Env(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "KUBECONFIG=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
