@@ -9,8 +9,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	"google.golang.org/grpc/codes"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/servertest"
 )
 
@@ -467,4 +469,40 @@ func TestUpdateClusterConfigWire(t *testing.T) {
 		checkDenied(t, err, user, denied{action: "eks:UpdateClusterConfig", resource: "arn:aws:eks:us-east-1:000000000000:cluster/wire"})
 		h.access("wire").noWrites(t, before)
 	})
+}
+
+// TestUpdateClusterConfigOverGRPC: the same RPC on the gRPC port, its
+// errors carrying the AWS exception as ErrorInfo, its update visible on the
+// façade.
+func TestUpdateClusterConfigOverGRPC(t *testing.T) {
+	h := newClusterUpdateHarness(t)
+	ctx := ctxT(t)
+	h.cluster(t, "grpc", "", controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE)
+	clusters := eksv1.NewClusterServiceClient(h.srv.GRPC(t))
+
+	_, err := clusters.UpdateClusterConfig(ctx, &eksv1.UpdateClusterConfigRequest{Name: "grpc",
+		AccessConfig: &eksv1.UpdateAccessConfigRequest{AuthenticationMode: "API"}})
+	if code, reason := errorReason(err); code != codes.InvalidArgument || reason != "InvalidParameterException" {
+		t.Errorf("CONFIG_MAP to API over gRPC = %v/%q, want InvalidArgument/InvalidParameterException", code, reason)
+	}
+	_, err = clusters.UpdateClusterConfig(ctx, &eksv1.UpdateClusterConfigRequest{Name: "nope",
+		AccessConfig: &eksv1.UpdateAccessConfigRequest{AuthenticationMode: "API"}})
+	if code, reason := errorReason(err); code != codes.NotFound || reason != "ResourceNotFoundException" {
+		t.Errorf("UpdateClusterConfig(nope) over gRPC = %v/%q, want NotFound/ResourceNotFoundException", code, reason)
+	}
+	out, err := clusters.UpdateClusterConfig(ctx, &eksv1.UpdateClusterConfigRequest{Name: "grpc",
+		AccessConfig: &eksv1.UpdateAccessConfigRequest{AuthenticationMode: "API_AND_CONFIG_MAP"}})
+	if err != nil {
+		t.Fatalf("UpdateClusterConfig over gRPC: %v", err)
+	}
+	if u := out.GetUpdate(); u.GetType() != "AccessConfigUpdate" || u.GetStatus() != "Successful" {
+		t.Errorf("update over gRPC = %v", u)
+	}
+	d, err := h.eks.DescribeUpdate(ctx, &eks.DescribeUpdateInput{Name: aws.String("grpc"), UpdateId: aws.String(out.GetUpdate().GetId())})
+	if err != nil || d.Update.Type != types.UpdateTypeAccessConfigUpdate {
+		t.Errorf("DescribeUpdate on the façade = %v, %v", d, err)
+	}
+	if got := h.describe(t, "grpc").AccessConfig.AuthenticationMode; got != types.AuthenticationModeApiAndConfigMap {
+		t.Errorf("mode = %s, want API_AND_CONFIG_MAP", got)
+	}
 }
