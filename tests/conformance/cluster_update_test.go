@@ -320,7 +320,7 @@ func TestUpdateClusterConfigIdempotency(t *testing.T) {
 		{"same token, other parameters", &eks.UpdateClusterConfigInput{Name: aws.String("retry"), ClientRequestToken: in.ClientRequestToken,
 			AccessConfig: &types.UpdateAccessConfigRequest{AuthenticationMode: types.AuthenticationModeApi}},
 			&awsErr{code: "InvalidParameterException", cluster: "retry", msg: []string{"clientRequestToken was already used"}}},
-		{"no token, same parameters", accessUpdate("retry", types.AuthenticationModeApiAndConfigMap),
+		{"a new token (the SDK fills one in), same parameters", accessUpdate("retry", types.AuthenticationModeApiAndConfigMap),
 			&awsErr{code: "InvalidParameterException", cluster: "retry", exact: "Unsupported authentication mode update from API_AND_CONFIG_MAP to API_AND_CONFIG_MAP"}},
 	}
 	for _, tc := range tests {
