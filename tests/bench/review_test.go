@@ -67,10 +67,11 @@ type reviewResult struct {
 //
 //	review-token      ReviewToken of a valid token (authenticated): token
 //	                  parse, presigned SigV4 check against the key-store
-//	                  mirror, a serializable read of the cluster and one of
-//	                  the access entry, username template rendering
+//	                  mirror, the cluster record and the access entry from
+//	                  the review view (loaded during the untimed warm-up),
+//	                  username template rendering
 //	review-allowed    ReviewAccess allowed by a namespace-scoped
-//	                  AmazonEKSEditPolicy: the same two reads, policy
+//	                  AmazonEKSEditPolicy: the same two look-ups, policy
 //	                  evaluation
 //	review-noopinion  ReviewAccess in the same namespace that no rule of the
 //	                  policy allows (every rule is scanned)
