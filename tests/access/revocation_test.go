@@ -178,7 +178,9 @@ func TestSaltbushUnreachable(t *testing.T) {
 
 // reviewClient is the real AccessReviewService client on an agent's
 // certificate, as the agent's webhooks use it.
-type reviewClient struct{ c deliveryv1.AccessReviewServiceClient }
+type reviewClient struct {
+	c deliveryv1.AccessReviewServiceClient
+}
 
 func (r reviewClient) ReviewToken(ctx context.Context, req *deliveryv1.ReviewTokenRequest) (*deliveryv1.ReviewTokenResponse, error) {
 	return r.c.ReviewToken(ctx, req)
