@@ -54,8 +54,10 @@ unit=images/systemd/saltbush-agent.service
 preset=images/systemd/50-saltbush-agent.preset
 openrc=images/openrc/saltbush-agent
 k3s=images/k3s/config.yaml.d/50-saltbush.yaml
+webhooks=images/k3s/config.yaml.d/60-saltbush-webhooks.yaml
+k3sdropin=images/systemd/k3s.service.d/50-saltbush-webhooks.conf
 example=images/agent.yaml.example
-for f in "$unit" "$preset" "$openrc" "$k3s" "$example"; do
+for f in "$unit" "$preset" "$openrc" "$k3s" "$webhooks" "$k3sdropin" "$example"; do
 	[[ -f $f ]] || fail "$f is missing"
 done
 
@@ -228,7 +230,11 @@ type agentConfig struct {
 	Kubeconfig    *string  `json:"kubeconfig"`
 	StateDir      *string  `json:"state-dir"`
 	WebhookAddr   *string  `json:"webhook-addr"`
+	WebhookDir    *string  `json:"webhook-dir"`
 	StatusAddr    *string  `json:"status-addr"`
+	ReviewTTL     *string  `json:"review-cache-ttl"`
+	ReviewNegTTL  *string  `json:"review-negative-cache-ttl"`
+	ReviewTimeout *string  `json:"review-timeout"`
 	DriftInterval *string  `json:"drift-interval"`
 	LogLevel      *string  `json:"log-level"`
 	LogJSON       *bool    `json:"log-json"`
@@ -238,7 +244,7 @@ func main() {
 	var errs []string
 	bad := func(f string, a ...any) { errs = append(errs, fmt.Sprintf(f, a...)) }
 
-	example, k3s := os.Args[1], os.Args[2]
+	example, k3s, webhooks := os.Args[1], os.Args[2], os.Args[3]
 	if b, err := os.ReadFile(example); err != nil {
 		bad("%v", err)
 	} else {
@@ -275,6 +281,9 @@ func main() {
 				"webhook-addr":   {c.WebhookAddr, "127.0.0.1:9444"},
 				"status-addr":    {c.StatusAddr, "127.0.0.1:9445"},
 				"drift-interval": {c.DriftInterval, "10m"},
+				"review-cache-ttl":          {c.ReviewTTL, "10s"},
+				"review-negative-cache-ttl": {c.ReviewNegTTL, "3s"},
+				"review-timeout":            {c.ReviewTimeout, "5s"},
 				"log-level":      {c.LogLevel, "info"},
 				"ca":             {c.CA, "/etc/saltbush/pki/ca.crt"},
 			}
@@ -328,6 +337,29 @@ func main() {
 		}
 	}
 
+	// The webhook snippet names the files `saltbush-agent webhook-config`
+	// writes under the default state directory, and adds the webhook
+	// authorizer after Node and RBAC.
+	if b, err := os.ReadFile(webhooks); err != nil {
+		bad("%v", err)
+	} else {
+		var m map[string][]string
+		if err := yaml.UnmarshalStrict(b, &m); err != nil {
+			bad("%s: %v", webhooks, err)
+		}
+		args := m["kube-apiserver-arg+"]
+		for _, want := range []string{
+			"authentication-token-webhook-config-file=/var/lib/saltbush-agent/webhook/authentication.kubeconfig",
+			"authorization-webhook-config-file=/var/lib/saltbush-agent/webhook/authorization.kubeconfig",
+			"authentication-token-webhook-version=v1", "authorization-webhook-version=v1",
+			"authorization-mode=Node,RBAC,Webhook",
+		} {
+			if !slices.Contains(args, want) {
+				bad("%s: kube-apiserver-arg+ lacks %s", webhooks, want)
+			}
+		}
+	}
+
 	if len(errs) > 0 {
 		slices.Sort(errs)
 		fmt.Fprintln(os.Stderr, strings.Join(errs, "\n"))
@@ -336,7 +368,15 @@ func main() {
 }
 EOF
 # Run from the repository root so the main module's go.mod resolves the import.
-"$GO" run "$scratch/yamlcheck/main.go" "$example" "$k3s" || fail "YAML check of $example and $k3s"
-ok "$example and $k3s parse strictly and say what the agent and saltbush need"
+"$GO" run "$scratch/yamlcheck/main.go" "$example" "$k3s" "$webhooks" || fail "YAML check of $example, $k3s and $webhooks"
+ok "$example, $k3s and $webhooks parse strictly and say what the agent and saltbush need"
+
+# 5. K3s's drop-in runs webhook-config with the agent's configuration before
+# the apiserver starts.
+grep -qxF 'ExecStartPre=/usr/local/bin/saltbush-agent webhook-config --config /etc/saltbush/agent.yaml' "$k3sdropin" ||
+	fail "$k3sdropin: no ExecStartPre running saltbush-agent webhook-config"
+grep -qxF '[Service]' "$k3sdropin" || fail "$k3sdropin: no [Service] section"
+"$1" webhook-config --help >/dev/null || fail "the agent has no webhook-config command"
+ok "$k3sdropin writes the webhook kubeconfigs before K3s starts"
 
 echo "verify-images: all checks passed"

@@ -45,7 +45,7 @@ const (
 )
 
 // WebhookAPIServerArgs are the kube-apiserver flags that point it at the
-// agent's webhooks, as images/k3s/config.yaml.d/saltbush-webhooks.yaml sets
+// agent's webhooks, as images/k3s/config.yaml.d/60-saltbush-webhooks.yaml sets
 // them for K3s (the apiserver's own caches off: the agent's cache is the
 // one cache, so its TTLs alone bound revocation).
 func WebhookAPIServerArgs(authn, authz string) []string {
