@@ -170,6 +170,9 @@ func TestValidate(t *testing.T) {
 		{"zero drift interval", func(c *Config) { c.DriftInterval = 0 }, "drift-interval"},
 		{"backoff inverted", func(c *Config) { c.BackoffMax = time.Millisecond }, "backoff-max"},
 		{"log level", func(c *Config) { c.LogLevel = "loud" }, "log-level"},
+		{"webhooks on a public address", func(c *Config) { c.WebhookAddr = "10.0.0.1:9444" }, "webhook-addr"},
+		{"negative review cache", func(c *Config) { c.ReviewCacheTTL = -time.Second }, "review-cache-ttl"},
+		{"zero review timeout", func(c *Config) { c.ReviewTimeout = 0 }, "review-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
