@@ -29,7 +29,7 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if agentBinary, err = agentproc.Build(dir, false); err != nil {
+	if agentBinary, err = agentproc.Build(dir, raceEnabled); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

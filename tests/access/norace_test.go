@@ -1,0 +1,5 @@
+//go:build !race
+
+package access_test
+
+const raceEnabled = false
