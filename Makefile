@@ -69,9 +69,11 @@ images-verify:
 	$(GO) build -o bin/saltbush-agent ./cmd/saltbush-agent
 	GO=$(GO) bash scripts/verify-images.sh bin/saltbush-agent
 
-## demo: add-on delivery end to end on one machine (saltbush, a real
-## kube-apiserver and controller manager, the kubelet double, the real
-## agent; the AWS CLI drives an add-on through its lifecycle).
+## demo: add-on delivery and cluster access end to end on one machine
+## (saltbush, a real kube-apiserver using the agent's webhooks, controller
+## manager and scheduler, the kubelet double, the real agent; the AWS CLI
+## drives an add-on through its lifecycle, then an access entry decides what
+## the real kubectl may do). DEMO_KEEP=1 keeps it running until Ctrl-C.
 demo:
 	bash scripts/demo.sh
 
