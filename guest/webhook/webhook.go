@@ -157,18 +157,24 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, p *PKI) error {
 	return err
 }
 
-// decode reads a review body into v; it reports false (and has answered)
-// when the body is not a review.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+// readReview reads a review body; it reports false (and has answered)
+// when the body is unreadable or too large.
+func readReview(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	switch {
 	case err != nil:
 		http.Error(w, "reading the review: "+err.Error(), http.StatusBadRequest)
-		return false
+		return nil, false
 	case len(body) > maxBody:
 		http.Error(w, "the review is too large", http.StatusRequestEntityTooLarge)
-		return false
+		return nil, false
 	}
+	return body, true
+}
+
+// decode decodes a review body into v; it reports false (and has
+// answered) when the body is not one.
+func decode(w http.ResponseWriter, body []byte, v any) bool {
 	if err := json.Unmarshal(body, v); err != nil {
 		http.Error(w, "the body is not a review: "+err.Error(), http.StatusBadRequest)
 		return false
@@ -185,7 +191,8 @@ func respond(w http.ResponseWriter, v any) {
 // v1beta1, which share their JSON).
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) {
 	var tr authenticationv1.TokenReview
-	if !decode(w, r, &tr) {
+	body, ok := readReview(w, r)
+	if !ok || !decode(w, body, &tr) {
 		return
 	}
 	if tr.APIVersion != "authentication.k8s.io/v1" && tr.APIVersion != "authentication.k8s.io/v1beta1" {
@@ -242,25 +249,18 @@ func (s *Server) reviewToken(ctx context.Context, spec authenticationv1.TokenRev
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	var sar authorizationv1.SubjectAccessReview
 	var meta metav1.TypeMeta
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil || len(body) > maxBody {
-		http.Error(w, "reading the review failed or it is too large", http.StatusBadRequest)
-		return
-	}
-	if err := json.Unmarshal(body, &meta); err != nil {
-		http.Error(w, "the body is not a review: "+err.Error(), http.StatusBadRequest)
+	body, ok := readReview(w, r)
+	if !ok || !decode(w, body, &meta) {
 		return
 	}
 	switch meta.APIVersion {
 	case "authorization.k8s.io/v1":
-		if err := json.Unmarshal(body, &sar); err != nil {
-			http.Error(w, "the body is not a SubjectAccessReview: "+err.Error(), http.StatusBadRequest)
+		if !decode(w, body, &sar) {
 			return
 		}
 	case "authorization.k8s.io/v1beta1":
 		var old authorizationv1beta1.SubjectAccessReview
-		if err := json.Unmarshal(body, &old); err != nil {
-			http.Error(w, "the body is not a SubjectAccessReview: "+err.Error(), http.StatusBadRequest)
+		if !decode(w, body, &old) {
 			return
 		}
 		sar.Spec = fromV1beta1(old.Spec)
@@ -352,7 +352,11 @@ func (s *Server) ask(ctx context.Context, c *cache.LRUExpireCache, key string,
 		return v.(proto.Message), "cache", nil
 	}
 	ch := s.flight.DoChan(key, func() (any, error) {
-		resp, positive, err := call(ctx)
+		// The call is shared by every waiter, so it must not end with
+		// the first one's request: it gets a deadline of its own.
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
+		defer cancel()
+		resp, positive, err := call(callCtx)
 		if err != nil {
 			return nil, err
 		}

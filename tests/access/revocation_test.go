@@ -51,10 +51,10 @@ func listPods(ctx context.Context, c kubernetes.Interface, ns string) error {
 	return err
 }
 
-// TestRevocation revokes access three ways and measures how long the
+// TestRevocation revokes access four ways and measures how long the
 // apiserver still lets the revoked caller in (docs/agent.md, "Cluster
 // access"): an authorization change (a disassociated policy, a deleted
-// entry) within the agent's positive cache TTL plus one watch delivery on
+// entry, a cluster being deleted) within the agent's positive cache TTL plus one watch delivery on
 // the host; an authentication change (a deactivated key) within that plus
 // the kube-apiserver's own cache of successful token authentications (a
 // fixed 10 s). The figures are logged; the test asserts that access ends
@@ -86,6 +86,13 @@ func TestRevocation(t *testing.T) {
 		{name: "deactivated access key", refused: "unauthorized", revoke: func(t *testing.T, _ string, c servertest.Creds) {
 			if err := tm.Server.IAM().SetAccessKeyStatus(ctx, c.AccessKeyID, "Inactive"); err != nil {
 				t.Fatalf("SetAccessKeyStatus: %v", err)
+			}
+		}},
+		// Last: it ends the cluster. A DELETING cluster authenticates and
+		// authorizes no one, whatever its entries say.
+		{name: "DeleteCluster", refused: "forbidden", revoke: func(t *testing.T, _ string, _ servertest.Creds) {
+			if _, err := tm.EKS.DeleteCluster(ctx, &eks.DeleteClusterInput{Name: aws.String(tm.Cluster)}); err != nil {
+				t.Fatalf("DeleteCluster: %v", err)
 			}
 		}},
 	}
