@@ -44,23 +44,6 @@ const (
 	StaticGroup = "static-readers"
 )
 
-// WebhookAPIServerArgs are the kube-apiserver flags that point it at the
-// agent's webhooks, as images/k3s/config.yaml.d/60-saltbush-webhooks.yaml sets
-// them for K3s (the apiserver's own caches off: the agent's cache is the
-// one cache, so its TTLs alone bound revocation).
-func WebhookAPIServerArgs(authn, authz string) []string {
-	return []string{
-		"--authentication-token-webhook-config-file=" + authn,
-		"--authentication-token-webhook-version=v1",
-		"--authentication-token-webhook-cache-ttl=0s",
-		"--authorization-mode=Node,RBAC,Webhook",
-		"--authorization-webhook-config-file=" + authz,
-		"--authorization-webhook-version=v1",
-		"--authorization-webhook-cache-authorized-ttl=0s",
-		"--authorization-webhook-cache-unauthorized-ttl=0s",
-	}
-}
-
 // Options configure Start.
 type Options struct {
 	// AgentBinary is agentproc.Build's result.
@@ -153,7 +136,7 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 		tb.Fatal(err)
 	}
 	w.Kube, err = kubetest.Start(ctx, kubetest.Options{
-		ExtraAPIServerArgs: append(WebhookAPIServerArgs(files[0], files[1]), "--token-auth-file="+tokens),
+		ExtraAPIServerArgs: append(kubetest.WebhookAPIServerArgs(files[0], files[1]), "--token-auth-file="+tokens),
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -626,3 +626,22 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// WebhookAPIServerArgs are the kube-apiserver flags that point it at a
+// saltbush-agent's authentication and authorization webhooks, given the two
+// kubeconfig files `saltbush-agent webhook-config` writes: exactly what
+// images/k3s/config.yaml.d/60-saltbush-webhooks.yaml sets for K3s (the
+// apiserver's own webhook caches off: the agent's cache is the one cache,
+// so its TTLs alone bound revocation). Use them as Options.ExtraAPIServerArgs.
+func WebhookAPIServerArgs(authn, authz string) []string {
+	return []string{
+		"--authentication-token-webhook-config-file=" + authn,
+		"--authentication-token-webhook-version=v1",
+		"--authentication-token-webhook-cache-ttl=0s",
+		"--authorization-mode=Node,RBAC,Webhook",
+		"--authorization-webhook-config-file=" + authz,
+		"--authorization-webhook-version=v1",
+		"--authorization-webhook-cache-authorized-ttl=0s",
+		"--authorization-webhook-cache-unauthorized-ttl=0s",
+	}
+}

@@ -9,8 +9,9 @@
 // With --authentication-webhook-config and --authorization-webhook-config
 // (the two files `saltbush-agent webhook-config` prints) the apiserver
 // asks the guest agent's webhooks who a bearer token is and whether a
-// request is allowed, with the flags tests/accesstest uses and images/k3s
-// sets for K3s; --apiserver-arg adds any other kube-apiserver flag.
+// request is allowed, with the flags tests/access uses
+// (kubetest.WebhookAPIServerArgs) and images/k3s sets for K3s;
+// --apiserver-arg adds any other kube-apiserver flag.
 package main
 
 import (
@@ -24,7 +25,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/saltbush/saltbush/tests/accesstest"
 	"github.com/saltbush/saltbush/tests/kubetest"
 )
 
@@ -56,7 +56,7 @@ func run(dir, authn, authz string, extra []string) error {
 	}
 	var args []string
 	if authn != "" {
-		args = accesstest.WebhookAPIServerArgs(authn, authz)
+		args = kubetest.WebhookAPIServerArgs(authn, authz)
 	}
 	args = append(args, extra...)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
