@@ -268,3 +268,20 @@ func TestAccessEntriesDecide(t *testing.T) {
 		}
 	})
 }
+
+// TestStandbyAnswers: the member whose apiserver asks need not be the
+// executor; a standby's webhooks decide the same way.
+func TestStandbyAnswers(t *testing.T) {
+	ctx := ctxT(t, 5*time.Minute)
+	tm := newTeam(ctx, t, accesstest.Options{Standby: true, CacheTTL: time.Minute, NegativeCacheTTL: time.Second})
+	st, err := tm.Agent.Status(ctx)
+	if err != nil || st.Role != "STANDBY" || st.Writable {
+		t.Fatalf("the webhook-serving agent: role %q writable %v (%v), want a standby", st.Role, st.Writable, err)
+	}
+	kc := tm.TokenKubeconfig(t, "standby", servertest.Token(t, tm.alice, tm.Cluster, servertest.TokenOptions{Region: tm.Region}))
+	if u := tm.whoami(ctx, t, kc).Status.UserInfo; u.Username != "dev:alice" {
+		t.Errorf("username %q, want dev:alice", u.Username)
+	}
+	tm.expect(ctx, t, kc, "ok", nil, "get", "pods", "-n", "dev")
+	tm.expect(ctx, t, kc, "forbidden", nil, "get", "pods", "-n", "prod")
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/guest/agent"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/agentproc"
@@ -54,7 +55,15 @@ type Options struct {
 	CacheTTL, NegativeCacheTTL time.Duration
 	// ReviewTimeout bounds one review in the agent; 2 s when zero.
 	ReviewTimeout time.Duration
+	// Standby makes the webhook-serving agent a standby: another member,
+	// ExecutorInstance, connects first (with its webhooks off) and is the
+	// cluster's executor.
+	Standby bool
 }
+
+// ExecutorInstance is the member that holds the executor role when
+// Options.Standby is set.
+const ExecutorInstance = "i-0e8ec070000000001"
 
 // World is a running access chain. Stop it when done.
 type World struct {
@@ -112,6 +121,11 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 		tb.Fatalf("AddMember: %v", err)
 	}
 	w.UID = out.GetCluster().GetUid()
+	if o.Standby {
+		if _, err := cc.AddMember(ctx, &controlv1.AddMemberRequest{Cluster: ref, InstanceId: ExecutorInstance}); err != nil {
+			tb.Fatalf("AddMember %s: %v", ExecutorInstance, err)
+		}
+	}
 	w.Proxy = netproxy.Start(tb, w.Server.GRPCAddr())
 
 	// The webhooks' kubeconfigs exist before the apiserver starts, as
@@ -146,6 +160,18 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 		Endpoint: w.Kube.Host(), PlatformVersion: "eks.1", CertificateAuthorityData: base64.StdEncoding.EncodeToString(w.Kube.CACert())}); err != nil {
 		tb.Fatalf("SetStatus ACTIVE: %v", err)
 	}
+	if o.Standby {
+		executor, err := agentproc.Start(ctx, agentproc.Options{
+			Binary: o.AgentBinary, Dir: tb.TempDir(), Server: w.Server,
+			Account: w.Account, Cluster: cluster, UID: w.UID, Instance: ExecutorInstance, Endpoints: []string{w.Server.GRPCAddr()},
+			Kubeconfig: w.Kube.UserKubeconfig("saltbush-agent-executor", "system:masters"),
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(executor.Stop)
+		waitStatus(ctx, tb, executor, func(st agent.Status) bool { return st.Role == "EXECUTOR" })
+	}
 	w.Agent, err = agentproc.Start(ctx, agentproc.Options{
 		Binary: o.AgentBinary, Dir: agentDir, Server: w.Server,
 		Account: w.Account, Cluster: cluster, UID: w.UID, Instance: Instance, Endpoints: []string{w.Proxy.Addr()},
@@ -174,14 +200,20 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 // WaitConnected waits until the agent holds a stream to saltbush.
 func (w *World) WaitConnected(ctx context.Context, tb testing.TB) {
 	tb.Helper()
+	waitStatus(ctx, tb, w.Agent, func(st agent.Status) bool { return st.Connected })
+}
+
+// waitStatus polls an agent's status until ok holds.
+func waitStatus(ctx context.Context, tb testing.TB, p *agentproc.Process, ok func(agent.Status) bool) {
+	tb.Helper()
 	for {
-		st, err := w.Agent.Status(ctx)
-		if err == nil && st.Connected {
+		st, err := p.Status(ctx)
+		if err == nil && ok(st) {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			tb.Fatalf("the agent did not connect to saltbush: %v (status %+v)\n%s", ctx.Err(), st, w.Agent.Log())
+			tb.Fatalf("agent %s: %v (status %+v, error %v)\n%s", p.Instance, ctx.Err(), st, err, p.Log())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
