@@ -108,3 +108,4 @@ fuzz:
 ## bench: the foundation benchmark (raw etcd vs gRPC vs façade); see tests/bench.
 bench:
 	$(GOTEST) -run '^$$' -bench . -benchtime 5000x -count 5 -timeout 30m ./tests/bench/
+	$(GOTEST) -run '^$$' -bench AccessWebhooks -benchtime 500x -count 3 -timeout 30m ./tests/bench/

@@ -42,25 +42,38 @@ var agentWorld = sync.OnceValues(func() (*agentRig, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "saltbush-bench-agent-")
+	bin, err := agentBinary()
 	if err != nil {
 		return nil, err
 	}
-	bin, err := agentproc.Build(dir, false)
-	if err != nil {
-		return nil, err
-	}
-	return &agentRig{kube: kc, binary: bin, dir: dir}, nil
+	return &agentRig{kube: kc, binary: bin}, nil
 })
 
-// TestMain stops the control plane if a benchmark started one.
+// agentBinary is the saltbush-agent binary (without the race detector),
+// built once per benchmark binary when a benchmark needs it.
+var agentBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "saltbush-bench-agent-")
+	if err != nil {
+		return "", err
+	}
+	agentBuildDir = dir
+	return agentproc.Build(dir, false)
+})
+
+// agentBuildDir holds the agent's build once agentBinary ran.
+var agentBuildDir string
+
+// TestMain stops the control plane if a benchmark started one and removes
+// the agent's build.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if worldStarted {
 		if r, err := agentWorld(); err == nil {
 			r.kube.Stop()
-			_ = os.RemoveAll(r.dir)
 		}
+	}
+	if agentBuildDir != "" {
+		_ = os.RemoveAll(agentBuildDir)
 	}
 	os.Exit(code)
 }
@@ -72,7 +85,6 @@ var worldStarted bool
 type agentRig struct {
 	kube   *kubetest.Cluster
 	binary string
-	dir    string
 }
 
 func rig(b *testing.B) *agentRig {
