@@ -22,6 +22,7 @@ package webhook
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -133,9 +134,15 @@ func (s *Server) Handler() http.Handler {
 
 // Serve serves the webhooks with TLS from p on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, p *PKI) error {
+	tlsCfg := p.ServerTLS()
+	tlsCfg.NextProtos = []string{"http/1.1"}
 	srv := &http.Server{
-		Handler:           s.Handler(),
-		TLSConfig:         p.ServerTLS(),
+		Handler:   s.Handler(),
+		TLSConfig: tlsCfg,
+		// HTTP/1.1 with keep-alive: a review is one small request and one
+		// small answer on a connection the apiserver keeps, and HTTP/2's
+		// framing cost the agent more CPU per review than the review did.
+		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
