@@ -77,7 +77,7 @@ CLUSTER_UID=$($ADMIN cluster add-member demo i-demo0 | python3 -c 'import json,s
 $ADMIN cluster set-status demo ACTIVE --endpoint "$(cat "$WORK/kube/host")" --ca-file "$WORK/kube/ca.crt" >/dev/null
 $EKS describe-cluster --name demo --query cluster.status --output text
 
-say "starting the guest agent for member i-demo0 (its review cache TTL 2 s here; 10 s by default)"
+say "starting the guest agent for member i-demo0 (its review cache TTL 2 s here; 5 s by default)"
 $ADMIN cert issue --agent "$CLUSTER_UID/i-demo0" --out-dir "$WORK/agent" >/dev/null
 AGENT_STATUS="127.0.0.1:$(free_port)"
 bin/saltbush-agent run "${AGENT_FLAGS[@]}" --review-cache-ttl 2s \
@@ -179,7 +179,7 @@ $DEV get pods -n dev
 say "alice: kubectl get pods -n prod (no policy covers prod: Forbidden, as expected)"
 expect_forbidden get pods -n prod
 
-say "disassociate-access-policy AmazonEKSEditPolicy: dev is refused within the agent's 2 s cache TTL"
+say "disassociate-access-policy AmazonEKSEditPolicy: dev is refused once the apiserver's 5 s and the agent's 2 s caches expire"
 $EKS disassociate-access-policy --cluster-name demo --principal-arn "$ALICE" --policy-arn "$EDIT"
 T0=$(date +%s%N)
 ALLOWED=0

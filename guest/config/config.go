@@ -99,17 +99,19 @@ func (c Config) WebhookDirectory() string {
 // Default is the configuration before any file, variable or flag.
 func Default() Config {
 	return Config{
-		ConfigFile:     DefaultConfigFile,
-		CertFile:       "/etc/saltbush/pki/agent.crt",
-		KeyFile:        "/etc/saltbush/pki/agent.key",
-		CAFile:         "/etc/saltbush/pki/ca.crt",
-		Kubeconfig:     "/etc/rancher/k3s/k3s.yaml",
-		StateDir:       "/var/lib/saltbush-agent",
-		WebhookAddr:    "127.0.0.1:9444",
-		ReviewCacheTTL: 10 * time.Second,
+		ConfigFile:  DefaultConfigFile,
+		CertFile:    "/etc/saltbush/pki/agent.crt",
+		KeyFile:     "/etc/saltbush/pki/agent.key",
+		CAFile:      "/etc/saltbush/pki/ca.crt",
+		Kubeconfig:  "/etc/rancher/k3s/k3s.yaml",
+		StateDir:    "/var/lib/saltbush-agent",
+		WebhookAddr: "127.0.0.1:9444",
+		// With the apiserver's own 5 s authorization cache (images/k3s),
+		// a disassociated policy stops working within about 10 s.
+		ReviewCacheTTL: 5 * time.Second,
 		// A user refused an instant before their access entry was made
-		// waits at most this long.
-		ReviewNegativeCacheTTL: 3 * time.Second,
+		// waits at most this long (plus the apiserver's 2 s).
+		ReviewNegativeCacheTTL: 2 * time.Second,
 		ReviewTimeout:          5 * time.Second,
 		StatusAddr:             "127.0.0.1:9445",
 		DriftInterval:          10 * time.Minute,

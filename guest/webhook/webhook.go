@@ -10,8 +10,9 @@
 // apiserver client certificate of their own (pki.go), which the two
 // kubeconfig files the apiserver reads carry. Answers are cached briefly
 // (positive and negative TTLs, like the apiserver's own webhook caches), so
-// a revoked access entry stops working within the positive TTL plus one
-// watch delivery on the host (docs/agent.md, "Cluster access").
+// a revoked access entry stops working within the positive TTL, the
+// apiserver's own caches and one watch delivery on the host (docs/agent.md,
+// "Cluster access").
 //
 // The webhooks fail closed: when saltbush cannot be asked (no open
 // connection, an error, the deadline), a token does not authenticate and

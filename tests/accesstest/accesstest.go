@@ -55,6 +55,10 @@ type Options struct {
 	CacheTTL, NegativeCacheTTL time.Duration
 	// ReviewTimeout bounds one review in the agent; 2 s when zero.
 	ReviewTimeout time.Duration
+	// APIServerUncached turns the apiserver's own authorization cache off
+	// (kubetest.WebhookAPIServerArgsUncached), so every request reaches the
+	// agent; otherwise the apiserver is configured as images/k3s ships it.
+	APIServerUncached bool
 	// Standby makes the webhook-serving agent a standby: another member,
 	// ExecutorInstance, connects first (with its webhooks off) and is the
 	// cluster's executor.
@@ -149,8 +153,12 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("%s,%s,%s,%q\n", StaticToken, StaticUser, "static-uid", StaticGroup)), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	apiserverArgs := kubetest.WebhookAPIServerArgs
+	if o.APIServerUncached {
+		apiserverArgs = kubetest.WebhookAPIServerArgsUncached
+	}
 	w.Kube, err = kubetest.Start(ctx, kubetest.Options{
-		ExtraAPIServerArgs: append(kubetest.WebhookAPIServerArgs(files[0], files[1]), "--token-auth-file="+tokens),
+		ExtraAPIServerArgs: append(apiserverArgs(files[0], files[1]), "--token-auth-file="+tokens),
 	})
 	if err != nil {
 		tb.Fatal(err)

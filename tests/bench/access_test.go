@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/saltbush/saltbush/guest/config"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/accesstest"
 	"github.com/saltbush/saltbush/tests/kubetest"
@@ -111,8 +112,14 @@ func BenchmarkAccessWebhooks(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	warm := newAccessWorld(ctx, b, "bench-access-warm", accesstest.Options{AgentBinary: bin, CacheTTL: accessWarmTTL}, true)
-	cold := newAccessWorld(ctx, b, "bench-access-cold", accesstest.Options{AgentBinary: bin}, false)
+	// warm and cold measure the agent: the apiserver's own authorization
+	// cache is off, so every request reaches it. shipped is configured as
+	// images/k3s ships it (the apiserver's 5 s authorization cache, the
+	// agent's default TTLs).
+	warm := newAccessWorld(ctx, b, "bench-access-warm", accesstest.Options{AgentBinary: bin, CacheTTL: accessWarmTTL, APIServerUncached: true}, true)
+	cold := newAccessWorld(ctx, b, "bench-access-cold", accesstest.Options{AgentBinary: bin, APIServerUncached: true}, false)
+	shipped := newAccessWorld(ctx, b, "bench-access-shipped", accesstest.Options{AgentBinary: bin,
+		CacheTTL: config.Default().ReviewCacheTTL, NegativeCacheTTL: config.Default().ReviewNegativeCacheTTL}, false)
 
 	variants := []struct {
 		name  string
@@ -141,6 +148,17 @@ func BenchmarkAccessWebhooks(b *testing.B) {
 		{"webhook-cold", cold, cold.pool.take, func(ops int) map[string]float64 {
 			return map[string]float64{reviewSeries("token", "authenticated", "saltbush"): float64(ops),
 				reviewSeries("access", "allowed", "saltbush"): float64(ops)}
+		}},
+		// A kubectl session as shipped: one token, the same request again
+		// and again; the apiserver answers most of them from its own
+		// caches, the agent (or, past its TTL, saltbush) the rest.
+		{"webhook-shipped", shipped, func(b *testing.B, _ int) func(int) string {
+			tok := shipped.pool.take(b, 1)(-1)
+			return func(int) string { return tok }
+		}, func(int) map[string]float64 {
+			return map[string]float64{
+				reviewSeries("token", "authenticated", "cache"): anyCount, reviewSeries("token", "authenticated", "saltbush"): anyCount,
+				reviewSeries("access", "allowed", "cache"): anyCount, reviewSeries("access", "allowed", "saltbush"): anyCount}
 		}},
 	}
 	runs := map[string][]accessRun{}
@@ -545,10 +563,10 @@ func (w *accessWorld) profileAgent(b *testing.B) func() {
 // summarizeAccess renders every run's figures, the medians over the runs,
 // the ratios to static and the warm overhead against the goal.
 func summarizeAccess(runs map[string][]accessRun) string {
-	names := []string{"static", "webhook-warm", "webhook-warm-sar", "webhook-cold"}
+	names := []string{"static", "webhook-warm", "webhook-warm-sar", "webhook-cold", "webhook-shipped"}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Pods(%q).List through the kube-apiserver, one client, sequential, a bearer token per request (fsync off)\n", accessNamespace)
-	fmt.Fprintf(&sb, "agent review caches: webhook-warm TTL %s; webhook-cold off\n", accessWarmTTL)
+	fmt.Fprintf(&sb, "agent review caches: webhook-warm TTL %s; webhook-cold off (both: the apiserver's authorization cache off); webhook-shipped as images/k3s ships it\n", accessWarmTTL)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "variant\trun\tops\tops/s\tp50 µs\tp99 µs\tapiserver cpu µs/op\tagent cpu µs/op\tself cpu µs/op\t")
 	med := map[string]result{}
@@ -585,7 +603,10 @@ func summarizeAccess(runs map[string][]accessRun) string {
 	}
 	_ = tw.Flush()
 	if w, ok := med["webhook-warm"]; ok {
-		fmt.Fprintf(&sb, "warm webhooks' overhead at p99: %.0f µs (goal ≤ %.0f µs: %s)\n", us(w.p99-s.p99), us(accessGoal), verdict(w.p99-s.p99 <= accessGoal))
+		fmt.Fprintf(&sb, "warm webhooks' overhead at p99, every request reaching the agent: %.0f µs (goal ≤ %.0f µs: %s)\n", us(w.p99-s.p99), us(accessGoal), verdict(w.p99-s.p99 <= accessGoal))
+	}
+	if w, ok := med["webhook-shipped"]; ok {
+		fmt.Fprintf(&sb, "warm overhead at p99 as shipped (a session; the apiserver's caches too): %.0f µs (goal ≤ %.0f µs: %s)\n", us(w.p99-s.p99), us(accessGoal), verdict(w.p99-s.p99 <= accessGoal))
 	}
 
 	sb.WriteString("\nthe agent's own time per review (its duration histogram, mean over the runs)\n")

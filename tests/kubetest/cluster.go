@@ -630,10 +630,21 @@ func freePort() (int, error) {
 // WebhookAPIServerArgs are the kube-apiserver flags that point it at a
 // saltbush-agent's authentication and authorization webhooks, given the two
 // kubeconfig files `saltbush-agent webhook-config` writes: exactly what
-// images/k3s/config.yaml.d/60-saltbush-webhooks.yaml sets for K3s (the
-// apiserver's own webhook caches off: the agent's cache is the one cache,
-// so its TTLs alone bound revocation). Use them as Options.ExtraAPIServerArgs.
+// images/k3s/config.yaml.d/60-saltbush-webhooks.yaml sets for K3s,
+// including the apiserver's own authorization cache (5 s allowed, 2 s not).
+// Use them as Options.ExtraAPIServerArgs.
 func WebhookAPIServerArgs(authn, authz string) []string {
+	return webhookArgs(authn, authz, "5s", "2s")
+}
+
+// WebhookAPIServerArgsUncached are WebhookAPIServerArgs with the
+// apiserver's authorization cache off, so that every request reaches the
+// agent: for measuring the agent itself.
+func WebhookAPIServerArgsUncached(authn, authz string) []string {
+	return webhookArgs(authn, authz, "0s", "0s")
+}
+
+func webhookArgs(authn, authz, authorizedTTL, unauthorizedTTL string) []string {
 	return []string{
 		"--authentication-token-webhook-config-file=" + authn,
 		"--authentication-token-webhook-version=v1",
@@ -641,7 +652,7 @@ func WebhookAPIServerArgs(authn, authz string) []string {
 		"--authorization-mode=Node,RBAC,Webhook",
 		"--authorization-webhook-config-file=" + authz,
 		"--authorization-webhook-version=v1",
-		"--authorization-webhook-cache-authorized-ttl=0s",
-		"--authorization-webhook-cache-unauthorized-ttl=0s",
+		"--authorization-webhook-cache-authorized-ttl=" + authorizedTTL,
+		"--authorization-webhook-cache-unauthorized-ttl=" + unauthorizedTTL,
 	}
 }
