@@ -41,7 +41,7 @@ lint:
 	$(GO) vet ./...
 
 ## breaking: compare proto/ with the committed baseline image of the last
-## released contract, with the rule set each package promises (DESIGN §2.2).
+## released contract, with the rule set each package promises (docs/contracts.md).
 breaking:
 	cd proto && $(BUF_PROTO) breaking . --against baseline.binpb --path saltbush/eks \
 		--config '{"version":"v1","breaking":{"use":["WIRE_JSON"]}}'

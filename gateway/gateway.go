@@ -1,6 +1,6 @@
 // Package gateway is the EKS REST-JSON façade: the grpc-gateway mux that
 // serves AWS's paths from the generated handlers, configured so AWS clients
-// see AWS on the wire (DESIGN §2.1), with AWS-shaped errors, request limits
+// see AWS on the wire (docs/contracts.md, "Façade wire rules"), with AWS-shaped errors, request limits
 // and the authentication step that sets the caller.
 package gateway
 

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Key layout (DESIGN §3.1), relative to the root prefix. Children of a
+// Key layout (docs/architecture.md, "Store"), relative to the root prefix. Children of a
 // cluster live under its uid, never its name, so a cluster recreated with the
 // same name starts empty, and purging a cluster is one DeleteRange.
 

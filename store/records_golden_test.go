@@ -14,8 +14,8 @@ import (
 )
 
 // Golden encodings of every storage record as first released. storage/v1 is
-// the one storage version (DESIGN §2.3): these bytes were written by an
-// earlier saltbush and must decode to the same values forever. A golden file
+// the one storage version (docs/architecture.md, "Contracts"; ADR 0001):
+// these bytes were written by an earlier saltbush and must decode to the same values forever. A golden file
 // is written once (UPDATE_GOLDEN=1 with the file absent) and never
 // rewritten; a record that gains fields gets a new golden file beside the
 // old one.

@@ -1,6 +1,6 @@
 // Package sigv4 verifies AWS Signature Version 4 on requests to the EKS
-// façade (DESIGN §5), in both the Authorization-header and the presigned
-// query forms. It rebuilds the canonical request exactly as aws-sdk-go-v2's
+// façade (docs/architecture.md, "Identity and authorization"), in both the
+// Authorization-header and the presigned query forms. It rebuilds the canonical request exactly as aws-sdk-go-v2's
 // signer does for service "eks", so that requests from unmodified AWS SDKs
 // and the AWS CLI verify, and it reports failures as the AWS exceptions
 // those clients expect. server/token uses it too, for the presigned STS

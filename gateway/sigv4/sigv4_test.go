@@ -548,7 +548,7 @@ func FuzzVerify(f *testing.F) {
 }
 
 // BenchmarkVerify measures one header-form verification of an EKS POST,
-// for the façade's overhead budget (issue C: ≤ 15%).
+// for the façade's overhead budget (≤ 15%; tests/bench).
 func BenchmarkVerify(b *testing.B) {
 	req := newReq(b, addonPost)
 	sign(b, req, addonPost.body, "eks", creds(testKey, testSecret), signTime)

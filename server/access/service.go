@@ -1,5 +1,5 @@
 // Package access owns EKS access entries and their access-policy
-// associations (DESIGN §4.3): the records under
+// associations (docs/architecture.md, "Access entries"): the records under
 // clusters/{uid}/access/{sha256(principal)}, AWS's rules for entry types,
 // usernames and groups, the creator-admin entry CreateCluster seeds, and
 // the narrow view token review and authorization read (Binding).

@@ -17,7 +17,7 @@ import (
 	"github.com/saltbush/saltbush/store"
 )
 
-// Add-ons owned by reference (DESIGN §4.2, seed gap 14): a node-group
+// Add-ons owned by reference (docs/architecture.md, "Add-ons"): a node-group
 // controller that needs nvidia-device-plugin on a cluster calls EnsureAddon
 // with its own reference and ReleaseAddon when it no longer needs it. Errors
 // are returned to the caller, never swallowed.

@@ -10,7 +10,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 )
 
-// The lifecycle table of DESIGN §4.2, as pure functions over a record, so
+// The lifecycle table of docs/architecture.md, "Add-ons", as pure functions over a record, so
 // that every transition is in one place and table-tested.
 
 // Issue codes used by saltbush itself.

@@ -7,7 +7,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 )
 
-// TestApplyReportTable walks the lifecycle table of DESIGN §4.2 for
+// TestApplyReportTable walks the lifecycle table of docs/architecture.md, "Add-ons", for
 // reports of the current generation.
 func TestApplyReportTable(t *testing.T) {
 	const (

@@ -1,5 +1,5 @@
 // Package addon owns EKS managed add-ons: their records, the
-// generation-based lifecycle of DESIGN §4.2, report application, the
+// generation-based lifecycle of docs/architecture.md, "Add-ons", report application, the
 // deadline sweeper, and add-ons owned by reference (EnsureAddon).
 //
 // Every desired change (create, update, delete, re-drive) bumps the

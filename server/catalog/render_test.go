@@ -269,7 +269,7 @@ func TestRender_RoleARNs(t *testing.T) {
 type contains string
 
 // TestRender_ValuesTakeEffect checks configurationValues reach the objects
-// they configure (seed gap 7: values were accepted and discarded).
+// they configure.
 func TestRender_ValuesTakeEffect(t *testing.T) {
 	c := loadEmbedded(t)
 	tests := []struct {

@@ -1,5 +1,5 @@
-// Package delivery is the host side of add-on delivery (DESIGN §6,
-// docs/delivery-protocol.md): guest agents hold one mutually authenticated
+// Package delivery is the host side of add-on delivery
+// (docs/delivery-protocol.md): guest agents hold one mutually authenticated
 // stream each (delivery.v1 DeliveryService/Connect); the host admits them
 // against their certificate and the cluster's members, assigns one
 // executor per cluster with an epoch (break before make, on etcd leases),

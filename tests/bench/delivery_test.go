@@ -43,7 +43,7 @@ import (
 	"github.com/saltbush/saltbush/store"
 )
 
-// The delivery benchmarks (issue E): how fast a CreateAddon converges to
+// The delivery benchmarks: how fast a CreateAddon converges to
 // ACTIVE through an agent stream, how many idle agent streams one saltbush
 // holds and how fast it pushes one change to all of them, and how fast it
 // ingests an executor's reports. Timing is the production default

@@ -16,7 +16,7 @@ import (
 )
 
 // TestAccessEntryClusterCoupling: entries follow their cluster's
-// authentication mode, status and incarnation (seeds/001 gaps 2, 3, 4).
+// authentication mode, status and incarnation.
 func TestAccessEntryClusterCoupling(t *testing.T) {
 	h := newAccessHarness(t, controlv1.ClusterStatus_CLUSTER_STATUS_UNSPECIFIED) // CREATING
 	ctx := ctxT(t)
@@ -138,7 +138,7 @@ func TestAccessEntryClusterCoupling(t *testing.T) {
 }
 
 // TestAccessEntryCreatorSeedRace: a create for the creator racing
-// CreateCluster never replaces the seeded entry (seeds/001 gap 2): it
+// CreateCluster never replaces the seeded entry: it
 // fails while the cluster does not exist, and with ResourceInUseException
 // once it does, because the entry was written with the cluster.
 func TestAccessEntryCreatorSeedRace(t *testing.T) {

@@ -38,7 +38,7 @@ func TestAddonTokenValidated(t *testing.T) {
 }
 
 // TestAddonBodyPathMembers: members bound to URI labels (clusterName,
-// addonName) are refused in a body (DESIGN §2.1: unknown body members are
+// addonName) are refused in a body (docs/contracts.md, "Façade wire rules": unknown body members are
 // rejected); the path value once silently won over them.
 func TestAddonBodyPathMembers(t *testing.T) {
 	h := newAddonHarness(t)

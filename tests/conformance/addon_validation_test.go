@@ -512,8 +512,8 @@ func addonDescribeOn(t *testing.T, h *addonHarness, cluster, name string) *types
 }
 
 // TestAddonClusterStateValidation: add-ons of a DELETING or FAILED cluster
-// cannot be created, updated or deleted (access gap 3's add-on twin); they
-// can still be described.
+// cannot be created, updated or deleted, as access entries cannot
+// (docs/architecture.md, "Access entries"); they can still be described.
 func TestAddonClusterStateValidation(t *testing.T) {
 	t.Parallel()
 	h := newAddonHarness(t)

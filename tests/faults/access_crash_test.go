@@ -27,9 +27,9 @@ import (
 	"github.com/saltbush/saltbush/store/embedetcd"
 )
 
-// TestAccessEntryKillMidWriteKeepsInvariants (seeds/001 gap 8) drives
-// access-entry creates, updates, associations and deletes, and a cluster
-// that is deleted, purged and recreated over and over, against the real
+// TestAccessEntryKillMidWriteKeepsInvariants drives access-entry creates,
+// updates, associations and deletes, and a cluster that is deleted, purged
+// and recreated over and over, against the real
 // binary from many goroutines; kills it with SIGKILL in the middle; then
 // checks the keyspace left in its data directory: no entry outlives its
 // cluster incarnation, every record matches its key, every cluster has its

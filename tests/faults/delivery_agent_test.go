@@ -365,7 +365,7 @@ func (r *dlReport) String() string {
 }
 
 // dlInterval is a time an agent was an unfenced executor by the agent's
-// own rule (DESIGN §6.4): from an Assignment{EXECUTOR, epoch} until a
+// own rule (docs/delivery-protocol.md, rule 13): from an Assignment{EXECUTOR, epoch} until a
 // Fence for that epoch or a later one, another Assignment, or fence-after
 // past the last message it heard (it stops by itself then, whether or not
 // the stream still exists).

@@ -345,7 +345,7 @@ func formatAssignments(rec *dlRecorder) string {
 // so the cut-off replica must stop the old executor first: tell it, end
 // its stream, or at least stop sending it heartbeats, so that it stops by
 // itself fence-after past the last message it heard, before its session
-// can expire (DESIGN §6.4, rule 14). Checked by the agents' clocks: at no
+// can expire (docs/delivery-protocol.md, rule 14). Checked by the agents' clocks: at no
 // instant are both agents unfenced executors.
 func TestDeliveryReplicaCutOffFromEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -27,7 +27,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // DeliveryService is the one long-lived stream between a cluster's guest
-// agent and saltbush (DESIGN §6, docs/delivery-protocol.md), modelled on
+// agent and saltbush (docs/delivery-protocol.md), modelled on
 // Envoy's ADS: the agent says Hello, the host assigns it a role and an
 // epoch and pushes the state of the world (every add-on of the cluster) on
 // every change; the agent acknowledges what it applied and reports, level
@@ -69,7 +69,7 @@ type DeliveryService_ConnectClient = grpc.BidiStreamingClient[AgentMessage, Host
 // for forward compatibility.
 //
 // DeliveryService is the one long-lived stream between a cluster's guest
-// agent and saltbush (DESIGN §6, docs/delivery-protocol.md), modelled on
+// agent and saltbush (docs/delivery-protocol.md), modelled on
 // Envoy's ADS: the agent says Hello, the host assigns it a role and an
 // epoch and pushes the state of the world (every add-on of the cluster) on
 // every change; the agent acknowledges what it applied and reports, level

@@ -28,7 +28,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // AccessReviewService answers, for a guest agent, the two questions its
-// cluster's kube-apiserver asks its webhooks (DESIGN §4.3, §6.6): who is
+// cluster's kube-apiserver asks its webhooks (docs/architecture.md, "Token and access review"): who is
 // the bearer of this `aws eks get-token` token (TokenReview), and may this
 // user do this (SubjectAccessReview). Only guest agents may call it, and
 // only about their own cluster: the cluster named in a request must be the
@@ -79,7 +79,7 @@ func (c *accessReviewServiceClient) ReviewAccess(ctx context.Context, in *Review
 // for forward compatibility.
 //
 // AccessReviewService answers, for a guest agent, the two questions its
-// cluster's kube-apiserver asks its webhooks (DESIGN §4.3, §6.6): who is
+// cluster's kube-apiserver asks its webhooks (docs/architecture.md, "Token and access review"): who is
 // the bearer of this `aws eks get-token` token (TokenReview), and may this
 // user do this (SubjectAccessReview). Only guest agents may call it, and
 // only about their own cluster: the cluster named in a request must be the

@@ -37,7 +37,7 @@ const (
 // AccessEntryService is the EKS access-entry and access-policy API, on
 // AWS's paths. An access entry lets one IAM principal into one cluster
 // incarnation, with a Kubernetes username and groups and the access
-// policies associated with it (DESIGN §4.3). Principal ARNs in paths are
+// policies associated with it (docs/architecture.md, "Access entries"). Principal ARNs in paths are
 // percent-encoded by SDKs and arrive as one path segment.
 type AccessEntryServiceClient interface {
 	// CreateAccessEntry creates the entry of one principal, exclusively: of
@@ -169,7 +169,7 @@ func (c *accessEntryServiceClient) ListAccessPolicies(ctx context.Context, in *L
 // AccessEntryService is the EKS access-entry and access-policy API, on
 // AWS's paths. An access entry lets one IAM principal into one cluster
 // incarnation, with a Kubernetes username and groups and the access
-// policies associated with it (DESIGN §4.3). Principal ARNs in paths are
+// policies associated with it (docs/architecture.md, "Access entries"). Principal ARNs in paths are
 // percent-encoded by SDKs and arrive as one path segment.
 type AccessEntryServiceServer interface {
 	// CreateAccessEntry creates the entry of one principal, exclusively: of

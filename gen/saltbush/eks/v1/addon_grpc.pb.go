@@ -35,7 +35,7 @@ const (
 // AddonService is the EKS managed add-on API, on AWS's paths. Add-ons are
 // realized asynchronously by the cluster's guest agent: every desired change
 // bumps the add-on's generation, and its status moves only on a report for
-// the current generation (DESIGN §4.2).
+// the current generation (docs/architecture.md, "Add-ons").
 type AddonServiceClient interface {
 	// CreateAddon records an add-on in CREATING (generation 1). It is
 	// describable as soon as the call returns.
@@ -141,7 +141,7 @@ func (c *addonServiceClient) DescribeAddonConfiguration(ctx context.Context, in 
 // AddonService is the EKS managed add-on API, on AWS's paths. Add-ons are
 // realized asynchronously by the cluster's guest agent: every desired change
 // bumps the add-on's generation, and its status moves only on a report for
-// the current generation (DESIGN §4.2).
+// the current generation (docs/architecture.md, "Add-ons").
 type AddonServiceServer interface {
 	// CreateAddon records an add-on in CREATING (generation 1). It is
 	// describable as soon as the call returns.

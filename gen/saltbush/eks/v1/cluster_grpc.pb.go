@@ -34,7 +34,7 @@ const (
 // paths; the REST-JSON façade is generated from them, so every JSON name
 // here is part of the public contract (checked with WIRE_JSON).
 //
-// Wire conventions that keep AWS clients working (DESIGN §2.1): timestamps
+// Wire conventions that keep AWS clients working (docs/contracts.md, "Façade wire rules"): timestamps
 // are `double` epoch seconds, integers are `int32`, enums are strings, and
 // members AWS distinguishes as absent use proto3 `optional`.
 type ClusterServiceClient interface {
@@ -129,7 +129,7 @@ func (c *clusterServiceClient) UpdateClusterConfig(ctx context.Context, in *Upda
 // paths; the REST-JSON façade is generated from them, so every JSON name
 // here is part of the public contract (checked with WIRE_JSON).
 //
-// Wire conventions that keep AWS clients working (DESIGN §2.1): timestamps
+// Wire conventions that keep AWS clients working (docs/contracts.md, "Façade wire rules"): timestamps
 // are `double` epoch seconds, integers are `int32`, enums are strings, and
 // members AWS distinguishes as absent use proto3 `optional`.
 type ClusterServiceServer interface {
