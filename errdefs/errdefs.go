@@ -4,6 +4,10 @@
 // sentinels where a store error is the cause); the gRPC service shells
 // convert them to a gRPC status once, with ToGRPC, and the façade turns that
 // status into AWS's REST-JSON error with FromGRPC and HTTPStatus.
+//
+// errdefs is a leaf: it imports only the standard library and gRPC. Lower
+// layers (the store) classify their own errors by matching a Kind with
+// errors.Is; errdefs never imports them.
 package errdefs
 
 import (
@@ -16,8 +20,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/saltbush/saltbush/store"
 )
 
 // Domain is the ErrorInfo domain of every saltbush API error.
@@ -41,6 +43,28 @@ const (
 	MissingAuthenticationTokenException = "MissingAuthenticationTokenException"
 	UnrecognizedClientException         = "UnrecognizedClientException"
 	InvalidSignatureException           = "InvalidSignatureException"
+)
+
+// Kind is what a lower layer's error means to the API. A layer below errdefs
+// (the store) makes its sentinel errors match a Kind under errors.Is, and
+// Classify maps each Kind to a generic exception; errdefs so never imports
+// the layer.
+type Kind string
+
+func (k Kind) Error() string { return string(k) }
+
+// The kinds Classify maps, in the order it checks them.
+const (
+	// KindInvalidToken: a continuation token is not valid (400).
+	KindInvalidToken Kind = "invalid continuation token"
+	// KindNotFound: the resource does not exist (404).
+	KindNotFound Kind = "not found"
+	// KindExists: the resource exists already (409).
+	KindExists Kind = "already exists"
+	// KindConflict: the resource changed concurrently (409).
+	KindConflict Kind = "conflict"
+	// KindUnavailable: the backing store cannot be reached (503).
+	KindUnavailable Kind = "unavailable"
 )
 
 // Error is an API error. It satisfies error and unwraps to its cause.
@@ -185,8 +209,8 @@ func HTTPStatus(exception string) int {
 }
 
 // Classify turns any error into an API error. An *Error is returned as is;
-// store sentinels and context errors that reached the boundary unwrapped get
-// a generic exception; anything else is a ServerException whose message does
+// errors matching a Kind (store sentinels) and context errors that reached
+// the boundary unwrapped get a generic exception; anything else is a ServerException whose message does
 // not leak internals (the caller logs the original).
 func Classify(err error) *Error {
 	var e *Error
@@ -195,15 +219,15 @@ func Classify(err error) *Error {
 		return nil
 	case errors.As(err, &e):
 		return e
-	case errors.Is(err, store.ErrInvalidToken):
+	case errors.Is(err, KindInvalidToken):
 		return InvalidParameter("The nextToken provided is not valid.").WithCause(err)
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, KindNotFound):
 		return NotFound("The specified resource could not be found.").WithCause(err)
-	case errors.Is(err, store.ErrExists):
+	case errors.Is(err, KindExists):
 		return ResourceInUse("The specified resource already exists.").WithCause(err)
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, KindConflict):
 		return ResourceInUse("The resource was modified concurrently; retry the request.").WithCause(err)
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, KindUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return ServiceUnavailable("The service is unavailable. Try again later.").WithCause(err)
 	case errors.Is(err, context.Canceled):
 		return &Error{Exception: ClientException, Message: "The request was cancelled.", cause: err}

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/store"
 )
 
 func TestClassify(t *testing.T) {
@@ -23,10 +22,13 @@ func TestClassify(t *testing.T) {
 	}{
 		{"api error passes through", errdefs.NotFound("No cluster found for name: x."), errdefs.ResourceNotFoundException, 404, codes.NotFound},
 		{"wrapped api error", fmt.Errorf("op: %w", errdefs.ResourceInUse("busy")), errdefs.ResourceInUseException, 409, codes.AlreadyExists},
-		{"bad paging token", fmt.Errorf("list: %w", store.ErrInvalidToken), errdefs.InvalidParameterException, 400, codes.InvalidArgument},
-		{"store unavailable", fmt.Errorf("get: %w", store.ErrUnavailable), errdefs.ServiceUnavailableException, 503, codes.Unavailable},
+		{"bad paging token", fmt.Errorf("list: %w", errdefs.KindInvalidToken), errdefs.InvalidParameterException, 400, codes.InvalidArgument},
+		{"store unavailable", fmt.Errorf("get: %w", errdefs.KindUnavailable), errdefs.ServiceUnavailableException, 503, codes.Unavailable},
 		{"deadline", context.DeadlineExceeded, errdefs.ServiceUnavailableException, 503, codes.Unavailable},
-		{"lost CAS race", fmt.Errorf("k: %w", store.ErrConflict), errdefs.ResourceInUseException, 409, codes.AlreadyExists},
+		{"lost CAS race", fmt.Errorf("k: %w", errdefs.KindConflict), errdefs.ResourceInUseException, 409, codes.AlreadyExists},
+		{"missing key", fmt.Errorf("k: %w", errdefs.KindNotFound), errdefs.ResourceNotFoundException, 404, codes.NotFound},
+		{"existing key", fmt.Errorf("k: %w", errdefs.KindExists), errdefs.ResourceInUseException, 409, codes.AlreadyExists},
+		{"cancelled", context.Canceled, errdefs.ClientException, 400, codes.InvalidArgument},
 		{"unknown error hides internals", errors.New("disk on fire"), errdefs.ServerException, 500, codes.Internal},
 		{"invalid request", errdefs.InvalidRequest("deleting"), errdefs.InvalidRequestException, 400, codes.FailedPrecondition},
 	}

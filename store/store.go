@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/saltbush/saltbush/errdefs"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 )
 
@@ -30,22 +31,40 @@ import (
 // conflicting key, is mapped to one of them here. (Errors in the caller's
 // input, such as an unencodable record or a page size out of range, are
 // returned as they are.)
+//
+// Each sentinel but ErrCorrupt also matches its errdefs.Kind under errors.Is,
+// so errdefs.Classify maps store errors without importing the store.
 var (
 	// ErrNotFound: the key does not exist.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound error = &sentinel{"not found", errdefs.KindNotFound}
 	// ErrExists: an exclusive create found the key already there.
-	ErrExists = errors.New("already exists")
+	ErrExists error = &sentinel{"already exists", errdefs.KindExists}
 	// ErrConflict: a compare in the transaction failed (the record changed,
 	// or a guard such as a fencing compare no longer holds).
-	ErrConflict = errors.New("conflict")
+	ErrConflict error = &sentinel{"conflict", errdefs.KindConflict}
 	// ErrUnavailable: etcd could not be reached or has no leader.
-	ErrUnavailable = errors.New("store unavailable")
+	ErrUnavailable error = &sentinel{"store unavailable", errdefs.KindUnavailable}
 	// ErrInvalidToken: a continuation token was tampered with, expired or
 	// belongs to another listing.
-	ErrInvalidToken = errors.New("invalid continuation token")
+	ErrInvalidToken error = &sentinel{"invalid continuation token", errdefs.KindInvalidToken}
 	// ErrCorrupt: a stored value does not decode as the expected record.
 	ErrCorrupt = errors.New("corrupt record")
 )
+
+// sentinel is a store error that classifies itself: it is its own
+// identity under errors.Is, and also matches kind.
+type sentinel struct {
+	msg  string
+	kind errdefs.Kind
+}
+
+func (e *sentinel) Error() string { return e.msg }
+
+// Is reports whether target is e's errdefs.Kind.
+func (e *sentinel) Is(target error) bool {
+	k, ok := target.(errdefs.Kind)
+	return ok && k == e.kind
+}
 
 // DefaultPrefix is the root of saltbush's keyspace.
 const DefaultPrefix = "/saltbush/"
