@@ -18,7 +18,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server"
-	"github.com/saltbush/saltbush/server/pki"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 // adminFlags are shared by every admin command.
@@ -68,7 +68,7 @@ func (af *adminFlags) dial() (*grpc.ClientConn, error) {
 		}
 		serverName = host
 	}
-	tlsCfg, err := pki.LoadClientTLSConfig(pick(af.cacert, "ca.crt"), pick(af.cert, "admin.crt"), pick(af.key, "admin.key"), serverName)
+	tlsCfg, err := tlsclient.Load(pick(af.cacert, "ca.crt"), pick(af.cert, "admin.crt"), pick(af.key, "admin.key"), serverName)
 	if err != nil {
 		return nil, fmt.Errorf("admin credentials: %w", err)
 	}

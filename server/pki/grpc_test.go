@@ -18,6 +18,7 @@ import (
 
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store/storetest"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 // TestMTLS runs a real gRPC server over real mTLS and checks who gets in
@@ -275,7 +276,7 @@ func TestRotation(t *testing.T) {
 	}
 	// The server now shows a certificate of the new CA: a client that
 	// trusts only the old one cannot verify it.
-	onlyOld, err := ClientTLSConfig(pemCert(pemCerts(t, mustBundle(t, a))[0].Raw), newCert, newKey, "localhost")
+	onlyOld, err := tlsclient.Config(pemCert(pemCerts(t, mustBundle(t, a))[0].Raw), newCert, newKey, "localhost")
 	if err != nil {
 		t.Fatal(err)
 	}

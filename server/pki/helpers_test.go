@@ -27,6 +27,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/storetest"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 var testMasterKey = bytes.Repeat([]byte{7}, MasterKeySize)
@@ -248,7 +249,7 @@ func clientConfig(t *testing.T, a *Authority, certPEM, kPEM []byte) *tls.Config 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ClientTLSConfig(bundle, certPEM, kPEM, "localhost")
+	cfg, err := tlsclient.Config(bundle, certPEM, kPEM, "localhost")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/storetest"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 func TestNewConfig(t *testing.T) {
@@ -303,7 +304,7 @@ func TestIssue(t *testing.T) {
 		if serialOf(cert) != serial || cert.URIs[0].String() != svc {
 			t.Fatalf("IssueLocal: serial %s/%s, URIs %v", serial, serialOf(cert), cert.URIs)
 		}
-		if _, err := ClientTLSConfig(pemCert(pemCerts(t, mustBundle(t, a))[0].Raw), certPEM, kPEM, "localhost"); err != nil {
+		if _, err := tlsclient.Config(pemCert(pemCerts(t, mustBundle(t, a))[0].Raw), certPEM, kPEM, "localhost"); err != nil {
 			t.Fatalf("the key does not go with the certificate: %v", err)
 		}
 		if _, err := st.Get(ctx, issuedKey(serial), &storagev1.IssuedCertificateRecord{}); err != nil {

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -208,42 +207,3 @@ type authedStream struct {
 }
 
 func (s *authedStream) Context() context.Context { return s.ctx }
-
-// ClientTLSConfig is the TLS config of a client of the gRPC port (admin
-// CLI, services, agents, tests): it trusts the CAs of caBundlePEM for the
-// server's certificate and presents certPEM/keyPEM. With both empty no
-// client certificate is presented (the server will refuse the handshake).
-func ClientTLSConfig(caBundlePEM, certPEM, keyPEM []byte, serverName string) (*tls.Config, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caBundlePEM) {
-		return nil, errors.New("pki: the CA bundle holds no PEM certificate")
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName}
-	if len(certPEM) == 0 && len(keyPEM) == 0 {
-		return cfg, nil
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("pki: client certificate: %w", err)
-	}
-	// Always present the certificate. With Certificates, Go's client
-	// withholds one whose issuer is not among the CAs the server lists, and
-	// the client of a removed CA would see only "certificate required"
-	// instead of the server refusing its certificate.
-	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
-	return cfg, nil
-}
-
-// LoadClientTLSConfig is ClientTLSConfig from PEM files (what `saltbush
-// serve` writes to DATA_DIR/pki and `saltbush admin cert issue` writes).
-func LoadClientTLSConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	var pems [3][]byte
-	for i, path := range []string{caFile, certFile, keyFile} {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("pki: %w", err)
-		}
-		pems[i] = b
-	}
-	return ClientTLSConfig(pems[0], pems[1], pems[2], serverName)
-}

@@ -33,7 +33,7 @@ import (
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
-	"github.com/saltbush/saltbush/server/pki"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 // Server is a running in-process saltbush.
@@ -248,7 +248,7 @@ func (s *Server) DoAs(tb testing.TB, c Creds, method, path string, body []byte) 
 func (s *Server) ClientTLS(tb testing.TB) *tls.Config {
 	tb.Helper()
 	dir := s.Config.TLSDir()
-	cfg, err := pki.LoadClientTLSConfig(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"), "127.0.0.1")
+	cfg, err := tlsclient.Load(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"), "127.0.0.1")
 	if err != nil {
 		tb.Fatalf("admin credentials: %v", err)
 	}
@@ -309,7 +309,7 @@ func (s *Server) AgentConnSerial(tb testing.TB, clusterUID, instance string) (*g
 		tb.Fatalf("issue agent certificate: %v", err)
 	}
 	bundle, _ := s.Authority().Bundle()
-	cfg, err := pki.ClientTLSConfig(bundle, certPEM, keyPEM, "127.0.0.1")
+	cfg, err := tlsclient.Config(bundle, certPEM, keyPEM, "127.0.0.1")
 	if err != nil {
 		tb.Fatalf("agent TLS: %v", err)
 	}

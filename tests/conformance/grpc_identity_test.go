@@ -45,6 +45,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 // gidMasterKey is servertest's master key (not a secret): a second
@@ -55,7 +56,7 @@ var gidMasterKey = sha256.Sum256([]byte("saltbush test master key"))
 // when both are nil).
 func gidTLS(t *testing.T, bundle, certPEM, keyPEM []byte) *tls.Config {
 	t.Helper()
-	cfg, err := pki.ClientTLSConfig(bundle, certPEM, keyPEM, "127.0.0.1")
+	cfg, err := tlsclient.Config(bundle, certPEM, keyPEM, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,9 +33,9 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/identity"
-	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 // Delivery timing for the fault tests (fastDelivery of the conformance
@@ -466,7 +466,7 @@ func newDLAgent(t *testing.T, env *dlEnv, rec *dlRecorder, uid, cluster, instanc
 	if err != nil {
 		return nil, fmt.Errorf("agent certificate for %s: %w", instance, err)
 	}
-	cfg, err := pki.ClientTLSConfig(bundle, certPEM, keyPEM, "127.0.0.1")
+	cfg, err := tlsclient.Config(bundle, certPEM, keyPEM, "127.0.0.1")
 	if err != nil {
 		return nil, err
 	}

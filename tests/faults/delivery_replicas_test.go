@@ -19,11 +19,11 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/identity"
-	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tests/netproxy"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 // TestDeliveryTwoReplicas: two saltbush replicas over one etcd serve one
@@ -618,7 +618,7 @@ func openRawStream(t *testing.T, ctx context.Context, env *dlEnv, r *dlReplica, 
 		t.Fatal(err)
 	}
 	bundle, _ := r.srv.Authority().Bundle()
-	if a.tlsCfg, err = pki.ClientTLSConfig(bundle, certPEM, keyPEM, "127.0.0.1"); err != nil {
+	if a.tlsCfg, err = tlsclient.Config(bundle, certPEM, keyPEM, "127.0.0.1"); err != nil {
 		t.Fatal(err)
 	}
 	a.conns = map[*dlReplica]*grpc.ClientConn{}

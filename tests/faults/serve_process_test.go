@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	grpccreds "google.golang.org/grpc/credentials"
 
-	"github.com/saltbush/saltbush/server/pki"
+	"github.com/saltbush/saltbush/tlsclient"
 )
 
 // buildSaltbush builds the real binary once per test.
@@ -125,7 +125,7 @@ func (p *process) client(t *testing.T) *eks.Client {
 func (p *process) grpc(t *testing.T) *grpc.ClientConn {
 	t.Helper()
 	dir := filepath.Join(p.dataDir, "pki")
-	tlsCfg, err := pki.LoadClientTLSConfig(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"), "127.0.0.1")
+	tlsCfg, err := tlsclient.Load(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"), "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
