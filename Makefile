@@ -39,6 +39,7 @@ lint:
 	@files=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$files" ]; then echo "gofmt needed:" $$files >&2; exit 1; fi
 	$(GO) vet ./...
+	$(GO) test -count=1 ./tests/imports/
 
 ## breaking: compare proto/ with the committed baseline image of the last
 ## released contract, with the rule set each package promises (docs/contracts.md).
