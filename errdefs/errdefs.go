@@ -175,7 +175,7 @@ func ServiceUnavailable(format string, args ...any) *Error {
 	return newError(ServiceUnavailableException, format, args)
 }
 
-// exceptions maps each exception to its HTTP status (DESIGN §9) and the
+// exceptions maps each exception to its HTTP status (docs/architecture.md, "Errors") and the
 // gRPC code used on the gRPC port.
 var exceptions = map[string]struct {
 	http int
