@@ -382,7 +382,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			s.ca.UnaryInterceptor(),
 			acc.unary,
 		),
-		grpc.ChainStreamInterceptor(s.ca.StreamInterceptor(), acc.stream),
+		grpc.ChainStreamInterceptor(
+			recoverStream(log),
+			grpcMetrics.stream,
+			s.ca.StreamInterceptor(),
+			acc.stream,
+		),
 		grpc.MaxRecvMsgSize(int(cfg.MaxBodyBytes)),
 		// Every connection is TLS, and crypto/tls already buffers a whole
 		// decrypted record, so gRPC's own 32 KiB read buffer per
