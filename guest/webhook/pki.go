@@ -259,7 +259,8 @@ func writeFileAtomic(file string, data []byte) error {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	defer os.Remove(tmp.Name()) // a no-op after the rename
-	if _, err := tmp.Write(data); err == nil {
+	_, err = tmp.Write(data)
+	if err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
