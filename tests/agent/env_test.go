@@ -6,12 +6,10 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -238,27 +236,6 @@ func (e *env) stopAgents() {
 
 // log is the agent's log so far.
 func (a *agentProc) log() string { return a.Log() }
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// lines is s's non-empty lines (for messages).
-func lines(b []byte) []string {
-	var out []string
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(l)) > 0 {
-			out = append(out, string(l))
-		}
-	}
-	return out
-}
 
 // optional is nil for "".
 func optional(s string) *string {

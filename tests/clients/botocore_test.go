@@ -149,14 +149,9 @@ func clientEnv(t *testing.T) []string {
 	return env
 }
 
-// run runs a client command and returns its stdout; a non-zero exit fails
+// runEnv runs a client command with extra environment variables
+// (overriding clientEnv's) and returns its stdout; a non-zero exit fails
 // the test with both outputs.
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	return runEnv(t, nil, name, args...)
-}
-
-// runEnv is run with extra environment variables (overriding clientEnv's).
 func runEnv(t *testing.T, env []string, name string, args ...string) string {
 	t.Helper()
 	stdout, stderr, err := runRaw(t, env, name, args...)
