@@ -119,3 +119,40 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 	}
 	return 0, fmt.Errorf("%s: every attempt lost the race: %w", key, ErrConflict)
 }
+
+// Update is GuaranteedUpdate for a record of type T: update receives the
+// current record already typed, so callers need no type assertion. into
+// must be a non-nil T (the record is decoded into a fresh value of its
+// type, so cur always is a T).
+func Update[T proto.Message](ctx context.Context, s *Store, key string, into T, update func(cur T, txn *Txn) error) (int64, error) {
+	return s.GuaranteedUpdate(ctx, key, into, func(cur proto.Message, txn *Txn) error {
+		return update(cur.(T), txn)
+	})
+}
+
+// Retries of RetryOnConflict: the attempts after the first, and the pause
+// before retry i (i+1 times the step). The policy lives here so that every
+// service retries the same way.
+const (
+	conflictRetries   = 20
+	conflictRetryStep = time.Millisecond
+)
+
+// RetryOnConflict runs attempt until it does not fail with ErrConflict (a
+// guard on another record failed because that record changed in between,
+// or a fast read was stale: read again and retry), the retries are used up
+// (the last error is returned) or the context ends. attempt is told
+// whether this is the first try: only the first may read fast (a
+// serializable read that a failed guard then corrects).
+func RetryOnConflict(ctx context.Context, attempt func(first bool) error) error {
+	for i := 0; ; i++ {
+		err := attempt(i == 0)
+		if !errors.Is(err, ErrConflict) || i >= conflictRetries {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Duration(i+1) * conflictRetryStep)
+	}
+}

@@ -424,3 +424,67 @@ func TestGuaranteedUpdateNoOpChecksGuards(t *testing.T) {
 		t.Errorf("no-op with a failed guard: %v, want ErrConflict", err)
 	}
 }
+
+func TestUpdateTyped(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	mustCreate(t, s, "c", cluster("c"))
+	into := &storagev1.ClusterRecord{}
+	rev, err := store.Update(testContext(t), s, "c", into, func(rec *storagev1.ClusterRecord, _ *store.Txn) error {
+		rec.KubernetesVersion = "1.35"
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	got, modRev := getCluster(t, s, "c")
+	if got.GetKubernetesVersion() != "1.35" || modRev != rev || !proto.Equal(into, got) {
+		t.Fatalf("stored %v at %d (returned %d), into %v", got, modRev, rev, into)
+	}
+}
+
+func TestRetryOnConflict(t *testing.T) {
+	t.Parallel()
+	other := errors.New("other")
+	cases := []struct {
+		name      string
+		fails     int   // attempts that fail with ErrConflict before one succeeds
+		err       error // what the attempt after them returns
+		cancelled bool
+		wantCalls int
+		want      error
+	}{
+		{name: "first try succeeds", fails: 0, wantCalls: 1},
+		{name: "conflicts then success", fails: 3, wantCalls: 4},
+		{name: "another error is not retried", fails: 1, err: other, wantCalls: 2, want: other},
+		{name: "retries run out", fails: 100, wantCalls: 21, want: store.ErrConflict},
+		{name: "a cancelled context stops retrying", fails: 100, cancelled: true, wantCalls: 1, want: context.Canceled},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancelled {
+				cancel()
+			}
+			calls, firsts := 0, 0
+			err := store.RetryOnConflict(ctx, func(first bool) error {
+				calls++
+				if first {
+					firsts++
+				}
+				if calls <= tc.fails {
+					return fmt.Errorf("guard: %w", store.ErrConflict)
+				}
+				return tc.err
+			})
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if calls != tc.wantCalls || firsts != 1 {
+				t.Fatalf("%d calls (%d first), want %d (1 first)", calls, firsts, tc.wantCalls)
+			}
+		})
+	}
+}

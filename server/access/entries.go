@@ -41,7 +41,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAccessEntryReques
 		return nil, withCluster(err, cn)
 	}
 	var rec *storagev1.AccessEntryRecord
-	err = retryConflicts(ctx, func() error {
+	err = store.RetryOnConflict(ctx, func(bool) error {
 		c, clusterRev, err := s.cluster(ctx, who, cn, true)
 		if err != nil {
 			return err
@@ -311,7 +311,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 		return prior, err
 	}
 	rec := &storagev1.AccessEntryRecord{}
-	err = retryConflicts(ctx, func() error {
+	err = store.RetryOnConflict(ctx, func(bool) error {
 		c, clusterRev, err := s.cluster(ctx, who, cn, true)
 		if err != nil {
 			return err
@@ -320,8 +320,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 		if !ok {
 			return entryNotFound(cn)
 		}
-		_, err = s.store.GuaranteedUpdate(ctx, key, rec, func(cur proto.Message, txn *store.Txn) error {
-			r := cur.(*storagev1.AccessEntryRecord)
+		_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
 			if err := sameEntry(cn, r, req.GetPrincipalArn()); err != nil {
 				return err
 			}
@@ -371,7 +370,7 @@ func (s *Service) Delete(ctx context.Context, cluster, principalArn string) erro
 	if err != nil {
 		return err
 	}
-	err = retryConflicts(ctx, func() error {
+	err = store.RetryOnConflict(ctx, func(bool) error {
 		c, clusterRev, err := s.cluster(ctx, who, cluster, true)
 		if err != nil {
 			return err

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/saltbush/saltbush/errdefs"
@@ -60,7 +59,7 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 		return nil, nil, err
 	}
 	rec := &storagev1.AccessEntryRecord{}
-	err = retryConflicts(ctx, func() error {
+	err = store.RetryOnConflict(ctx, func(bool) error {
 		c, clusterRev, err := s.cluster(ctx, who, cn, true)
 		if err != nil {
 			return err
@@ -69,8 +68,7 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 		if !ok {
 			return entryNotFound(cn)
 		}
-		_, err = s.store.GuaranteedUpdate(ctx, key, rec, func(cur proto.Message, txn *store.Txn) error {
-			r := cur.(*storagev1.AccessEntryRecord)
+		_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
 			if err := sameEntry(cn, r, req.GetPrincipalArn()); err != nil {
 				return err
 			}
@@ -133,7 +131,7 @@ func (s *Service) Disassociate(ctx context.Context, cluster, principalArn, polic
 	if err != nil {
 		return err
 	}
-	err = retryConflicts(ctx, func() error {
+	err = store.RetryOnConflict(ctx, func(bool) error {
 		c, clusterRev, err := s.cluster(ctx, who, cluster, true)
 		if err != nil {
 			return err
@@ -142,8 +140,7 @@ func (s *Service) Disassociate(ctx context.Context, cluster, principalArn, polic
 		if !ok {
 			return entryNotFound(cluster)
 		}
-		_, err = s.store.GuaranteedUpdate(ctx, key, &storagev1.AccessEntryRecord{}, func(cur proto.Message, txn *store.Txn) error {
-			r := cur.(*storagev1.AccessEntryRecord)
+		_, err = store.Update(ctx, s.store, key, &storagev1.AccessEntryRecord{}, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
 			if err := sameEntry(cluster, r, principalArn); err != nil {
 				return err
 			}

@@ -179,22 +179,6 @@ func clusterStatusName(st storagev1.ClusterStatus) string {
 	return st.String()[len("CLUSTER_STATUS_"):]
 }
 
-// retryConflicts runs attempt until it does not fail with store.ErrConflict
-// (a guard on the cluster record failed because the cluster changed in
-// between: read again and retry) or the context ends.
-func retryConflicts(ctx context.Context, attempt func() error) error {
-	for i := 0; ; i++ {
-		err := attempt()
-		if !errors.Is(err, store.ErrConflict) || i >= 20 {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(time.Duration(i+1) * time.Millisecond)
-	}
-}
-
 func clusterRef(account, name string) *controlv1.ClusterRef {
 	return &controlv1.ClusterRef{AccountId: account, Name: name}
 }

@@ -40,7 +40,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 		return nil, withAddonFields(err, req.GetClusterName(), req.GetAddonName())
 	}
 	var rec *storagev1.AddonRecord
-	err = retryConflicts(ctx, func(quick bool) error {
+	err = store.RetryOnConflict(ctx, func(quick bool) error {
 		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true, quick)
 		if err != nil {
 			return err

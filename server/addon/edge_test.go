@@ -137,9 +137,9 @@ func TestUpdateKeptVersionNoLongerCompatible(t *testing.T) {
 	}
 	// The cluster is upgraded to 1.36, which v1.11.4-eksbuild.2 does not
 	// support (what an UpdateClusterVersion will do to the record).
-	if _, err := st.GuaranteedUpdate(ctx, store.ClusterKey(edgeAccount, "upgraded"), &storagev1.ClusterRecord{},
-		func(cur proto.Message, _ *store.Txn) error {
-			cur.(*storagev1.ClusterRecord).KubernetesVersion = "1.36"
+	if _, err := store.Update(ctx, st, store.ClusterKey(edgeAccount, "upgraded"), &storagev1.ClusterRecord{},
+		func(c *storagev1.ClusterRecord, _ *store.Txn) error {
+			c.KubernetesVersion = "1.36"
 			return nil
 		}); err != nil {
 		t.Fatal(err)
@@ -175,9 +175,8 @@ func TestUpdateFromRetiredVersion(t *testing.T) {
 	}
 	// The record as an earlier catalogue left it: ACTIVE on a version this
 	// catalogue retired.
-	if _, err := st.GuaranteedUpdate(ctx, store.AddonKey(c.GetUid(), "coredns"), &storagev1.AddonRecord{},
-		func(cur proto.Message, _ *store.Txn) error {
-			r := cur.(*storagev1.AddonRecord)
+	if _, err := store.Update(ctx, st, store.AddonKey(c.GetUid(), "coredns"), &storagev1.AddonRecord{},
+		func(r *storagev1.AddonRecord, _ *store.Txn) error {
 			r.Spec.Version = "v1.10.1-eksbuild.1"
 			r.Status = storagev1.AddonStatus_ADDON_STATUS_ACTIVE
 			r.Deadline = nil

@@ -36,7 +36,7 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 		rec     *storagev1.AddonRecord
 		created bool
 	)
-	err := retryConflicts(ctx, func(quick bool) error {
+	err := store.RetryOnConflict(ctx, func(quick bool) error {
 		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), true, quick)
 		if err != nil {
 			return err
@@ -155,7 +155,7 @@ func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonReques
 		rec      *storagev1.AddonRecord
 		deleting bool
 	)
-	err := retryConflicts(ctx, func(bool) error {
+	err := store.RetryOnConflict(ctx, func(bool) error {
 		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), false, linearizable)
 		if err != nil {
 			return err
@@ -165,9 +165,8 @@ func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonReques
 		}
 		rec = &storagev1.AddonRecord{}
 		deleting = false
-		_, err = s.store.GuaranteedUpdate(ctx, store.AddonKey(c.GetUid(), req.GetAddonName()), rec,
-			func(cur proto.Message, txn *store.Txn) error {
-				r := cur.(*storagev1.AddonRecord)
+		_, err = store.Update(ctx, s.store, store.AddonKey(c.GetUid(), req.GetAddonName()), rec,
+			func(r *storagev1.AddonRecord, txn *store.Txn) error {
 				// This function runs again after a lost race: decide afresh.
 				deleting = false
 				i := slices.Index(r.GetReferences(), req.GetReference())

@@ -35,7 +35,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 		return nil, withAddonFields(err, req.GetClusterName(), req.GetAddonName())
 	}
 	var upd *storagev1.UpdateRecord
-	err = retryConflicts(ctx, func(quick bool) error {
+	err = store.RetryOnConflict(ctx, func(quick bool) error {
 		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true, quick)
 		if err != nil {
 			return err
@@ -55,8 +55,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 		}
 		key := store.AddonKey(c.GetUid(), req.GetAddonName())
 		rec := &storagev1.AddonRecord{}
-		_, err = s.store.GuaranteedUpdate(ctx, key, rec, func(cur proto.Message, txn *store.Txn) error {
-			r := cur.(*storagev1.AddonRecord)
+		_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AddonRecord, txn *store.Txn) error {
 			u, err := s.applyUpdate(who.AccountID, c, a, r, req)
 			if err != nil {
 				return err
@@ -250,7 +249,7 @@ func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve
 		return nil, err
 	}
 	var rec *storagev1.AddonRecord
-	err = retryConflicts(ctx, func(quick bool) error {
+	err = store.RetryOnConflict(ctx, func(quick bool) error {
 		_, c, clusterRev, err := s.callerCluster(ctx, clusterName, true, quick)
 		if err != nil {
 			return err
@@ -259,8 +258,7 @@ func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve
 			return addonNotFound(clusterName, name)
 		}
 		rec = &storagev1.AddonRecord{}
-		_, err = s.store.GuaranteedUpdate(ctx, store.AddonKey(c.GetUid(), name), rec, func(cur proto.Message, txn *store.Txn) error {
-			r := cur.(*storagev1.AddonRecord)
+		_, err = store.Update(ctx, s.store, store.AddonKey(c.GetUid(), name), rec, func(r *storagev1.AddonRecord, txn *store.Txn) error {
 			if r.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETING {
 				return nil
 			}

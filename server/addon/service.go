@@ -191,7 +191,7 @@ func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWri
 		case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
 			if quick {
 				// A fast read may be stale: refuse only what a
-				// linearizable read confirms (retryConflicts re-reads).
+				// linearizable read confirms (store.RetryOnConflict re-reads).
 				return nil, 0, fmt.Errorf("cluster %q read %s: %w", c.GetName(), clusterStatusName(c.GetStatus()), store.ErrConflict)
 			}
 			return nil, 0, errdefs.InvalidRequest(
@@ -222,21 +222,4 @@ func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, name stri
 		return nil, 0, fmt.Errorf("cluster %q add-on %q: %w", c.GetName(), name, err)
 	}
 	return rec, rev, nil
-}
-
-// retryConflicts runs attempt until it does not fail with store.ErrConflict
-// (a guard on the cluster record failed because the cluster changed in
-// between, or a fast read was stale: re-read and try again) or the context
-// ends. attempt is told whether it may read fast: only the first time.
-func retryConflicts(ctx context.Context, attempt func(quick bool) error) error {
-	for i := 0; ; i++ {
-		err := attempt(i == 0)
-		if !errors.Is(err, store.ErrConflict) || i >= 20 {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(time.Duration(i+1) * time.Millisecond)
-	}
 }

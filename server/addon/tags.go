@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/saltbush/saltbush/errdefs"
@@ -68,8 +67,7 @@ func (t TagResource) UpdateTags(ctx context.Context, arn tagging.ARN, set map[st
 	if err != nil {
 		return err
 	}
-	_, err = t.svc.store.GuaranteedUpdate(ctx, key, &storagev1.AddonRecord{}, func(cur proto.Message, _ *store.Txn) error {
-		r := cur.(*storagev1.AddonRecord)
+	_, err = store.Update(ctx, t.svc.store, key, &storagev1.AddonRecord{}, func(r *storagev1.AddonRecord, _ *store.Txn) error {
 		if r.GetUid() != arn.Path[2] {
 			return errdefs.MissingResource("No addon found for arn: %s.", arn.Raw)
 		}

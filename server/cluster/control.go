@@ -71,7 +71,7 @@ func (s *Service) get(ctx context.Context, ref *controlv1.ClusterRef,
 	return rec, rev, nil
 }
 
-// mutate applies change to the cluster ref names with GuaranteedUpdate,
+// mutate applies change to the cluster ref names with store.Update,
 // enforcing ref's uid on every attempt.
 func (s *Service) mutate(ctx context.Context, ref *controlv1.ClusterRef, op string,
 	change func(c *storagev1.ClusterRecord) error,
@@ -80,9 +80,8 @@ func (s *Service) mutate(ctx context.Context, ref *controlv1.ClusterRef, op stri
 		return nil, err
 	}
 	rec := &storagev1.ClusterRecord{}
-	_, err := s.store.GuaranteedUpdate(ctx, store.ClusterKey(ref.GetAccountId(), ref.GetName()), rec,
-		func(cur proto.Message, txn *store.Txn) error {
-			c := cur.(*storagev1.ClusterRecord)
+	_, err := store.Update(ctx, s.store, store.ClusterKey(ref.GetAccountId(), ref.GetName()), rec,
+		func(c *storagev1.ClusterRecord, txn *store.Txn) error {
 			if ref.GetUid() != "" && ref.GetUid() != c.GetUid() {
 				return errdefs.NotFound("No cluster found for name: %s with id %s.", ref.GetName(), ref.GetUid()).
 					WithField("clusterName", ref.GetName())

@@ -239,8 +239,7 @@ func (s *Service) Delete(ctx context.Context, name string) (*storagev1.ClusterRe
 		return nil, err
 	}
 	rec := &storagev1.ClusterRecord{}
-	_, err = s.store.GuaranteedUpdate(ctx, store.ClusterKey(who.AccountID, name), rec, func(cur proto.Message, txn *store.Txn) error {
-		c := cur.(*storagev1.ClusterRecord)
+	_, err = store.Update(ctx, s.store, store.ClusterKey(who.AccountID, name), rec, func(c *storagev1.ClusterRecord, txn *store.Txn) error {
 		if c.GetStatus() == storagev1.ClusterStatus_CLUSTER_STATUS_DELETING {
 			return nil
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/saltbush/saltbush/errdefs"
@@ -53,8 +52,7 @@ func (t TagResource) UpdateTags(ctx context.Context, arn tagging.ARN, set map[st
 	if err != nil {
 		return err
 	}
-	_, err = t.svc.store.GuaranteedUpdate(ctx, key, &storagev1.ClusterRecord{}, func(cur proto.Message, _ *store.Txn) error {
-		c := cur.(*storagev1.ClusterRecord)
+	_, err = store.Update(ctx, t.svc.store, key, &storagev1.ClusterRecord{}, func(c *storagev1.ClusterRecord, _ *store.Txn) error {
 		tags, err := tagging.Apply(c.GetTags(), set, remove)
 		if err != nil {
 			return err

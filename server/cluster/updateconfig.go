@@ -262,8 +262,7 @@ func (s *Service) UpdateConfig(ctx context.Context, req *eksv1.UpdateClusterConf
 
 	var upd *storagev1.UpdateRecord
 	rec := &storagev1.ClusterRecord{}
-	_, err = s.store.GuaranteedUpdate(ctx, store.ClusterKey(who.AccountID, name), rec, func(cur proto.Message, txn *store.Txn) error {
-		c := cur.(*storagev1.ClusterRecord)
+	_, err = store.Update(ctx, s.store, store.ClusterKey(who.AccountID, name), rec, func(c *storagev1.ClusterRecord, txn *store.Txn) error {
 		if err := updatable(c, k); err != nil {
 			return err
 		}
