@@ -24,11 +24,12 @@ import (
 // only for the certificate-verified service.
 const ActForAccountHeader = "saltbush-act-for-account"
 
-// methodClass says who may call a gRPC method.
+// methodClass says who may call a gRPC method. Each service's class is in
+// the service table (server/services.go).
 type methodClass int
 
 const (
-	// classDenied: nobody (methods not listed below; fail closed).
+	// classDenied: nobody (methods not in the service table; fail closed).
 	classDenied methodClass = iota
 	// classAnyCaller: any verified certificate (health).
 	classAnyCaller
@@ -40,24 +41,6 @@ const (
 	// incarnation and instance; the service binds every request to them).
 	classAgent
 )
-
-// classify maps a full method name to its class. New services must be
-// added here, or nobody can call them.
-func classify(fullMethod string) methodClass {
-	switch {
-	case strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/"):
-		return classAnyCaller
-	case strings.HasPrefix(fullMethod, "/saltbush.eks.v1."):
-		return classServiceEKS
-	case strings.HasPrefix(fullMethod, "/saltbush.delivery.v1."):
-		return classAgent
-	case strings.HasPrefix(fullMethod, "/saltbush.control.v1."),
-		strings.HasPrefix(fullMethod, "/grpc.reflection."):
-		return classServiceControl
-	default:
-		return classDenied
-	}
-}
 
 // methodName is the last element of a full method name.
 func methodName(fullMethod string) string {
@@ -78,6 +61,8 @@ func mutating(fullMethod string) bool {
 // access decides what the certificate-verified caller may call: it runs
 // after the pki interceptor has set the caller from the certificate.
 type grpcAccess struct {
+	// classes is every served method's class, from the service table.
+	classes  map[string]methodClass
 	authz    *authz.Authorizer
 	throttle *throttle.Limiter
 	audit    audit.Sink
@@ -89,7 +74,7 @@ func (a *grpcAccess) admit(ctx context.Context, fullMethod string) (context.Cont
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "no verified client certificate")
 	}
-	switch classify(fullMethod) {
+	switch a.classes[fullMethod] {
 	case classAnyCaller:
 		return ctx, nil
 	case classServiceEKS:

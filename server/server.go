@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,14 +30,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/saltbush/saltbush/gateway"
 	"github.com/saltbush/saltbush/gateway/sigv4"
 	"github.com/saltbush/saltbush/gen/openapi"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/accesspolicy"
 	"github.com/saltbush/saltbush/server/addon"
@@ -205,6 +200,9 @@ type Server struct {
 	stopBackground context.CancelFunc
 
 	grpcServer *grpc.Server
+	// access decides what a gRPC caller may call (by the method classes
+	// of the service table).
+	access     *grpcAccess
 	health     *health.Server
 	httpServer *http.Server
 	grpcLis    net.Listener
@@ -313,7 +311,6 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	eksClusters := cluster.NewEKSServer(clusters, authorizer)
 	cat := cfg.Catalog
 	if cat == nil {
 		if cat, err = catalog.Load(); err != nil {
@@ -324,8 +321,6 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	eksAddons := addon.NewEKSServer(addons, authorizer)
-	eksUpdates := update.NewEKSServer(update.NewService(s.store, clusters, log.With("service", "update")), authorizer)
 	policies := accesspolicy.NewCatalog()
 	entries, err := access.NewService(s.store, clusters, keyCache, policies, access.Config{
 		Region: cfg.Cluster.Region, IdempotencyTTL: cfg.Cluster.IdempotencyTTL, Now: cfg.Cluster.Now,
@@ -333,7 +328,6 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	eksAccess := access.NewEKSServer(entries, authorizer)
 	// Reviews read cluster records and access entries from a watch-fed
 	// view of the clusters whose agents ask, stopped with the server.
 	reviewView, err := review.NewView(s.store, review.DefaultViewIdle, s.registry, log.With("component", "review-view"))
@@ -351,11 +345,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	eksTags := tagging.NewEKSServer(tagging.NewService(cfg.Cluster.Region, map[string]tagging.Resource{
+	tags := tagging.NewService(cfg.Cluster.Region, map[string]tagging.Resource{
 		"cluster":      clusters.Tagging(),
 		"addon":        addons.Tagging(),
 		"access-entry": entries.Tagging(),
-	}, log.With("service", "tagging")), authorizer)
+	}, log.With("service", "tagging"))
 	replica := cfg.ReplicaName
 	if replica == "" {
 		host, _ := os.Hostname()
@@ -373,7 +367,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// client certificate (the pki interceptor), never from metadata; access
 	// decides what that identity may call.
 	grpcMetrics := newGRPCMetrics(s.registry)
-	acc := &grpcAccess{authz: authorizer, throttle: limiter, audit: auditSink}
+	s.access = &grpcAccess{authz: authorizer, throttle: limiter, audit: auditSink}
+	acc := s.access
 	s.grpcServer = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(s.ca.ServerTLSConfig(cfg.grpcHosts(cfg.GRPCAddr)))),
 		grpc.ChainUnaryInterceptor(
@@ -406,31 +401,19 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
-	eksv1.RegisterClusterServiceServer(s.grpcServer, eksClusters)
-	controlv1.RegisterClusterControlServiceServer(s.grpcServer, cluster.NewControlServer(clusters))
-	eksv1.RegisterAddonServiceServer(s.grpcServer, eksAddons)
-	eksv1.RegisterUpdateServiceServer(s.grpcServer, eksUpdates)
-	eksv1.RegisterTagServiceServer(s.grpcServer, eksTags)
-	eksv1.RegisterAccessEntryServiceServer(s.grpcServer, eksAccess)
-	deliveryv1.RegisterAccessReviewServiceServer(s.grpcServer, review.NewServer(reviews))
-	deliveryv1.RegisterDeliveryServiceServer(s.grpcServer, delivery.NewServer(deliveries))
-	controlv1.RegisterDeliveryControlServiceServer(s.grpcServer, delivery.NewControlServer(deliveries))
-	controlv1.RegisterAddonControlServiceServer(s.grpcServer, addon.NewControlServer(addons))
-	controlv1.RegisterIdentityControlServiceServer(s.grpcServer, iam.NewControlServer(s.keys, s.ca))
+	// The service table drives both ports and the access classes.
 	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpcServer, s.health)
-	reflection.Register(s.grpcServer)
+	table := serviceTable(domain{
+		clusters: clusters, addons: addons, updates: update.NewService(s.store, clusters, log.With("service", "update")),
+		tags: tags, entries: entries, reviews: reviews, deliveries: deliveries, keys: s.keys, ca: s.ca,
+	}, authorizer, s.health, s.grpcServer)
+	for _, svc := range table {
+		svc.register(s.grpcServer)
+	}
+	acc.classes = methodClasses(table)
 
 	// HTTP: the façade, reaching the same service objects in-process.
-	s.registerFacade = func(ctx context.Context, mux *runtime.ServeMux) error {
-		return errors.Join(
-			eksv1.RegisterClusterServiceHandlerServer(ctx, mux, eksClusters),
-			eksv1.RegisterAddonServiceHandlerServer(ctx, mux, eksAddons),
-			eksv1.RegisterUpdateServiceHandlerServer(ctx, mux, eksUpdates),
-			eksv1.RegisterTagServiceHandlerServer(ctx, mux, eksTags),
-			eksv1.RegisterAccessEntryServiceHandlerServer(ctx, mux, eksAccess),
-		)
-	}
+	s.registerFacade = registerFacade(table)
 	s.sigv4 = &gateway.SigV4{
 		Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
 		Region:   cfg.Cluster.Region,
