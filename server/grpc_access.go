@@ -47,22 +47,21 @@ func methodName(fullMethod string) string {
 	return fullMethod[strings.LastIndex(fullMethod, "/")+1:]
 }
 
-// mutating reports whether a method changes state (and is audited).
-func mutating(fullMethod string) bool {
-	name := methodName(fullMethod)
-	for _, p := range []string{"Get", "List", "Describe", "Check", "Watch", "ServerReflectionInfo", "Review"} {
-		if strings.HasPrefix(name, p) {
-			return false
-		}
-	}
-	return true
+// method is what access knows of one served method.
+type method struct {
+	class methodClass
+	// readOnly: the method changes nothing, as its proto declares
+	// (idempotency_level = NO_SIDE_EFFECTS), so its calls are not audited.
+	// Every other method is audited: unknown means mutating.
+	readOnly bool
 }
 
 // access decides what the certificate-verified caller may call: it runs
 // after the pki interceptor has set the caller from the certificate.
 type grpcAccess struct {
-	// classes is every served method's class, from the service table.
-	classes  map[string]methodClass
+	// methods is every served method, by full name, from the service
+	// table; a method not in it is refused (the zero class).
+	methods  map[string]method
 	authz    *authz.Authorizer
 	throttle *throttle.Limiter
 	audit    audit.Sink
@@ -74,7 +73,7 @@ func (a *grpcAccess) admit(ctx context.Context, fullMethod string) (context.Cont
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "no verified client certificate")
 	}
-	switch a.classes[fullMethod] {
+	switch a.methods[fullMethod].class {
 	case classAnyCaller:
 		return ctx, nil
 	case classServiceEKS:
@@ -140,7 +139,7 @@ func (a *grpcAccess) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	} else {
 		admitted = ctx
 	}
-	if a.audit != nil && mutating(info.FullMethod) {
+	if a.audit != nil && !a.methods[info.FullMethod].readOnly {
 		a.record(admitted, info.FullMethod, entry, err)
 	}
 	return resp, err

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,9 +80,52 @@ func TestEveryMethodHasAClass(t *testing.T) {
 	for service, info := range registeredServices(t, s) {
 		for _, m := range info.Methods {
 			full := "/" + service + "/" + m.Name
-			if s.access.classes[full] == classDenied {
+			if s.access.methods[full].class == classDenied {
 				t.Errorf("%s has no access class: give its service a row with a class in the service table (server/services.go)", full)
 			}
+		}
+	}
+}
+
+// TestReadMethodsDeclareNoSideEffects: whether a call is audited comes
+// from its method's proto (server/services.go, methodTable), so a read RPC
+// that forgot to declare idempotency_level = NO_SIDE_EFFECTS would be
+// audited as a change on every call. Methods named as reads must declare
+// it; and the audit split of a few methods is pinned.
+func TestReadMethodsDeclareNoSideEffects(t *testing.T) {
+	s := startUnserved(t)
+	for service, info := range registeredServices(t, s) {
+		if !strings.HasPrefix(service, "saltbush.") {
+			continue
+		}
+		for _, m := range info.Methods {
+			full := "/" + service + "/" + m.Name
+			for _, read := range []string{"Get", "List", "Describe", "Review"} {
+				if strings.HasPrefix(m.Name, read) && !s.access.methods[full].readOnly {
+					t.Errorf("%s reads but is audited as a change: declare option idempotency_level = NO_SIDE_EFFECTS on it in its proto", full)
+				}
+			}
+		}
+	}
+	for full, readOnly := range map[string]bool{
+		"/saltbush.eks.v1.ClusterService/CreateCluster":                             false,
+		"/saltbush.eks.v1.ClusterService/DescribeCluster":                           true,
+		"/saltbush.eks.v1.TagService/TagResource":                                   false, // IDEMPOTENT still changes state
+		"/saltbush.control.v1.AddonControlService/EnsureAddon":                      false,
+		"/saltbush.control.v1.IdentityControlService/GetCertificateAuthorityBundle": true,
+		"/saltbush.delivery.v1.AccessReviewService/ReviewToken":                     true,
+		"/saltbush.delivery.v1.DeliveryService/Connect":                             false,
+		"/grpc.health.v1.Health/Check":                                              true,
+		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":                 true,
+		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo":            true,
+	} {
+		m, ok := s.access.methods[full]
+		if !ok {
+			t.Errorf("%s is not served", full)
+			continue
+		}
+		if m.readOnly != readOnly {
+			t.Errorf("%s: readOnly = %v, want %v", full, m.readOnly, readOnly)
 		}
 	}
 }

@@ -410,7 +410,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	for _, svc := range table {
 		svc.register(s.grpcServer)
 	}
-	acc.classes = methodClasses(table)
+	if acc.methods, err = methodTable(table); err != nil {
+		return nil, err
+	}
 
 	// HTTP: the façade, reaching the same service objects in-process.
 	s.registerFacade = registerFacade(table)

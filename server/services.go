@@ -11,6 +11,9 @@ import (
 	"google.golang.org/grpc/reflection"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
@@ -42,6 +45,10 @@ type service struct {
 	// class says who may call the service's methods
 	// (docs/architecture.md, "Identity and authorization").
 	class methodClass
+	// readOnly marks a service whose every method only reads although its
+	// proto, not saltbush's, declares no idempotency levels (health,
+	// reflection). saltbush's own protos declare NO_SIDE_EFFECTS per method.
+	readOnly bool
 }
 
 // domain is the resource services the shells of the table call into.
@@ -155,6 +162,7 @@ func serviceTable(d domain, authorizer *authz.Authorizer, health *health.Server,
 			desc:     &healthpb.Health_ServiceDesc,
 			register: func(r grpc.ServiceRegistrar) { healthpb.RegisterHealthServer(r, health) },
 			class:    classAnyCaller,
+			readOnly: true,
 		},
 		// Both reflection versions, as reflection.Register serves them:
 		// grpcurl and older tools still ask v1alpha.
@@ -163,33 +171,64 @@ func serviceTable(d domain, authorizer *authz.Authorizer, health *health.Server,
 			register: func(r grpc.ServiceRegistrar) {
 				reflectionv1alpha.RegisterServerReflectionServer(r, reflection.NewServer(reflectionOpts))
 			},
-			class: classServiceControl,
+			class:    classServiceControl,
+			readOnly: true,
 		},
 		{
 			desc: &reflectionv1.ServerReflection_ServiceDesc,
 			register: func(r grpc.ServiceRegistrar) {
 				reflectionv1.RegisterServerReflectionServer(r, reflection.NewServerV1(reflectionOpts))
 			},
-			class: classServiceControl,
+			class:    classServiceControl,
+			readOnly: true,
 		},
 	}
 }
 
-// methodClasses maps every method of the table, by full name
-// ("/package.Service/Method"), to its service's class. A method not in it
-// is refused (classDenied, the zero value): access fails closed.
-func methodClasses(table []service) map[string]methodClass {
-	classes := make(map[string]methodClass)
+// methodTable maps every method of the table, by full name
+// ("/package.Service/Method"), to its service's class and whether it only
+// reads. That comes from the method's descriptor in the protobuf registry
+// (the generated code registers it): a method whose proto declares
+// idempotency_level = NO_SIDE_EFFECTS only reads; any other changes state.
+// A service whose proto is not saltbush's and declares no levels says so
+// in its row (readOnly).
+func methodTable(table []service) (map[string]method, error) {
+	methods := make(map[string]method)
 	for _, svc := range table {
-		prefix := "/" + svc.desc.ServiceName + "/"
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc.desc.ServiceName))
+		if err != nil {
+			return nil, fmt.Errorf("service %s: its descriptor: %w", svc.desc.ServiceName, err)
+		}
+		sd, ok := d.(protoreflect.ServiceDescriptor)
+		if !ok {
+			return nil, fmt.Errorf("service %s: the registry holds a %T under its name", svc.desc.ServiceName, d)
+		}
+		names := make([]string, 0, len(svc.desc.Methods)+len(svc.desc.Streams))
 		for _, m := range svc.desc.Methods {
-			classes[prefix+m.MethodName] = svc.class
+			names = append(names, m.MethodName)
 		}
 		for _, st := range svc.desc.Streams {
-			classes[prefix+st.StreamName] = svc.class
+			names = append(names, st.StreamName)
+		}
+		for _, name := range names {
+			md := sd.Methods().ByName(protoreflect.Name(name))
+			if md == nil {
+				return nil, fmt.Errorf("method %s of service %s: not in its descriptor", name, svc.desc.ServiceName)
+			}
+			methods["/"+svc.desc.ServiceName+"/"+name] = method{
+				class:    svc.class,
+				readOnly: svc.readOnly || declaresNoSideEffects(md),
+			}
 		}
 	}
-	return classes
+	return methods, nil
+}
+
+// declaresNoSideEffects reports whether a method's proto declares
+// idempotency_level = NO_SIDE_EFFECTS.
+func declaresNoSideEffects(md protoreflect.MethodDescriptor) bool {
+	opts, _ := md.Options().(*descriptorpb.MethodOptions)
+	return opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS
 }
 
 // registerFacade adds the façade's services of the table to a mux.

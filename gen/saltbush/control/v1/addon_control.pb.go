@@ -866,12 +866,12 @@ const file_saltbush_control_v1_addon_control_proto_rawDesc = "" +
 	"\x13ADDON_PHASE_APPLIED\x10\x01\x12\x15\n" +
 	"\x11ADDON_PHASE_READY\x10\x02\x12\x16\n" +
 	"\x12ADDON_PHASE_FAILED\x10\x03\x12\x17\n" +
-	"\x13ADDON_PHASE_REMOVED\x10\x042\xa6\x03\n" +
-	"\x13AddonControlService\x12W\n" +
-	"\bGetAddon\x12$.saltbush.control.v1.GetAddonRequest\x1a%.saltbush.control.v1.GetAddonResponse\x12o\n" +
-	"\x10ApplyAddonReport\x12,.saltbush.control.v1.ApplyAddonReportRequest\x1a-.saltbush.control.v1.ApplyAddonReportResponse\x12`\n" +
-	"\vEnsureAddon\x12'.saltbush.control.v1.EnsureAddonRequest\x1a(.saltbush.control.v1.EnsureAddonResponse\x12c\n" +
-	"\fReleaseAddon\x12(.saltbush.control.v1.ReleaseAddonRequest\x1a).saltbush.control.v1.ReleaseAddonResponseB@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
+	"\x13ADDON_PHASE_REMOVED\x10\x042\xb5\x03\n" +
+	"\x13AddonControlService\x12\\\n" +
+	"\bGetAddon\x12$.saltbush.control.v1.GetAddonRequest\x1a%.saltbush.control.v1.GetAddonResponse\"\x03\x90\x02\x01\x12o\n" +
+	"\x10ApplyAddonReport\x12,.saltbush.control.v1.ApplyAddonReportRequest\x1a-.saltbush.control.v1.ApplyAddonReportResponse\x12e\n" +
+	"\vEnsureAddon\x12'.saltbush.control.v1.EnsureAddonRequest\x1a(.saltbush.control.v1.EnsureAddonResponse\"\x03\x90\x02\x02\x12h\n" +
+	"\fReleaseAddon\x12(.saltbush.control.v1.ReleaseAddonRequest\x1a).saltbush.control.v1.ReleaseAddonResponse\"\x03\x90\x02\x02B@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
 
 var (
 	file_saltbush_control_v1_addon_control_proto_rawDescOnce sync.Once

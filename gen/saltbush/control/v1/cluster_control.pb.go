@@ -836,12 +836,12 @@ const file_saltbush_control_v1_cluster_control_proto_rawDesc = "" +
 	"\x17CLUSTER_STATUS_DELETING\x10\x03\x12\x19\n" +
 	"\x15CLUSTER_STATUS_FAILED\x10\x04\x12\x1b\n" +
 	"\x17CLUSTER_STATUS_UPDATING\x10\x05\x12\x1a\n" +
-	"\x16CLUSTER_STATUS_PENDING\x10\x062\x84\x04\n" +
-	"\x15ClusterControlService\x12]\n" +
+	"\x16CLUSTER_STATUS_PENDING\x10\x062\x93\x04\n" +
+	"\x15ClusterControlService\x12b\n" +
 	"\n" +
-	"GetCluster\x12&.saltbush.control.v1.GetClusterRequest\x1a'.saltbush.control.v1.GetClusterResponse\x12Z\n" +
-	"\tAddMember\x12%.saltbush.control.v1.AddMemberRequest\x1a&.saltbush.control.v1.AddMemberResponse\x12c\n" +
-	"\fRemoveMember\x12(.saltbush.control.v1.RemoveMemberRequest\x1a).saltbush.control.v1.RemoveMemberResponse\x12Z\n" +
+	"GetCluster\x12&.saltbush.control.v1.GetClusterRequest\x1a'.saltbush.control.v1.GetClusterResponse\"\x03\x90\x02\x01\x12_\n" +
+	"\tAddMember\x12%.saltbush.control.v1.AddMemberRequest\x1a&.saltbush.control.v1.AddMemberResponse\"\x03\x90\x02\x02\x12h\n" +
+	"\fRemoveMember\x12(.saltbush.control.v1.RemoveMemberRequest\x1a).saltbush.control.v1.RemoveMemberResponse\"\x03\x90\x02\x02\x12Z\n" +
 	"\tSetStatus\x12%.saltbush.control.v1.SetStatusRequest\x1a&.saltbush.control.v1.SetStatusResponse\x12o\n" +
 	"\x10FinalizeDeletion\x12,.saltbush.control.v1.FinalizeDeletionRequest\x1a-.saltbush.control.v1.FinalizeDeletionResponseB@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
 

@@ -568,10 +568,10 @@ const file_saltbush_control_v1_delivery_control_proto_rawDesc = "" +
 	"\x14DrainExecutorRequest\x129\n" +
 	"\acluster\x18\x01 \x01(\v2\x1f.saltbush.control.v1.ClusterRefR\acluster\"Z\n" +
 	"\x15DrainExecutorResponse\x12A\n" +
-	"\bexecutor\x18\x01 \x01(\v2%.saltbush.control.v1.DeliveryExecutorR\bexecutor2\xf4\x01\n" +
-	"\x16DeliveryControlService\x12r\n" +
-	"\x11GetDeliveryStatus\x12-.saltbush.control.v1.GetDeliveryStatusRequest\x1a..saltbush.control.v1.GetDeliveryStatusResponse\x12f\n" +
-	"\rDrainExecutor\x12).saltbush.control.v1.DrainExecutorRequest\x1a*.saltbush.control.v1.DrainExecutorResponseB@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
+	"\bexecutor\x18\x01 \x01(\v2%.saltbush.control.v1.DeliveryExecutorR\bexecutor2\xfe\x01\n" +
+	"\x16DeliveryControlService\x12w\n" +
+	"\x11GetDeliveryStatus\x12-.saltbush.control.v1.GetDeliveryStatusRequest\x1a..saltbush.control.v1.GetDeliveryStatusResponse\"\x03\x90\x02\x01\x12k\n" +
+	"\rDrainExecutor\x12).saltbush.control.v1.DrainExecutorRequest\x1a*.saltbush.control.v1.DrainExecutorResponse\"\x03\x90\x02\x02B@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
 
 var (
 	file_saltbush_control_v1_delivery_control_proto_rawDescOnce sync.Once

@@ -1348,20 +1348,20 @@ const file_saltbush_control_v1_identity_control_proto_rawDesc = "" +
 	"$GetCertificateAuthorityBundleRequest\"r\n" +
 	"%GetCertificateAuthorityBundleResponse\x12\"\n" +
 	"\rca_bundle_pem\x18\x01 \x01(\tR\vcaBundlePem\x12%\n" +
-	"\x0eissuing_serial\x18\x02 \x01(\tR\rissuingSerial2\x9a\v\n" +
+	"\x0eissuing_serial\x18\x02 \x01(\tR\rissuingSerial2\xa9\v\n" +
 	"\x16IdentityControlService\x12f\n" +
 	"\rCreateAccount\x12).saltbush.control.v1.CreateAccountRequest\x1a*.saltbush.control.v1.CreateAccountResponse\x12l\n" +
-	"\x0fCreatePrincipal\x12+.saltbush.control.v1.CreatePrincipalRequest\x1a,.saltbush.control.v1.CreatePrincipalResponse\x12Z\n" +
-	"\tPutPolicy\x12%.saltbush.control.v1.PutPolicyRequest\x1a&.saltbush.control.v1.PutPolicyResponse\x12c\n" +
+	"\x0fCreatePrincipal\x12+.saltbush.control.v1.CreatePrincipalRequest\x1a,.saltbush.control.v1.CreatePrincipalResponse\x12_\n" +
+	"\tPutPolicy\x12%.saltbush.control.v1.PutPolicyRequest\x1a&.saltbush.control.v1.PutPolicyResponse\"\x03\x90\x02\x02\x12c\n" +
 	"\fAttachPolicy\x12(.saltbush.control.v1.AttachPolicyRequest\x1a).saltbush.control.v1.AttachPolicyResponse\x12l\n" +
 	"\x0fCreateAccessKey\x12+.saltbush.control.v1.CreateAccessKeyRequest\x1a,.saltbush.control.v1.CreateAccessKeyResponse\x12l\n" +
-	"\x0fUpdateAccessKey\x12+.saltbush.control.v1.UpdateAccessKeyRequest\x1a,.saltbush.control.v1.UpdateAccessKeyResponse\x12o\n" +
-	"\x10PutServicePolicy\x12,.saltbush.control.v1.PutServicePolicyRequest\x1a-.saltbush.control.v1.PutServicePolicyResponse\x12o\n" +
+	"\x0fUpdateAccessKey\x12+.saltbush.control.v1.UpdateAccessKeyRequest\x1a,.saltbush.control.v1.UpdateAccessKeyResponse\x12t\n" +
+	"\x10PutServicePolicy\x12,.saltbush.control.v1.PutServicePolicyRequest\x1a-.saltbush.control.v1.PutServicePolicyResponse\"\x03\x90\x02\x02\x12o\n" +
 	"\x10IssueCertificate\x12,.saltbush.control.v1.IssueCertificateRequest\x1a-.saltbush.control.v1.IssueCertificateResponse\x12r\n" +
 	"\x11RevokeCertificate\x12-.saltbush.control.v1.RevokeCertificateRequest\x1a..saltbush.control.v1.RevokeCertificateResponse\x12\x8d\x01\n" +
 	"\x1aRotateCertificateAuthority\x126.saltbush.control.v1.RotateCertificateAuthorityRequest\x1a7.saltbush.control.v1.RotateCertificateAuthorityResponse\x12\x8d\x01\n" +
-	"\x1aRemoveCertificateAuthority\x126.saltbush.control.v1.RemoveCertificateAuthorityRequest\x1a7.saltbush.control.v1.RemoveCertificateAuthorityResponse\x12\x96\x01\n" +
-	"\x1dGetCertificateAuthorityBundle\x129.saltbush.control.v1.GetCertificateAuthorityBundleRequest\x1a:.saltbush.control.v1.GetCertificateAuthorityBundleResponseB@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
+	"\x1aRemoveCertificateAuthority\x126.saltbush.control.v1.RemoveCertificateAuthorityRequest\x1a7.saltbush.control.v1.RemoveCertificateAuthorityResponse\x12\x9b\x01\n" +
+	"\x1dGetCertificateAuthorityBundle\x129.saltbush.control.v1.GetCertificateAuthorityBundleRequest\x1a:.saltbush.control.v1.GetCertificateAuthorityBundleResponse\"\x03\x90\x02\x01B@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
 
 var (
 	file_saltbush_control_v1_identity_control_proto_rawDescOnce sync.Once

@@ -798,10 +798,10 @@ const file_saltbush_delivery_v1_review_proto_rawDesc = "" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
 	"\x06denied\x18\x02 \x01(\bR\x06denied\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12)\n" +
-	"\x10evaluation_error\x18\x04 \x01(\tR\x0fevaluationError2\xe0\x01\n" +
-	"\x13AccessReviewService\x12b\n" +
-	"\vReviewToken\x12(.saltbush.delivery.v1.ReviewTokenRequest\x1a).saltbush.delivery.v1.ReviewTokenResponse\x12e\n" +
-	"\fReviewAccess\x12).saltbush.delivery.v1.ReviewAccessRequest\x1a*.saltbush.delivery.v1.ReviewAccessResponseBBZ@github.com/saltbush/saltbush/gen/saltbush/delivery/v1;deliveryv1b\x06proto3"
+	"\x10evaluation_error\x18\x04 \x01(\tR\x0fevaluationError2\xea\x01\n" +
+	"\x13AccessReviewService\x12g\n" +
+	"\vReviewToken\x12(.saltbush.delivery.v1.ReviewTokenRequest\x1a).saltbush.delivery.v1.ReviewTokenResponse\"\x03\x90\x02\x01\x12j\n" +
+	"\fReviewAccess\x12).saltbush.delivery.v1.ReviewAccessRequest\x1a*.saltbush.delivery.v1.ReviewAccessResponse\"\x03\x90\x02\x01BBZ@github.com/saltbush/saltbush/gen/saltbush/delivery/v1;deliveryv1b\x06proto3"
 
 var (
 	file_saltbush_delivery_v1_review_proto_rawDescOnce sync.Once

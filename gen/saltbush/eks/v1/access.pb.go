@@ -1482,17 +1482,17 @@ const file_saltbush_eks_v1_access_proto_rawDesc = "" +
 	"\x1aListAccessPoliciesResponse\x12L\n" +
 	"\x0faccess_policies\x18\x01 \x03(\v2\x1d.saltbush.eks.v1.AccessPolicyB\x04\xa0\xbb\x18\x01R\x0eaccessPolicies\x12\x1d\n" +
 	"\n" +
-	"next_token\x18\x02 \x01(\tR\tnextToken2\xfc\f\n" +
+	"next_token\x18\x02 \x01(\tR\tnextToken2\x88\r\n" +
 	"\x12AccessEntryService\x12\x9e\x01\n" +
-	"\x11CreateAccessEntry\x12).saltbush.eks.v1.CreateAccessEntryRequest\x1a*.saltbush.eks.v1.CreateAccessEntryResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/clusters/{cluster_name}/access-entries\x12\xb1\x01\n" +
-	"\x13DescribeAccessEntry\x12+.saltbush.eks.v1.DescribeAccessEntryRequest\x1a,.saltbush.eks.v1.DescribeAccessEntryResponse\"?\x82\xd3\xe4\x93\x029\x127/clusters/{cluster_name}/access-entries/{principal_arn}\x12\x9b\x01\n" +
-	"\x11ListAccessEntries\x12).saltbush.eks.v1.ListAccessEntriesRequest\x1a*.saltbush.eks.v1.ListAccessEntriesResponse\"/\x82\xd3\xe4\x93\x02)\x12'/clusters/{cluster_name}/access-entries\x12\xae\x01\n" +
+	"\x11CreateAccessEntry\x12).saltbush.eks.v1.CreateAccessEntryRequest\x1a*.saltbush.eks.v1.CreateAccessEntryResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/clusters/{cluster_name}/access-entries\x12\xb4\x01\n" +
+	"\x13DescribeAccessEntry\x12+.saltbush.eks.v1.DescribeAccessEntryRequest\x1a,.saltbush.eks.v1.DescribeAccessEntryResponse\"B\x82\xd3\xe4\x93\x029\x127/clusters/{cluster_name}/access-entries/{principal_arn}\x90\x02\x01\x12\x9e\x01\n" +
+	"\x11ListAccessEntries\x12).saltbush.eks.v1.ListAccessEntriesRequest\x1a*.saltbush.eks.v1.ListAccessEntriesResponse\"2\x82\xd3\xe4\x93\x02)\x12'/clusters/{cluster_name}/access-entries\x90\x02\x01\x12\xae\x01\n" +
 	"\x11UpdateAccessEntry\x12).saltbush.eks.v1.UpdateAccessEntryRequest\x1a*.saltbush.eks.v1.UpdateAccessEntryResponse\"B\x82\xd3\xe4\x93\x02<:\x01*\"7/clusters/{cluster_name}/access-entries/{principal_arn}\x12\xab\x01\n" +
 	"\x11DeleteAccessEntry\x12).saltbush.eks.v1.DeleteAccessEntryRequest\x1a*.saltbush.eks.v1.DeleteAccessEntryResponse\"?\x82\xd3\xe4\x93\x029*7/clusters/{cluster_name}/access-entries/{principal_arn}\x12\xca\x01\n" +
 	"\x15AssociateAccessPolicy\x12-.saltbush.eks.v1.AssociateAccessPolicyRequest\x1a..saltbush.eks.v1.AssociateAccessPolicyResponse\"R\x82\xd3\xe4\x93\x02L:\x01*\"G/clusters/{cluster_name}/access-entries/{principal_arn}/access-policies\x12\xdd\x01\n" +
-	"\x18DisassociateAccessPolicy\x120.saltbush.eks.v1.DisassociateAccessPolicyRequest\x1a1.saltbush.eks.v1.DisassociateAccessPolicyResponse\"\\\x82\xd3\xe4\x93\x02V*T/clusters/{cluster_name}/access-entries/{principal_arn}/access-policies/{policy_arn}\x12\xdc\x01\n" +
-	"\x1cListAssociatedAccessPolicies\x124.saltbush.eks.v1.ListAssociatedAccessPoliciesRequest\x1a5.saltbush.eks.v1.ListAssociatedAccessPoliciesResponse\"O\x82\xd3\xe4\x93\x02I\x12G/clusters/{cluster_name}/access-entries/{principal_arn}/access-policies\x12\x87\x01\n" +
-	"\x12ListAccessPolicies\x12*.saltbush.eks.v1.ListAccessPoliciesRequest\x1a+.saltbush.eks.v1.ListAccessPoliciesResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/access-policiesB8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
+	"\x18DisassociateAccessPolicy\x120.saltbush.eks.v1.DisassociateAccessPolicyRequest\x1a1.saltbush.eks.v1.DisassociateAccessPolicyResponse\"\\\x82\xd3\xe4\x93\x02V*T/clusters/{cluster_name}/access-entries/{principal_arn}/access-policies/{policy_arn}\x12\xdf\x01\n" +
+	"\x1cListAssociatedAccessPolicies\x124.saltbush.eks.v1.ListAssociatedAccessPoliciesRequest\x1a5.saltbush.eks.v1.ListAssociatedAccessPoliciesResponse\"R\x82\xd3\xe4\x93\x02I\x12G/clusters/{cluster_name}/access-entries/{principal_arn}/access-policies\x90\x02\x01\x12\x8a\x01\n" +
+	"\x12ListAccessPolicies\x12*.saltbush.eks.v1.ListAccessPoliciesRequest\x1a+.saltbush.eks.v1.ListAccessPoliciesResponse\"\x1b\x82\xd3\xe4\x93\x02\x12\x12\x10/access-policies\x90\x02\x01B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 
 var (
 	file_saltbush_eks_v1_access_proto_rawDescOnce sync.Once

@@ -1861,16 +1861,16 @@ const file_saltbush_eks_v1_addon_proto_rawDesc = "" +
 	"\x1apod_identity_configuration\x18\x04 \x03(\v2..saltbush.eks.v1.AddonPodIdentityConfigurationR\x18podIdentityConfiguration\"\x8a\x01\n" +
 	"\x1dAddonPodIdentityConfiguration\x12'\n" +
 	"\x0fservice_account\x18\x01 \x01(\tR\x0eserviceAccount\x12@\n" +
-	"\x1crecommended_managed_policies\x18\x02 \x03(\tR\x1arecommendedManagedPolicies2\xa4\b\n" +
+	"\x1crecommended_managed_policies\x18\x02 \x03(\tR\x1arecommendedManagedPolicies2\xb1\b\n" +
 	"\fAddonService\x12\x84\x01\n" +
-	"\vCreateAddon\x12#.saltbush.eks.v1.CreateAddonRequest\x1a$.saltbush.eks.v1.CreateAddonResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/clusters/{cluster_name}/addons\x12\x94\x01\n" +
-	"\rDescribeAddon\x12%.saltbush.eks.v1.DescribeAddonRequest\x1a&.saltbush.eks.v1.DescribeAddonResponse\"4\x82\xd3\xe4\x93\x02.\x12,/clusters/{cluster_name}/addons/{addon_name}\x12~\n" +
+	"\vCreateAddon\x12#.saltbush.eks.v1.CreateAddonRequest\x1a$.saltbush.eks.v1.CreateAddonResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/clusters/{cluster_name}/addons\x12\x97\x01\n" +
+	"\rDescribeAddon\x12%.saltbush.eks.v1.DescribeAddonRequest\x1a&.saltbush.eks.v1.DescribeAddonResponse\"7\x82\xd3\xe4\x93\x02.\x12,/clusters/{cluster_name}/addons/{addon_name}\x90\x02\x01\x12\x81\x01\n" +
 	"\n" +
-	"ListAddons\x12\".saltbush.eks.v1.ListAddonsRequest\x1a#.saltbush.eks.v1.ListAddonsResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/clusters/{cluster_name}/addons\x12\x98\x01\n" +
+	"ListAddons\x12\".saltbush.eks.v1.ListAddonsRequest\x1a#.saltbush.eks.v1.ListAddonsResponse\"*\x82\xd3\xe4\x93\x02!\x12\x1f/clusters/{cluster_name}/addons\x90\x02\x01\x12\x98\x01\n" +
 	"\vUpdateAddon\x12#.saltbush.eks.v1.UpdateAddonRequest\x1a$.saltbush.eks.v1.UpdateAddonResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/clusters/{cluster_name}/addons/{addon_name}/update\x12\x8e\x01\n" +
-	"\vDeleteAddon\x12#.saltbush.eks.v1.DeleteAddonRequest\x1a$.saltbush.eks.v1.DeleteAddonResponse\"4\x82\xd3\xe4\x93\x02.*,/clusters/{cluster_name}/addons/{addon_name}\x12\x9a\x01\n" +
-	"\x15DescribeAddonVersions\x12-.saltbush.eks.v1.DescribeAddonVersionsRequest\x1a..saltbush.eks.v1.DescribeAddonVersionsResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/addons/supported-versions\x12\xac\x01\n" +
-	"\x1aDescribeAddonConfiguration\x122.saltbush.eks.v1.DescribeAddonConfigurationRequest\x1a3.saltbush.eks.v1.DescribeAddonConfigurationResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/addons/configuration-schemasB8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
+	"\vDeleteAddon\x12#.saltbush.eks.v1.DeleteAddonRequest\x1a$.saltbush.eks.v1.DeleteAddonResponse\"4\x82\xd3\xe4\x93\x02.*,/clusters/{cluster_name}/addons/{addon_name}\x12\x9d\x01\n" +
+	"\x15DescribeAddonVersions\x12-.saltbush.eks.v1.DescribeAddonVersionsRequest\x1a..saltbush.eks.v1.DescribeAddonVersionsResponse\"%\x82\xd3\xe4\x93\x02\x1c\x12\x1a/addons/supported-versions\x90\x02\x01\x12\xaf\x01\n" +
+	"\x1aDescribeAddonConfiguration\x122.saltbush.eks.v1.DescribeAddonConfigurationRequest\x1a3.saltbush.eks.v1.DescribeAddonConfigurationResponse\"(\x82\xd3\xe4\x93\x02\x1f\x12\x1d/addons/configuration-schemas\x90\x02\x01B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 
 var (
 	file_saltbush_eks_v1_addon_proto_rawDescOnce sync.Once

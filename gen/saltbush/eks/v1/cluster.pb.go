@@ -2418,11 +2418,11 @@ const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\x1ccontrol_plane_scaling_config\x18\r \x01(\v2*.saltbush.eks.v1.ControlPlaneScalingConfigR\x19controlPlaneScalingConfigB\x16\n" +
 	"\x14_deletion_protection\"N\n" +
 	"\x1bUpdateClusterConfigResponse\x12/\n" +
-	"\x06update\x18\x01 \x01(\v2\x17.saltbush.eks.v1.UpdateR\x06update2\x8e\x05\n" +
+	"\x06update\x18\x01 \x01(\v2\x17.saltbush.eks.v1.UpdateR\x06update2\x95\x05\n" +
 	"\x0eClusterService\x12t\n" +
-	"\rCreateCluster\x12%.saltbush.eks.v1.CreateClusterRequest\x1a&.saltbush.eks.v1.CreateClusterResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/clusters\x12~\n" +
-	"\x0fDescribeCluster\x12'.saltbush.eks.v1.DescribeClusterRequest\x1a(.saltbush.eks.v1.DescribeClusterResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/clusters/{name}\x12n\n" +
-	"\fListClusters\x12$.saltbush.eks.v1.ListClustersRequest\x1a%.saltbush.eks.v1.ListClustersResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/clusters\x12x\n" +
+	"\rCreateCluster\x12%.saltbush.eks.v1.CreateClusterRequest\x1a&.saltbush.eks.v1.CreateClusterResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/clusters\x12\x81\x01\n" +
+	"\x0fDescribeCluster\x12'.saltbush.eks.v1.DescribeClusterRequest\x1a(.saltbush.eks.v1.DescribeClusterResponse\"\x1b\x82\xd3\xe4\x93\x02\x12\x12\x10/clusters/{name}\x90\x02\x01\x12q\n" +
+	"\fListClusters\x12$.saltbush.eks.v1.ListClustersRequest\x1a%.saltbush.eks.v1.ListClustersResponse\"\x14\x82\xd3\xe4\x93\x02\v\x12\t/clusters\x90\x02\x01\x12x\n" +
 	"\rDeleteCluster\x12%.saltbush.eks.v1.DeleteClusterRequest\x1a&.saltbush.eks.v1.DeleteClusterResponse\"\x18\x82\xd3\xe4\x93\x02\x12*\x10/clusters/{name}\x12\x9b\x01\n" +
 	"\x13UpdateClusterConfig\x12+.saltbush.eks.v1.UpdateClusterConfigRequest\x1a,.saltbush.eks.v1.UpdateClusterConfigResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/clusters/{name}/update-configB8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 

@@ -314,12 +314,12 @@ const file_saltbush_eks_v1_tag_proto_rawDesc = "" +
 	"\x04tags\x18\x01 \x03(\v26.saltbush.eks.v1.ListTagsForResourceResponse.TagsEntryB\x04\xa0\xbb\x18\x01R\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x96\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x9f\x03\n" +
 	"\n" +
-	"TagService\x12y\n" +
-	"\vTagResource\x12#.saltbush.eks.v1.TagResourceRequest\x1a$.saltbush.eks.v1.TagResourceResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/tags/{resource_arn}\x12|\n" +
-	"\rUntagResource\x12%.saltbush.eks.v1.UntagResourceRequest\x1a&.saltbush.eks.v1.UntagResourceResponse\"\x1c\x82\xd3\xe4\x93\x02\x16*\x14/tags/{resource_arn}\x12\x8e\x01\n" +
-	"\x13ListTagsForResource\x12+.saltbush.eks.v1.ListTagsForResourceRequest\x1a,.saltbush.eks.v1.ListTagsForResourceResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/tags/{resource_arn}B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
+	"TagService\x12|\n" +
+	"\vTagResource\x12#.saltbush.eks.v1.TagResourceRequest\x1a$.saltbush.eks.v1.TagResourceResponse\"\"\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/tags/{resource_arn}\x90\x02\x02\x12\x7f\n" +
+	"\rUntagResource\x12%.saltbush.eks.v1.UntagResourceRequest\x1a&.saltbush.eks.v1.UntagResourceResponse\"\x1f\x82\xd3\xe4\x93\x02\x16*\x14/tags/{resource_arn}\x90\x02\x02\x12\x91\x01\n" +
+	"\x13ListTagsForResource\x12+.saltbush.eks.v1.ListTagsForResourceRequest\x1a,.saltbush.eks.v1.ListTagsForResourceResponse\"\x1f\x82\xd3\xe4\x93\x02\x16\x12\x14/tags/{resource_arn}\x90\x02\x01B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 
 var (
 	file_saltbush_eks_v1_tag_proto_rawDescOnce sync.Once

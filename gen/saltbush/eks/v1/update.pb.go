@@ -540,10 +540,10 @@ const file_saltbush_eks_v1_update_proto_rawDesc = "" +
 	"\n" +
 	"update_ids\x18\x01 \x03(\tR\tupdateIds\x12\x1d\n" +
 	"\n" +
-	"next_token\x18\x02 \x01(\tR\tnextToken2\x9d\x02\n" +
-	"\rUpdateService\x12\x8f\x01\n" +
-	"\x0eDescribeUpdate\x12&.saltbush.eks.v1.DescribeUpdateRequest\x1a'.saltbush.eks.v1.DescribeUpdateResponse\",\x82\xd3\xe4\x93\x02&\x12$/clusters/{name}/updates/{update_id}\x12z\n" +
-	"\vListUpdates\x12#.saltbush.eks.v1.ListUpdatesRequest\x1a$.saltbush.eks.v1.ListUpdatesResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/clusters/{name}/updatesB8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
+	"next_token\x18\x02 \x01(\tR\tnextToken2\xa3\x02\n" +
+	"\rUpdateService\x12\x92\x01\n" +
+	"\x0eDescribeUpdate\x12&.saltbush.eks.v1.DescribeUpdateRequest\x1a'.saltbush.eks.v1.DescribeUpdateResponse\"/\x82\xd3\xe4\x93\x02&\x12$/clusters/{name}/updates/{update_id}\x90\x02\x01\x12}\n" +
+	"\vListUpdates\x12#.saltbush.eks.v1.ListUpdatesRequest\x1a$.saltbush.eks.v1.ListUpdatesResponse\"#\x82\xd3\xe4\x93\x02\x1a\x12\x18/clusters/{name}/updates\x90\x02\x01B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 
 var (
 	file_saltbush_eks_v1_update_proto_rawDescOnce sync.Once
