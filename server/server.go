@@ -217,41 +217,94 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Server{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, log: cfg.logger(), registry: newRegistry()}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
-	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	endpoints := cfg.EtcdEndpoints
-	if len(endpoints) == 0 {
-		s.etcd, err = embedetcd.Start(ctx, embedetcd.Config{
-			Name:            "saltbush",
-			Dir:             filepath.Join(cfg.DataDir, "etcd"),
-			UnsafeNoFsync:   cfg.EtcdUnsafeNoFsync,
-			ElectionTimeout: cfg.EtcdElectionTimeout,
-		})
-		if err != nil {
-			return nil, err
-		}
-		endpoints = s.etcd.Endpoints()
-		log.Info("embedded etcd started", "dir", filepath.Join(cfg.DataDir, "etcd"), "endpoints", strings.Join(endpoints, ","))
+	// The watches that keep identities and views current run until Close.
+	s.background, s.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
+	if err := s.openStore(ctx); err != nil {
+		return nil, err
 	}
-	etcdTLS, err := cfg.etcdTLS()
+	keyCache, err := s.startIdentity(ctx)
 	if err != nil {
 		return nil, err
+	}
+	auditSink, err := s.openAudit()
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.newDomain(keyCache)
+	if err != nil {
+		return nil, err
+	}
+	authorizer := authz.New(keyCache)
+	limiter := throttle.New(cfg.ThrottleRate, cfg.ThrottleBurst)
+
+	// The service table drives both ports and the access classes.
+	s.access = &grpcAccess{authz: authorizer, throttle: limiter, audit: auditSink}
+	s.grpcServer = s.newGRPCServer()
+	s.health = health.NewServer()
+	table := serviceTable(d, authorizer, s.health, s.grpcServer)
+	for _, svc := range table {
+		svc.register(s.grpcServer)
+	}
+	if s.access.methods, err = methodTable(table); err != nil {
+		return nil, err
+	}
+	s.registerFacade = registerFacade(table)
+	facade, err := s.newFacade(ctx, keyCache, limiter, auditSink)
+	if err != nil {
+		return nil, err
+	}
+	s.httpServer = s.newHTTPServer(facade)
+
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	if err := s.bootstrap(ctx, s.keys, s.ca); err != nil {
+		return nil, fmt.Errorf("bootstrap identities: %w", err)
+	}
+	return s, nil
+}
+
+// logger is the configured logger, or one that discards.
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
+}
+
+// newRegistry is the registry /metrics serves, with the Go and process
+// collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// openStore starts the embedded etcd unless the configuration names an
+// external one, connects to it and opens the store.
+func (s *Server) openStore(ctx context.Context) error {
+	endpoints := s.cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		var err error
+		if endpoints, err = s.startEmbeddedEtcd(ctx); err != nil {
+			return err
+		}
+	}
+	etcdTLS, err := s.cfg.etcdTLS()
+	if err != nil {
+		return err
 	}
 	s.client, err = clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		TLS:         etcdTLS,
-		Username:    cfg.EtcdUsername,
-		Password:    cfg.EtcdPassword,
+		Username:    s.cfg.EtcdUsername,
+		Password:    s.cfg.EtcdPassword,
 		DialTimeout: 5 * time.Second,
 		Context:     context.WithoutCancel(ctx),
 		Logger:      zap.NewNop(),
@@ -260,28 +313,48 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		DialKeepAliveTimeout: 5 * time.Second,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("connect to etcd %v: %w", endpoints, err)
+		return fmt.Errorf("connect to etcd %v: %w", endpoints, err)
 	}
-	s.store, err = store.New(ctx, s.client, store.Options{Prefix: cfg.EtcdPrefix})
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if s.store, err = store.New(ctx, s.client, store.Options{Prefix: s.cfg.EtcdPrefix}); err != nil {
+		return fmt.Errorf("open store: %w", err)
 	}
+	return nil
+}
 
-	// Identity: the key store and its in-memory mirror (authentication,
-	// throttling and authorization cost no etcd round trip), the CA of the
-	// gRPC port.
-	masterKey, err := cfg.masterKey()
+// startEmbeddedEtcd starts the single-member etcd in DataDir/etcd and
+// returns its client URLs.
+func (s *Server) startEmbeddedEtcd(ctx context.Context) ([]string, error) {
+	dir := filepath.Join(s.cfg.DataDir, "etcd")
+	var err error
+	s.etcd, err = embedetcd.Start(ctx, embedetcd.Config{
+		Name:            "saltbush",
+		Dir:             dir,
+		UnsafeNoFsync:   s.cfg.EtcdUnsafeNoFsync,
+		ElectionTimeout: s.cfg.EtcdElectionTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	endpoints := s.etcd.Endpoints()
+	s.log.Info("embedded etcd started", "dir", dir, "endpoints", strings.Join(endpoints, ","))
+	return endpoints, nil
+}
+
+// startIdentity opens the key store and starts its in-memory mirror
+// (authentication, throttling and authorization cost no etcd round trip)
+// and the gRPC port's CA. It returns once the mirror holds every identity.
+func (s *Server) startIdentity(ctx context.Context) (*iam.Cache, error) {
+	masterKey, err := s.cfg.masterKey()
 	if err != nil {
 		return nil, err
 	}
 	if s.keys, err = iam.NewService(s.store, masterKey, nil); err != nil {
 		return nil, err
 	}
-	s.background, s.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
 	keyCache := s.keys.NewCache()
 	cacheReady := make(chan struct{})
 	go keyCache.Run(s.background, cacheReady)
-	if s.ca, err = pki.New(s.store, pki.Config{MasterKey: masterKey, DefaultTTL: cfg.CertTTL, Logger: log.With("component", "pki")}); err != nil {
+	if s.ca, err = pki.New(s.store, pki.Config{MasterKey: masterKey, DefaultTTL: s.cfg.CertTTL, Logger: s.log.With("component", "pki")}); err != nil {
 		return nil, err
 	}
 	if _, err := s.ca.Init(ctx); err != nil {
@@ -292,98 +365,127 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	select {
 	case <-cacheReady:
+		return keyCache, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("load identities: %w", ctx.Err())
 	}
-	authorizer := authz.New(keyCache)
-	limiter := throttle.New(cfg.ThrottleRate, cfg.ThrottleBurst)
-	var auditSink audit.Sink = audit.LogSink{Logger: log.With("component", "audit")}
-	if cfg.AuditLog != "" {
-		if s.auditLog, err = audit.OpenFile(cfg.AuditLog); err != nil {
-			return nil, err
-		}
-		auditSink = s.auditLog
-	}
+}
 
-	clusterCfg := cfg.Cluster
-	clusterCfg.RoleOfSession = keyCache.EffectivePrincipal
-	clusters, err := cluster.NewService(s.store, clusterCfg, log.With("service", "cluster"))
-	if err != nil {
+// openAudit returns where audit records go: the log, or the configured
+// JSON-lines file (closed by Close).
+func (s *Server) openAudit() (audit.Sink, error) {
+	if s.cfg.AuditLog == "" {
+		return audit.LogSink{Logger: s.log.With("component", "audit")}, nil
+	}
+	var err error
+	if s.auditLog, err = audit.OpenFile(s.cfg.AuditLog); err != nil {
 		return nil, err
 	}
-	cat := cfg.Catalog
+	return s.auditLog, nil
+}
+
+// newDomain builds the resource services over the store.
+func (s *Server) newDomain(keyCache *iam.Cache) (domain, error) {
+	d := domain{keys: s.keys, ca: s.ca}
+	var err error
+	if d.clusters, d.addons, err = s.newClustersAndAddons(keyCache); err != nil {
+		return domain{}, err
+	}
+	d.updates = update.NewService(s.store, d.clusters, s.log.With("service", "update"))
+	policies := accesspolicy.NewCatalog()
+	if d.entries, err = access.NewService(s.store, d.clusters, keyCache, policies, access.Config{
+		Region: s.cfg.Cluster.Region, IdempotencyTTL: s.cfg.Cluster.IdempotencyTTL, Now: s.cfg.Cluster.Now,
+	}, s.log.With("service", "access")); err != nil {
+		return domain{}, err
+	}
+	if d.reviews, err = s.newReviews(d.clusters, keyCache, d.entries, policies); err != nil {
+		return domain{}, err
+	}
+	d.tags = tagging.NewService(s.cfg.Cluster.Region, map[string]tagging.Resource{
+		"cluster":      d.clusters.Tagging(),
+		"addon":        d.addons.Tagging(),
+		"access-entry": d.entries.Tagging(),
+	}, s.log.With("service", "tagging"))
+	if d.deliveries, err = s.newDelivery(d.clusters, d.addons); err != nil {
+		return domain{}, err
+	}
+	return d, nil
+}
+
+// newClustersAndAddons builds the cluster service and the add-on service
+// over the configured (or embedded) catalogue.
+func (s *Server) newClustersAndAddons(keyCache *iam.Cache) (*cluster.Service, *addon.Service, error) {
+	clusterCfg := s.cfg.Cluster
+	clusterCfg.RoleOfSession = keyCache.EffectivePrincipal
+	clusters, err := cluster.NewService(s.store, clusterCfg, s.log.With("service", "cluster"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cat := s.cfg.Catalog
 	if cat == nil {
 		if cat, err = catalog.Load(); err != nil {
-			return nil, fmt.Errorf("add-on catalogue: %w", err)
+			return nil, nil, fmt.Errorf("add-on catalogue: %w", err)
 		}
 	}
-	addons, err := addon.NewService(s.store, clusters, cat, cfg.Addon, s.registry, log.With("service", "addon"))
+	addons, err := addon.NewService(s.store, clusters, cat, s.cfg.Addon, s.registry, s.log.With("service", "addon"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	policies := accesspolicy.NewCatalog()
-	entries, err := access.NewService(s.store, clusters, keyCache, policies, access.Config{
-		Region: cfg.Cluster.Region, IdempotencyTTL: cfg.Cluster.IdempotencyTTL, Now: cfg.Cluster.Now,
-	}, log.With("service", "access"))
-	if err != nil {
-		return nil, err
-	}
+	return clusters, addons, nil
+}
+
+// newReviews builds the token and access reviews guest agents ask for.
+func (s *Server) newReviews(clusters *cluster.Service, keyCache *iam.Cache, entries *access.Service, policies *accesspolicy.Catalog) (*review.Service, error) {
 	// Reviews read cluster records and access entries from a watch-fed
 	// view of the clusters whose agents ask, stopped with the server.
-	reviewView, err := review.NewView(s.store, review.DefaultViewIdle, s.registry, log.With("component", "review-view"))
+	view, err := review.NewView(s.store, review.DefaultViewIdle, s.registry, s.log.With("component", "review-view"))
 	if err != nil {
 		return nil, err
 	}
-	go reviewView.Run(s.background)
-	reviews, err := review.NewService(clusters, keyCache, entries, reviewView, &token.Verifier{
+	go view.Run(s.background)
+	return review.NewService(clusters, keyCache, entries, view, &token.Verifier{
 		// AWS's STS hosts, saltbush's own region's (a private cloud may
 		// name its region anything), and the configured ones.
-		Hosts:  token.DefaultHosts(append([]string{"sts." + cfg.Cluster.Region + ".amazonaws.com"}, cfg.STSHosts...)...),
+		Hosts:  token.DefaultHosts(append([]string{"sts." + s.cfg.Cluster.Region + ".amazonaws.com"}, s.cfg.STSHosts...)...),
 		Lookup: secretLookup(keyCache),
 		Keys:   sigv4.NewSigningKeys(),
-	}, policies, s.registry, log.With("service", "review"))
-	if err != nil {
-		return nil, err
-	}
-	tags := tagging.NewService(cfg.Cluster.Region, map[string]tagging.Resource{
-		"cluster":      clusters.Tagging(),
-		"addon":        addons.Tagging(),
-		"access-entry": entries.Tagging(),
-	}, log.With("service", "tagging"))
-	replica := cfg.ReplicaName
+	}, policies, s.registry, s.log.With("service", "review"))
+}
+
+// newDelivery builds the add-on deadline sweeper and the delivery
+// service, both named for this replica.
+func (s *Server) newDelivery(clusters *cluster.Service, addons *addon.Service) (*delivery.Service, error) {
+	replica := s.cfg.ReplicaName
 	if replica == "" {
 		host, _ := os.Hostname()
 		replica = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	s.sweeper = addons.NewSweeper(replica)
-	deliveryCfg := cfg.Delivery
+	deliveryCfg := s.cfg.Delivery
 	deliveryCfg.Replica = replica
-	deliveries, err := delivery.NewService(s.store, clusters, addons, deliveryCfg, s.registry, log.With("service", "delivery"))
-	if err != nil {
-		return nil, err
-	}
+	return delivery.NewService(s.store, clusters, addons, deliveryCfg, s.registry, s.log.With("service", "delivery"))
+}
 
-	// gRPC: the public port, mTLS only. Identity comes from the verified
-	// client certificate (the pki interceptor), never from metadata; access
-	// decides what that identity may call.
+// newGRPCServer is the public gRPC port, mTLS only. Identity comes from
+// the verified client certificate (the pki interceptor), never from
+// metadata; access decides what that identity may call.
+func (s *Server) newGRPCServer() *grpc.Server {
 	grpcMetrics := newGRPCMetrics(s.registry)
-	s.access = &grpcAccess{authz: authorizer, throttle: limiter, audit: auditSink}
-	acc := s.access
-	s.grpcServer = grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(s.ca.ServerTLSConfig(cfg.grpcHosts(cfg.GRPCAddr)))),
+	return grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(s.ca.ServerTLSConfig(s.cfg.grpcHosts(s.cfg.GRPCAddr)))),
 		grpc.ChainUnaryInterceptor(
-			recoverUnary(log),
+			recoverUnary(s.log),
 			grpcMetrics.unary,
 			s.ca.UnaryInterceptor(),
-			acc.unary,
+			s.access.unary,
 		),
 		grpc.ChainStreamInterceptor(
-			recoverStream(log),
+			recoverStream(s.log),
 			grpcMetrics.stream,
 			s.ca.StreamInterceptor(),
-			acc.stream,
+			s.access.stream,
 		),
-		grpc.MaxRecvMsgSize(int(cfg.MaxBodyBytes)),
+		grpc.MaxRecvMsgSize(int(s.cfg.MaxBodyBytes)),
 		// Every connection is TLS, and crypto/tls already buffers a whole
 		// decrypted record, so gRPC's own 32 KiB read buffer per
 		// connection only doubles the copy: with one long-lived stream per
@@ -401,40 +503,32 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
-	// The service table drives both ports and the access classes.
-	s.health = health.NewServer()
-	table := serviceTable(domain{
-		clusters: clusters, addons: addons, updates: update.NewService(s.store, clusters, log.With("service", "update")),
-		tags: tags, entries: entries, reviews: reviews, deliveries: deliveries, keys: s.keys, ca: s.ca,
-	}, authorizer, s.health, s.grpcServer)
-	for _, svc := range table {
-		svc.register(s.grpcServer)
-	}
-	if acc.methods, err = methodTable(table); err != nil {
-		return nil, err
-	}
+}
 
-	// HTTP: the façade, reaching the same service objects in-process.
-	s.registerFacade = registerFacade(table)
+// newFacade is the EKS façade: SigV4 against the key store's mirror, then
+// throttling, audit and the services of the table, in process.
+func (s *Server) newFacade(ctx context.Context, keyCache *iam.Cache, limiter *throttle.Limiter, auditSink audit.Sink) (http.Handler, error) {
 	s.sigv4 = &gateway.SigV4{
 		Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
-		Region:   cfg.Cluster.Region,
+		Region:   s.cfg.Cluster.Region,
 		Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
 			c, ok, err := keyCache.Lookup(ctx, akid)
 			return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
 		},
 	}
-	facade, err := gateway.New(ctx, gateway.Config{
+	return gateway.New(ctx, gateway.Config{
 		Authenticator: s.sigv4,
 		Throttle:      limiter.Allow,
 		Audit:         auditSink,
-		MaxBodyBytes:  cfg.MaxBodyBytes,
-		Logger:        log.With("component", "gateway"),
+		MaxBodyBytes:  s.cfg.MaxBodyBytes,
+		Logger:        s.log.With("component", "gateway"),
 		Registerer:    s.registry,
 	}, s.registerFacade)
-	if err != nil {
-		return nil, err
-	}
+}
+
+// newHTTPServer serves the façade beside the health, readiness, metrics
+// and OpenAPI endpoints.
+func (s *Server) newHTTPServer(facade http.Handler) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -446,26 +540,27 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		_, _ = w.Write(openapi.Document)
 	})
 	mux.Handle("/", facade)
-	s.httpServer = &http.Server{
+	return &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+}
 
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err)
+// listen binds the gRPC and HTTP ports.
+func (s *Server) listen() error {
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listen gRPC on %s: %w", s.cfg.GRPCAddr, err)
 	}
-	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err)
+	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen HTTP on %s: %w", s.cfg.HTTPAddr, err)
 	}
-	if err := s.bootstrap(ctx, s.keys, s.ca); err != nil {
-		return nil, fmt.Errorf("bootstrap identities: %w", err)
-	}
-	return s, nil
+	return nil
 }
 
 // etcdTLS is the client TLS configuration for an external etcd, or nil.
@@ -484,7 +579,6 @@ func (c Config) etcdTLS() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// HTTPAddr is the bound façade address.
 // secretLookup adapts the key store to sigv4.Lookup: the secret of an
 // active access key.
 func secretLookup(keys *iam.Cache) sigv4.Lookup {
@@ -494,6 +588,7 @@ func secretLookup(keys *iam.Cache) sigv4.Lookup {
 	}
 }
 
+// HTTPAddr is the bound façade address.
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // GRPCAddr is the bound gRPC address.
