@@ -24,7 +24,7 @@ import (
 )
 
 // Annotations a bundle uses for webhook serving certificates, which a
-// static bundle cannot carry (images/addons/README.md): the agent makes
+// static bundle cannot carry (catalog/addons/README.md): the agent makes
 // them, as cert-manager's CA injector would.
 const (
 	// ServingCertificateAnnotation on a Secret of type kubernetes.io/tls

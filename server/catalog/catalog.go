@@ -3,7 +3,7 @@
 // configurationValues must satisfy, and the templates that turn a desired
 // add-on into Kubernetes manifests.
 //
-// The catalogue is data (images/addons, embedded into both the server and the
+// The catalogue is data (catalog/addons, embedded into both the server and the
 // agent) rather than code, so that the server answering DescribeAddonVersions
 // and the agent rendering a bundle can never disagree about what a version is.
 // Everything is parsed, compiled and test-rendered once, in Load: a malformed
@@ -20,7 +20,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/saltbush/saltbush/images/addons"
+	"github.com/saltbush/saltbush/catalog/addons"
 )
 
 // Catalog is a loaded, validated set of add-ons.
@@ -29,12 +29,12 @@ type Catalog struct {
 	byName map[string]*Addon
 }
 
-// Load reads the catalogue embedded from images/addons.
+// Load reads the catalogue embedded from catalog/addons.
 func Load() (*Catalog, error) {
 	return LoadFS(addons.FS())
 }
 
-// LoadFS reads a catalogue laid out as images/addons/README.md describes from
+// LoadFS reads a catalogue laid out as catalog/addons/README.md describes from
 // fsys. Every top-level directory is an add-on; top-level files are ignored
 // (that is where the Go source and README live). It fails on the first
 // malformed file, naming the add-on and version.

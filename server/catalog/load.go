@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// File names inside the catalogue; images/addons/README.md documents them.
+// File names inside the catalogue; catalog/addons/README.md documents them.
 const (
 	addonFileName  = "addon.yaml"
 	schemaFileName = "schema.json"

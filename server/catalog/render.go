@@ -52,7 +52,7 @@ var clusterScopedKinds = []string{
 }
 
 // renderData is the template's dot. Field names are the template API that
-// images/addons/README.md documents.
+// catalog/addons/README.md documents.
 type renderData struct {
 	AddonName             string
 	AddonVersion          string
