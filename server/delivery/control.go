@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"strings"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // Status reports a cluster's delivery as etcd holds it: executor, live
@@ -102,33 +101,4 @@ func (s *Service) Drain(ctx context.Context, ref *controlv1.ClusterRef) (*storag
 
 func executorToAPI(e *storagev1.ExecutorRecord) *controlv1.DeliveryExecutor {
 	return &controlv1.DeliveryExecutor{InstanceId: e.GetInstanceId(), Epoch: e.GetEpoch(), Since: e.GetSince(), Reason: e.GetReason(), Draining: e.GetDraining()}
-}
-
-// ControlServer serves saltbush.control.v1.DeliveryControlService.
-type ControlServer struct {
-	controlv1.UnimplementedDeliveryControlServiceServer
-	svc *Service
-}
-
-var _ controlv1.DeliveryControlServiceServer = (*ControlServer)(nil)
-
-// NewControlServer returns the delivery control API on svc.
-func NewControlServer(svc *Service) *ControlServer { return &ControlServer{svc: svc} }
-
-// GetDeliveryStatus implements controlv1.DeliveryControlServiceServer.
-func (s *ControlServer) GetDeliveryStatus(ctx context.Context, req *controlv1.GetDeliveryStatusRequest) (*controlv1.GetDeliveryStatusResponse, error) {
-	out, err := s.svc.Status(ctx, req.GetCluster())
-	if err != nil {
-		return nil, errdefs.Wire(ctx, s.svc.log, "GetDeliveryStatus", err)
-	}
-	return out, nil
-}
-
-// DrainExecutor implements controlv1.DeliveryControlServiceServer.
-func (s *ControlServer) DrainExecutor(ctx context.Context, req *controlv1.DrainExecutorRequest) (*controlv1.DrainExecutorResponse, error) {
-	e, err := s.svc.Drain(ctx, req.GetCluster())
-	if err != nil {
-		return nil, errdefs.Wire(ctx, s.svc.log, "DrainExecutor", err)
-	}
-	return &controlv1.DrainExecutorResponse{Executor: executorToAPI(e)}, nil
 }

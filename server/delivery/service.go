@@ -9,6 +9,7 @@
 package delivery
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,7 +20,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/addon"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/store"
@@ -85,6 +88,11 @@ func (c Config) timing() *deliveryv1.Timing {
 		FenceAfter:        durationpb.New(c.FenceAfter),
 		SafetyMargin:      durationpb.New(c.SafetyMargin),
 	}
+}
+
+// Clusters reads cluster records.
+type Clusters interface {
+	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 }
 
 // Service is delivery's host side. It is safe for concurrent use.

@@ -5,46 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"sync/atomic"
 	"time"
 
+	"github.com/saltbush/saltbush/errdefs"
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/server/identity"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/saltbush/saltbush/errdefs"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/server/addon"
-	"github.com/saltbush/saltbush/server/identity"
-	"github.com/saltbush/saltbush/store"
 )
-
-// Server serves saltbush.delivery.v1.DeliveryService.
-type Server struct {
-	deliveryv1.UnimplementedDeliveryServiceServer
-	svc *Service
-}
-
-var _ deliveryv1.DeliveryServiceServer = (*Server)(nil)
-
-// NewServer returns the gRPC service on svc.
-func NewServer(svc *Service) *Server { return &Server{svc: svc} }
-
-// Connect implements deliveryv1.DeliveryServiceServer; errors reach the
-// wire once, here.
-func (s *Server) Connect(stream deliveryv1.DeliveryService_ConnectServer) error {
-	err := s.svc.connect(stream)
-	if err == nil || status.Code(err) != codes.Unknown {
-		return err
-	}
-	return errdefs.Wire(stream.Context(), s.svc.log, "Connect", err)
-}
 
 // agentStream is one admitted stream.
 type agentStream struct {
@@ -82,79 +53,6 @@ type agentStream struct {
 	// ownWrite is the revision of the receiver's last write of the
 	// session (an Ack), which holds this stream's session by construction.
 	ownWrite atomic.Int64
-}
-
-// ownsSession reports whether the session in snapshot sn is still this
-// stream's, on the replica's lease: checked against etcd whenever the
-// key's revision moved since it was last found to be (an Ack of this
-// stream moves it too). known is false when etcd could not say.
-func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, known bool) {
-	rev, ok := sn.sessions[a.instance]
-	switch {
-	case !ok:
-		return false, true
-	case rev == a.verified:
-		return true, true
-	case rev == a.ownWrite.Load():
-		a.verified = rev
-		return true, true
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.HeartbeatInterval)
-	defer cancel()
-	rec, kv, err := a.s.ownSession(ctx, a.session)
-	switch {
-	case err != nil:
-		a.s.log.WarnContext(ctx, "check the stream's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
-		return false, false
-	case rec == nil || clientv3.LeaseID(kv.Lease) != a.session.lease.id:
-		return false, true
-	}
-	a.verified = kv.ModRevision
-	return true, true
-}
-
-// register records a as its instance's stream on this replica, ending the
-// older one it replaces.
-func (s *Service) register(a *agentStream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := a.uid + "/" + a.instance
-	old := s.live[key]
-	if old != nil && old.session.revision > a.session.revision {
-		// Registered late: the other stream's session is the newer one,
-		// and it is this stream that was replaced.
-		close(a.replaced)
-		return
-	}
-	if old != nil {
-		close(old.replaced)
-	}
-	s.live[key] = a
-}
-
-// unregister forgets a when it ends, and the executor metrics it set.
-func (s *Service) unregister(a *agentStream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := a.uid + "/" + a.instance
-	if s.live[key] == a {
-		delete(s.live, key)
-	}
-	s.forgetExecutorLocked(a)
-}
-
-// session is an admitted stream's session record and the lease it lives on.
-type session struct {
-	key string
-	// rec is the record as the stream first wrote it: its identity
-	// (instance, boot, replica, connect time) tells the stream's record
-	// from a newer stream's (ownSession).
-	rec *storagev1.AgentSessionRecord
-	// lease is the replica's, while the stream lives.
-	lease *replicaLease
-	// revision is the etcd revision the session was created at: the
-	// stream's first assignment comes from a snapshot at least that new.
-	revision int64
 }
 
 func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error {
@@ -208,121 +106,63 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	return a.send(ctx, w, changed, hello, recvErr)
 }
 
-// hello reads the stream's first message, which must be a Hello.
-func (s *Service) hello(ctx context.Context, stream deliveryv1.DeliveryService_ConnectServer) (*deliveryv1.Hello, error) {
-	first := make(chan *deliveryv1.AgentMessage, 1)
-	failed := make(chan error, 1)
-	go func() {
-		m, err := stream.Recv()
-		if err != nil {
-			failed <- err
-			return
-		}
-		first <- m
-	}()
-	select {
-	case m := <-first:
-		if m.GetHello() == nil {
-			return nil, errdefs.InvalidParameter("The first message of a delivery stream must be a Hello.")
-		}
-		return m.GetHello(), nil
-	case err := <-failed:
-		return nil, err
-	case <-time.After(s.cfg.HelloTimeout):
-		return nil, status.Error(codes.DeadlineExceeded, "no Hello within the hello timeout")
-	case <-ctx.Done():
-		return nil, ctx.Err()
+// register records a as its instance's stream on this replica, ending the
+// older one it replaces.
+func (s *Service) register(a *agentStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := a.uid + "/" + a.instance
+	old := s.live[key]
+	if old != nil && old.session.revision > a.session.revision {
+		// Registered late: the other stream's session is the newer one,
+		// and it is this stream that was replaced.
+		close(a.replaced)
+		return
 	}
+	if old != nil {
+		close(old.replaced)
+	}
+	s.live[key] = a
 }
 
-// admit checks a Hello against the certificate (no impersonation: the
-// cluster incarnation and the instance are the certificate's) and the
-// cluster (a member; not DELETING or FAILED).
-func (s *Service) admit(ctx context.Context, agent *identity.Agent, h *deliveryv1.Hello) (*storagev1.ClusterRecord, int64, error) {
-	refused := errdefs.AccessDenied("Agent %s of cluster %s may connect only as itself, to its own cluster.", agent.Instance, agent.ClusterUID)
-	if h.GetInstanceId() != agent.Instance || identity.ValidateAccountID(h.GetCluster().GetAccountId()) != nil || h.GetCluster().GetName() == "" {
-		return nil, 0, refused
+// unregister forgets a when it ends, and the executor metrics it set.
+func (s *Service) unregister(a *agentStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := a.uid + "/" + a.instance
+	if s.live[key] == a {
+		delete(s.live, key)
 	}
-	c, rev, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: h.GetCluster().GetAccountId(), Name: h.GetCluster().GetName()})
-	var apiErr *errdefs.Error
+	s.forgetExecutorLocked(a)
+}
+
+// ownsSession reports whether the session in snapshot sn is still this
+// stream's, on the replica's lease: checked against etcd whenever the
+// key's revision moved since it was last found to be (an Ack of this
+// stream moves it too). known is false when etcd could not say.
+func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, known bool) {
+	rev, ok := sn.sessions[a.instance]
 	switch {
-	case errors.As(err, &apiErr):
-		return nil, 0, refused.WithCause(err)
-	case err != nil:
-		return nil, 0, err
-	case c.GetUid() != agent.ClusterUID:
-		return nil, 0, refused
+	case !ok:
+		return false, true
+	case rev == a.verified:
+		return true, true
+	case rev == a.ownWrite.Load():
+		a.verified = rev
+		return true, true
 	}
-	sn := &snapshot{cluster: c}
-	if !sn.member(agent.Instance) {
-		return nil, 0, errdefs.AccessDenied("Instance %s is not a member of cluster %s.", agent.Instance, c.GetName())
-	}
-	if !sn.serving() {
-		return nil, 0, errdefs.InvalidRequest("Cluster %s is %s: it takes no deliveries.", c.GetName(), c.GetStatus())
-	}
-	return c, rev, nil
-}
-
-// openSession records the agent's session on the replica's lease, which
-// is renewed while the stream lives; end it with closeSession.
-func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, h *deliveryv1.Hello) (*session, error) {
-	lease, err := s.renewer.acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("session lease for %s: %w", h.GetInstanceId(), err)
-	}
-	rec := &storagev1.AgentSessionRecord{
-		InstanceId: h.GetInstanceId(), BootId: h.GetBootId(), AgentVersion: h.GetAgentVersion(),
-		Replica: s.cfg.Replica, ConnectedAt: timestamppb.Now(),
-		// What the agent says it has applied (it resumes from it).
-		AckedVersion: h.GetDesiredVersion(), AckedDigest: h.GetDesiredDigest(),
-	}
-	if rec.AckedVersion != 0 {
-		rec.AckedAt = rec.ConnectedAt
-	}
-	// Guarded by the cluster record read at admission: a member removed,
-	// or a cluster turned DELETING, in between gets no session.
-	key := store.SessionKey(c.GetUid(), h.GetInstanceId())
-	ss := &session{key: key, rec: rec, lease: lease}
-	// Not cut short by the agent going away mid-write, which would leave
-	// the outcome unknown.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.HeartbeatInterval)
 	defer cancel()
-	res, err := s.store.Commit(wctx, store.NewTxn().
-		PutWithLease(key, rec, lease.id).
-		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev))
-	if err != nil {
-		s.renewer.release(lease)
-		if errors.Is(err, store.ErrConflict) {
-			return nil, status.Error(codes.Aborted, "the cluster changed during admission; connect again")
-		}
-		// The write may have been applied with its answer lost: a
-		// session nobody renews or retires would keep the replica's
-		// lease forever. Retire it if it is there.
-		go s.retire(ss)
-		return nil, fmt.Errorf("session of %s: %w", h.GetInstanceId(), err)
+	rec, kv, err := a.s.ownSession(ctx, a.session)
+	switch {
+	case err != nil:
+		a.s.log.WarnContext(ctx, "check the stream's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
+		return false, false
+	case rec == nil || clientv3.LeaseID(kv.Lease) != a.session.lease.id:
+		return false, true
 	}
-	ss.revision = res.Revision
-	return ss, nil
-}
-
-// closeSession ends a stream's session once its receiver has stopped
-// (done closes): off the replica's lease, running out its TTL.
-func (s *Service) closeSession(ss *session, done <-chan struct{}) {
-	s.renewer.release(ss.lease)
-	go func() {
-		<-done
-		s.retire(ss)
-	}()
-}
-
-// fresh reports whether the session is certain to outlive an agent that
-// hears from the host now: the lease was renewed recently enough that it
-// lasts at least fence-after plus the safety margin from now. A stream
-// whose session is not fresh says nothing more but a Fence (the agent may
-// be replaced once the lease runs out, and it must have stopped by then).
-func (ss *session) fresh(clock monoClock, cfg Config) bool {
-	age := clock.since(ss.lease.renewed.Load())
-	return age < cfg.SessionTTL-cfg.FenceAfter-cfg.SafetyMargin
+	a.verified = kv.ModRevision
+	return true, true
 }
 
 // send is the stream's only sender: assignments and desired sets as the
@@ -592,188 +432,4 @@ func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
 			return errdefs.InvalidParameter("Hello is only the first message of a stream.")
 		}
 	}
-}
-
-// phases maps the wire phases to the stored ones.
-var phases = map[deliveryv1.Phase]storagev1.AddonPhase{
-	deliveryv1.Phase_PHASE_APPLIED: storagev1.AddonPhase_ADDON_PHASE_APPLIED,
-	deliveryv1.Phase_PHASE_READY:   storagev1.AddonPhase_ADDON_PHASE_READY,
-	deliveryv1.Phase_PHASE_FAILED:  storagev1.AddonPhase_ADDON_PHASE_FAILED,
-	deliveryv1.Phase_PHASE_REMOVED: storagev1.AddonPhase_ADDON_PHASE_REMOVED,
-}
-
-// Why a report changed nothing, beyond the add-on lifecycle's reasons.
-const (
-	rejectNotExecutor = "not_executor"
-	rejectDraining    = "draining"
-	rejectInvalid     = "invalid"
-)
-
-// report applies one report if this stream's instance is the executor at
-// the report's epoch — checked again, with the add-on's incarnation and
-// generation, in the transaction that applies it — and answers it; a
-// report from a stale epoch or a standby is also answered with a Fence.
-//
-// A report naming an epoch later than any assigned is a confused agent:
-// it is fenced at that epoch (which covers the one it holds) and the
-// stream ends (the returned error), so it connects again and hears its
-// assignment afresh — answering it with a Fence alone would stop it for
-// good while it stays the executor.
-func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1.Report) ([]*deliveryv1.HostMessage, error) {
-	result := &deliveryv1.ReportResult{Addon: r.GetAddon(), Generation: r.GetGeneration()}
-	answer := func(reason string, fenced bool) []*deliveryv1.HostMessage {
-		result.Reason = reason
-		out := []*deliveryv1.HostMessage{{Message: &deliveryv1.HostMessage_ReportResult{ReportResult: result}}}
-		if reason != addon.ReportAccepted {
-			a.s.rejected.WithLabelValues(reason).Inc()
-		}
-		if fenced {
-			out = append(out, fence(r.GetEpoch(), "reports from epoch "+fmt.Sprint(r.GetEpoch())+" are no longer accepted: "+reason))
-		}
-		return out
-	}
-	sn := a.snapshotOfSession(ctx, w)
-	if sn == nil {
-		// No view of the cluster that includes this stream's session (etcd
-		// reads failing): nothing can be judged, and a Fence alone would
-		// leave a fenced executor in place. End the stream.
-		return answer("unavailable", false), status.Error(codes.Unavailable, "no current view of the cluster; connect again")
-	}
-	if r.GetEpoch() > sn.executor.GetEpoch() {
-		return answer(rejectInvalid, true), status.Errorf(codes.FailedPrecondition,
-			"a report for epoch %d, which was never assigned (the executor's epoch is %d); connect again", r.GetEpoch(), sn.executor.GetEpoch())
-	}
-	if sn.executor.GetInstanceId() != a.instance {
-		return answer(rejectNotExecutor, true), nil
-	}
-	if r.GetEpoch() != sn.executor.GetEpoch() {
-		return answer(addon.ReportStaleEpoch, true), nil
-	}
-	if sn.executor.GetDraining() {
-		return answer(rejectDraining, true), nil
-	}
-	issues := make([]*storagev1.AddonIssue, 0, len(r.GetIssues()))
-	for _, is := range r.GetIssues() {
-		issues = append(issues, &storagev1.AddonIssue{Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds()})
-	}
-	executorKey, executorRev := store.ExecutorKey(a.uid), sn.executorRev
-	res, err := a.s.addons.ApplyReport(ctx, addon.Report{
-		ClusterUID: a.uid, AddonName: r.GetAddon(), AddonUID: r.GetAddonUid(), Generation: r.GetGeneration(),
-		Phase: phases[r.GetPhase()], Issues: issues, ExecutorEpoch: r.GetEpoch(), InstanceID: a.instance,
-	}, func(txn *store.Txn) {
-		// The fence: the executor record is still the one that named
-		// this instance at this epoch.
-		txn.RequireModRevision(executorKey, executorRev)
-	})
-	var apiErr *errdefs.Error
-	switch {
-	case errors.As(err, &apiErr):
-		return answer(rejectInvalid, false), nil
-	case err != nil:
-		a.s.log.WarnContext(ctx, "report not applied", "cluster_uid", a.uid, "addon", r.GetAddon(), "err", err)
-		return answer("unavailable", false), nil
-	}
-	result.Accepted = res.Accepted
-	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch), nil
-}
-
-// snapshotOfSession returns the watch's snapshot once it includes this
-// stream's session (nil if none comes within fence-after): a report
-// re-sent at once by a reconnecting executor must be judged against a
-// view at least as new as the assignment it names, not a lagging one
-// that would reject it and fence the executor of the current epoch.
-func (a *agentStream) snapshotOfSession(ctx context.Context, w *clusterWatch) *snapshot {
-	deadline := time.Now().Add(a.s.cfg.FenceAfter)
-	for {
-		sn, _ := w.current()
-		if sn != nil && sn.revision >= a.session.revision {
-			return sn
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// acked records the desired set the agent applied in its session record
-// (on the session's lease), for the status RPC, and for an executor in
-// the cluster's metrics.
-func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv1.Ack) error {
-	set := a.lastSet.Load()
-	if set == nil || set.GetNonce() != ack.GetNonce() || set.GetVersion() != ack.GetVersion() {
-		// Not the last set this stream sent: the Ack of the one after it
-		// is on its way, or it is not an Ack of anything sent here.
-		return nil
-	}
-	a.applied.Store(set)
-	if sn, _ := w.current(); sn != nil && a.executor.Load() {
-		a.s.observeExecutor(w, a, set, sn.desired.GetDigest())
-	}
-	// Only over this stream's own record, on the lease it is on: a newer
-	// stream of the instance owns the key (and its lease) now, and an Ack
-	// late on the old stream must not move the session back onto the old
-	// lease. Read, then written guarded by what was read.
-	for range 3 {
-		rec, kv, err := a.s.ownSession(ctx, a.session)
-		if err != nil || rec == nil {
-			return err // expired or replaced: nothing to record
-		}
-		rec.AckedVersion, rec.AckedDigest, rec.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
-		res, err := a.s.store.Commit(ctx, store.NewTxn().
-			RequireModRevision(a.session.key, kv.ModRevision).
-			PutWithLease(a.session.key, rec, clientv3.LeaseID(kv.Lease)))
-		if err == nil {
-			// The sender need not ask etcd whose the session is when it
-			// sees the key move to this revision: it is this write.
-			a.ownWrite.Store(res.Revision)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-	}
-	return nil
-}
-
-// leave removes the session of a removed member that acknowledged its
-// fence: it has stopped applying, so the executor it may have been can be
-// succeeded at once (rule 5). Only this stream's own record is removed.
-func (a *agentStream) leave(ctx context.Context) error {
-	for {
-		rec, kv, err := a.s.ownSession(ctx, a.session)
-		if err != nil {
-			return err
-		}
-		if rec != nil {
-			_, err = a.s.store.Commit(ctx, store.NewTxn().RequireModRevision(a.session.key, kv.ModRevision).Remove(a.session.key))
-			if errors.Is(err, store.ErrConflict) {
-				continue // written since: read again
-			}
-			if err != nil {
-				return err
-			}
-		}
-		a.leaving.Store(0)
-		close(a.left)
-		return nil
-	}
-}
-
-// fenceAcked records that a draining executor stopped for its epoch, in a
-// transaction guarded by the executor record: the watch then assigns a
-// successor without waiting for the session to expire.
-func (a *agentStream) fenceAcked(ctx context.Context, w *clusterWatch, epoch int64) error {
-	sn, _ := w.current()
-	e := sn.executorOrNil()
-	if e == nil || e.GetInstanceId() != a.instance || e.GetEpoch() != epoch || !e.GetDraining() || e.GetFenceAcked() {
-		return nil
-	}
-	next := proto.Clone(e).(*storagev1.ExecutorRecord)
-	next.FenceAcked = true
-	key := store.ExecutorKey(a.uid)
-	_, err := a.s.store.Commit(ctx, store.NewTxn().Update(key, next, sn.executorRev))
-	if errors.Is(err, store.ErrConflict) {
-		return nil
-	}
-	return err
 }

@@ -2,26 +2,17 @@ package delivery
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Clusters reads cluster records.
-type Clusters interface {
-	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-}
 
 // snapshot is one consistent read of what a cluster's streams act on, all
 // at one etcd revision.
@@ -231,61 +222,6 @@ func (w *clusterWatch) run(ctx context.Context) {
 	}
 }
 
-// observe sets a cluster's metrics from its watch's latest snapshot, if
-// the watch is still the cluster's: an ending watch must not overwrite a
-// newer one's figures (or leave labels the unsubscribe removed).
-func (s *Service) observe(w *clusterWatch, sn *snapshot) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watches[w.uid] != w {
-		return
-	}
-	s.epochs.WithLabelValues(w.uid).Set(float64(sn.executor.GetEpoch()))
-	s.sessions.WithLabelValues(w.uid).Set(float64(len(sn.sessions)))
-	s.desired.WithLabelValues(w.uid).Set(float64(sn.desired.GetVersion()))
-	if !sn.lastReport.IsZero() {
-		s.lastReport.WithLabelValues(w.uid).Set(float64(sn.lastReport.UnixNano()) / 1e9)
-	}
-}
-
-// observeExecutor sets the metrics of what a cluster's executor, whose
-// stream a is on this replica, has applied against the desired set. The
-// gauges are a's until another stream sets them or a stops being the
-// executor or ends (forgetExecutor): a replica never shows a former
-// executor's figures.
-func (s *Service) observeExecutor(w *clusterWatch, a *agentStream, applied *deliveryv1.DesiredSet, desiredDigest string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// Checked under the lock forgetExecutor takes: a stream that stopped
-	// being the executor never sets the figures again.
-	if s.watches[w.uid] != w || !a.executor.Load() {
-		return
-	}
-	inSync := 0.0
-	if applied.GetDigest() == desiredDigest {
-		inSync = 1
-	}
-	s.executorGauges[w.uid] = a
-	s.appliedVersion.WithLabelValues(w.uid).Set(float64(applied.GetVersion()))
-	s.inSync.WithLabelValues(w.uid).Set(inSync)
-}
-
-// forgetExecutor removes the executor metrics a set, if they are still
-// its own.
-func (s *Service) forgetExecutor(a *agentStream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.forgetExecutorLocked(a)
-}
-
-func (s *Service) forgetExecutorLocked(a *agentStream) {
-	if s.executorGauges[a.uid] == a {
-		delete(s.executorGauges, a.uid)
-		s.appliedVersion.DeleteLabelValues(a.uid)
-		s.inSync.DeleteLabelValues(a.uid)
-	}
-}
-
 // read takes one consistent snapshot of a cluster incarnation: its
 // record, executor, sessions and add-ons, in one etcd transaction.
 func (s *Service) read(ctx context.Context, uid, account, name string, prev *snapshot) (*snapshot, error) {
@@ -354,80 +290,4 @@ func (s *Service) read(ctx context.Context, uid, account, name string, prev *sna
 		}
 	}
 	return sn, nil
-}
-
-// assign makes a live member the executor when the cluster has none, or
-// when the executor's session has expired: break before make. The
-// transaction checks what the decision rests on — the executor record
-// read, the old executor's session absent, the candidate's present, the
-// cluster record (status, members) unchanged — so of all replicas trying
-// at once exactly one wins, and never while the old executor's session
-// lives. It reports whether it committed.
-func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
-	e := sn.executor
-	acked := e.GetDraining() && e.GetFenceAcked()
-	// A record naming no instance is a cluster's fenced executor (it was
-	// FAILED or DELETING): nobody holds the epoch, which goes on from it.
-	vacant := e != nil && e.GetInstanceId() == ""
-	if _, live := sn.sessions[e.GetInstanceId()]; e != nil && !vacant && live && !acked {
-		// Live, and not known to have stopped (a removed member's
-		// session runs out first; a draining executor acknowledges).
-		return false, nil
-	}
-	var candidates []string
-	for instance := range sn.sessions {
-		// A drained executor is passed over while anyone else can take
-		// over.
-		if sn.member(instance) && !(e.GetDraining() && instance == e.GetInstanceId()) {
-			candidates = append(candidates, instance)
-		}
-	}
-	if len(candidates) == 0 {
-		// A drained executor with nobody to take over stays fenced: the
-		// operator asked for it to stop.
-		return false, nil
-	}
-	slices.Sort(candidates)
-	next := &storagev1.ExecutorRecord{InstanceId: candidates[0], Since: timestamppb.Now(), Reason: "first executor"}
-	uid := sn.cluster.GetUid()
-	txn := store.NewTxn().
-		RequireExists(store.SessionKey(uid, next.GetInstanceId())).
-		RequireModRevision(store.ClusterKey(sn.cluster.GetAccountId(), sn.cluster.GetName()), sn.clusterRev)
-	if e == nil {
-		txn.RequireAbsent(store.ExecutorKey(uid))
-		next.Epoch = 1
-	} else {
-		// Break before make: the old executor's session has expired, or
-		// it acknowledged the drain's fence (the guard on the record's
-		// revision checks that acknowledgement still stands).
-		txn.RequireModRevision(store.ExecutorKey(uid), sn.executorRev)
-		next.Epoch = e.GetEpoch() + 1
-		switch {
-		case vacant:
-			next.Reason = "first executor after " + e.GetReason()
-		case acked:
-			next.Reason = e.GetInstanceId() + " was drained and acknowledged the fence"
-		case !sn.member(e.GetInstanceId()):
-			// Its session ran out, or it acknowledged the fence of its
-			// removal (which removes the session).
-			txn.RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
-			next.Reason = e.GetInstanceId() + " was removed from the cluster"
-		default:
-			txn.RequireAbsent(store.SessionKey(uid, e.GetInstanceId()))
-			next.Reason = "session of " + e.GetInstanceId() + " expired"
-		}
-	}
-	txn.Put(store.ExecutorKey(uid), next)
-	if _, err := s.store.Commit(ctx, txn); err != nil {
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrExists) {
-			// Another replica decided, or something moved: the watch
-			// brings it.
-			return false, nil
-		}
-		return false, err
-	}
-	s.assignments.Inc()
-	s.log.InfoContext(ctx, "executor assigned", "cluster_uid", uid, "instance", next.GetInstanceId(),
-		"epoch", next.GetEpoch(), "reason", next.GetReason())
-	return true, nil
 }

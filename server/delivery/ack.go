@@ -1,0 +1,95 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// acked records the desired set the agent applied in its session record
+// (on the session's lease), for the status RPC, and for an executor in
+// the cluster's metrics.
+func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv1.Ack) error {
+	set := a.lastSet.Load()
+	if set == nil || set.GetNonce() != ack.GetNonce() || set.GetVersion() != ack.GetVersion() {
+		// Not the last set this stream sent: the Ack of the one after it
+		// is on its way, or it is not an Ack of anything sent here.
+		return nil
+	}
+	a.applied.Store(set)
+	if sn, _ := w.current(); sn != nil && a.executor.Load() {
+		a.s.observeExecutor(w, a, set, sn.desired.GetDigest())
+	}
+	// Only over this stream's own record, on the lease it is on: a newer
+	// stream of the instance owns the key (and its lease) now, and an Ack
+	// late on the old stream must not move the session back onto the old
+	// lease. Read, then written guarded by what was read.
+	for range 3 {
+		rec, kv, err := a.s.ownSession(ctx, a.session)
+		if err != nil || rec == nil {
+			return err // expired or replaced: nothing to record
+		}
+		rec.AckedVersion, rec.AckedDigest, rec.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
+		res, err := a.s.store.Commit(ctx, store.NewTxn().
+			RequireModRevision(a.session.key, kv.ModRevision).
+			PutWithLease(a.session.key, rec, clientv3.LeaseID(kv.Lease)))
+		if err == nil {
+			// The sender need not ask etcd whose the session is when it
+			// sees the key move to this revision: it is this write.
+			a.ownWrite.Store(res.Revision)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return nil
+}
+
+// leave removes the session of a removed member that acknowledged its
+// fence: it has stopped applying, so the executor it may have been can be
+// succeeded at once (rule 5). Only this stream's own record is removed.
+func (a *agentStream) leave(ctx context.Context) error {
+	for {
+		rec, kv, err := a.s.ownSession(ctx, a.session)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			_, err = a.s.store.Commit(ctx, store.NewTxn().RequireModRevision(a.session.key, kv.ModRevision).Remove(a.session.key))
+			if errors.Is(err, store.ErrConflict) {
+				continue // written since: read again
+			}
+			if err != nil {
+				return err
+			}
+		}
+		a.leaving.Store(0)
+		close(a.left)
+		return nil
+	}
+}
+
+// fenceAcked records that a draining executor stopped for its epoch, in a
+// transaction guarded by the executor record: the watch then assigns a
+// successor without waiting for the session to expire.
+func (a *agentStream) fenceAcked(ctx context.Context, w *clusterWatch, epoch int64) error {
+	sn, _ := w.current()
+	e := sn.executorOrNil()
+	if e == nil || e.GetInstanceId() != a.instance || e.GetEpoch() != epoch || !e.GetDraining() || e.GetFenceAcked() {
+		return nil
+	}
+	next := proto.Clone(e).(*storagev1.ExecutorRecord)
+	next.FenceAcked = true
+	key := store.ExecutorKey(a.uid)
+	_, err := a.s.store.Commit(ctx, store.NewTxn().Update(key, next, sn.executorRev))
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	return err
+}

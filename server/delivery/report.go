@@ -1,0 +1,118 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/saltbush/saltbush/errdefs"
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/addon"
+	"github.com/saltbush/saltbush/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// phases maps the wire phases to the stored ones.
+var phases = map[deliveryv1.Phase]storagev1.AddonPhase{
+	deliveryv1.Phase_PHASE_APPLIED: storagev1.AddonPhase_ADDON_PHASE_APPLIED,
+	deliveryv1.Phase_PHASE_READY:   storagev1.AddonPhase_ADDON_PHASE_READY,
+	deliveryv1.Phase_PHASE_FAILED:  storagev1.AddonPhase_ADDON_PHASE_FAILED,
+	deliveryv1.Phase_PHASE_REMOVED: storagev1.AddonPhase_ADDON_PHASE_REMOVED,
+}
+
+// Why a report changed nothing, beyond the add-on lifecycle's reasons.
+const (
+	rejectNotExecutor = "not_executor"
+	rejectDraining    = "draining"
+	rejectInvalid     = "invalid"
+)
+
+// report applies one report if this stream's instance is the executor at
+// the report's epoch — checked again, with the add-on's incarnation and
+// generation, in the transaction that applies it — and answers it; a
+// report from a stale epoch or a standby is also answered with a Fence.
+//
+// A report naming an epoch later than any assigned is a confused agent:
+// it is fenced at that epoch (which covers the one it holds) and the
+// stream ends (the returned error), so it connects again and hears its
+// assignment afresh — answering it with a Fence alone would stop it for
+// good while it stays the executor.
+func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1.Report) ([]*deliveryv1.HostMessage, error) {
+	result := &deliveryv1.ReportResult{Addon: r.GetAddon(), Generation: r.GetGeneration()}
+	answer := func(reason string, fenced bool) []*deliveryv1.HostMessage {
+		result.Reason = reason
+		out := []*deliveryv1.HostMessage{{Message: &deliveryv1.HostMessage_ReportResult{ReportResult: result}}}
+		if reason != addon.ReportAccepted {
+			a.s.rejected.WithLabelValues(reason).Inc()
+		}
+		if fenced {
+			out = append(out, fence(r.GetEpoch(), "reports from epoch "+fmt.Sprint(r.GetEpoch())+" are no longer accepted: "+reason))
+		}
+		return out
+	}
+	sn := a.snapshotOfSession(ctx, w)
+	if sn == nil {
+		// No view of the cluster that includes this stream's session (etcd
+		// reads failing): nothing can be judged, and a Fence alone would
+		// leave a fenced executor in place. End the stream.
+		return answer("unavailable", false), status.Error(codes.Unavailable, "no current view of the cluster; connect again")
+	}
+	if r.GetEpoch() > sn.executor.GetEpoch() {
+		return answer(rejectInvalid, true), status.Errorf(codes.FailedPrecondition,
+			"a report for epoch %d, which was never assigned (the executor's epoch is %d); connect again", r.GetEpoch(), sn.executor.GetEpoch())
+	}
+	if sn.executor.GetInstanceId() != a.instance {
+		return answer(rejectNotExecutor, true), nil
+	}
+	if r.GetEpoch() != sn.executor.GetEpoch() {
+		return answer(addon.ReportStaleEpoch, true), nil
+	}
+	if sn.executor.GetDraining() {
+		return answer(rejectDraining, true), nil
+	}
+	issues := make([]*storagev1.AddonIssue, 0, len(r.GetIssues()))
+	for _, is := range r.GetIssues() {
+		issues = append(issues, &storagev1.AddonIssue{Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds()})
+	}
+	executorKey, executorRev := store.ExecutorKey(a.uid), sn.executorRev
+	res, err := a.s.addons.ApplyReport(ctx, addon.Report{
+		ClusterUID: a.uid, AddonName: r.GetAddon(), AddonUID: r.GetAddonUid(), Generation: r.GetGeneration(),
+		Phase: phases[r.GetPhase()], Issues: issues, ExecutorEpoch: r.GetEpoch(), InstanceID: a.instance,
+	}, func(txn *store.Txn) {
+		// The fence: the executor record is still the one that named
+		// this instance at this epoch.
+		txn.RequireModRevision(executorKey, executorRev)
+	})
+	var apiErr *errdefs.Error
+	switch {
+	case errors.As(err, &apiErr):
+		return answer(rejectInvalid, false), nil
+	case err != nil:
+		a.s.log.WarnContext(ctx, "report not applied", "cluster_uid", a.uid, "addon", r.GetAddon(), "err", err)
+		return answer("unavailable", false), nil
+	}
+	result.Accepted = res.Accepted
+	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch), nil
+}
+
+// snapshotOfSession returns the watch's snapshot once it includes this
+// stream's session (nil if none comes within fence-after): a report
+// re-sent at once by a reconnecting executor must be judged against a
+// view at least as new as the assignment it names, not a lagging one
+// that would reject it and fence the executor of the current epoch.
+func (a *agentStream) snapshotOfSession(ctx context.Context, w *clusterWatch) *snapshot {
+	deadline := time.Now().Add(a.s.cfg.FenceAfter)
+	for {
+		sn, _ := w.current()
+		if sn != nil && sn.revision >= a.session.revision {
+			return sn
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
