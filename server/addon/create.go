@@ -13,7 +13,6 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/identity"
-	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/store"
 )
@@ -159,65 +158,4 @@ func (s *Service) newRecord(who identity.Caller, c *storagev1.ClusterRecord, req
 		Deadline:           timestamppb.New(now.Add(s.cfg.CreateTimeout)),
 		ClientRequestToken: req.GetClientRequestToken(),
 	}, nil
-}
-
-// Describe returns one add-on of the caller's cluster, including one that
-// is DELETING.
-//
-// The cluster is read fast and the add-on linearizably. A found add-on is
-// current whatever the cluster read was: a cluster's add-ons are purged in
-// the same transaction as the cluster, so the uid read cannot name a gone
-// incarnation whose add-on still exists. A miss is confirmed with a
-// linearizable cluster read (the cluster may have been recreated).
-func (s *Service) Describe(ctx context.Context, clusterName, name string) (*storagev1.AddonRecord, error) {
-	_, c, _, err := s.callerCluster(ctx, clusterName, false, fast)
-	if err != nil {
-		return nil, err
-	}
-	if !namePattern.MatchString(name) {
-		return nil, addonNotFound(clusterName, name)
-	}
-	rec, _, err := s.get(ctx, c, name)
-	if !errdefs.IsException(err, errdefs.ResourceNotFoundException) {
-		return rec, err
-	}
-	_, fresh, _, cerr := s.callerCluster(ctx, clusterName, false, linearizable)
-	if cerr != nil {
-		return nil, cerr
-	}
-	if fresh.GetUid() == c.GetUid() {
-		return nil, err
-	}
-	rec, _, err = s.get(ctx, fresh, name)
-	return rec, err
-}
-
-// List returns one page of the add-on names of the caller's cluster.
-func (s *Service) List(ctx context.Context, clusterName string, maxResults *int32, nextToken string) ([]string, string, error) {
-	_, c, _, err := s.callerCluster(ctx, clusterName, false, linearizable)
-	if err != nil {
-		return nil, "", err
-	}
-	limit, err := paging.Limit(maxResults)
-	if err != nil {
-		return nil, "", err
-	}
-	page, err := s.store.List(ctx, store.ListOptions{
-		Prefix:   store.AddonsPrefix(c.GetUid()),
-		Scope:    "ListAddons/" + c.GetUid(),
-		Limit:    limit,
-		Token:    nextToken,
-		KeysOnly: true,
-	})
-	if err != nil {
-		if errors.Is(err, store.ErrInvalidToken) {
-			return nil, "", paging.InvalidToken(err).WithField("clusterName", clusterName)
-		}
-		return nil, "", fmt.Errorf("list add-ons of cluster %q: %w", clusterName, err)
-	}
-	names := make([]string, 0, len(page.Items))
-	for _, kv := range page.Items {
-		names = append(names, kv.Name)
-	}
-	return names, page.NextToken, nil
 }

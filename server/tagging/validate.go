@@ -1,5 +1,3 @@
-// Package tagging owns AWS resource tags: the limits every taggable resource
-// (cluster, add-on, access entry) enforces.
 package tagging
 
 import (

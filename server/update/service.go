@@ -13,14 +13,10 @@ import (
 	"log/slog"
 	"regexp"
 
-	"github.com/google/uuid"
-
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
-	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -96,107 +92,4 @@ func (s *Service) scope(ctx context.Context, c *storagev1.ClusterRecord, f Filte
 		return "", fmt.Errorf("cluster %q add-on %q: %w", c.GetName(), f.AddonName, err)
 	}
 	return store.AddonUpdatesPrefix(c.GetUid(), f.AddonName), nil
-}
-
-// Describe returns one update of the caller's cluster.
-func (s *Service) Describe(ctx context.Context, clusterName, updateID string, f Filter) (*storagev1.UpdateRecord, error) {
-	c, err := s.cluster(ctx, clusterName)
-	if err != nil {
-		return nil, err
-	}
-	prefix, err := s.scope(ctx, c, f)
-	if err != nil {
-		return nil, err
-	}
-	missing := errdefs.NotFound("No update found for id: %s.", updateID).WithField("clusterName", clusterName)
-	if f.AddonName != "" {
-		missing = missing.WithField("addonName", f.AddonName)
-	}
-	// Update ids are UUIDs; anything else (a "/" above all) is not a key.
-	if _, perr := uuid.Parse(updateID); perr != nil {
-		return nil, missing
-	}
-	rec := &storagev1.UpdateRecord{}
-	if _, err := s.store.Get(ctx, prefix+updateID, rec); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, missing.WithCause(err)
-		}
-		return nil, fmt.Errorf("cluster %q update %q: %w", clusterName, updateID, err)
-	}
-	return rec, nil
-}
-
-// List returns one page of update ids of the caller's cluster in key
-// order. Update ids are UUIDv7, so key order is creation order.
-func (s *Service) List(ctx context.Context, clusterName string, f Filter, maxResults *int32, nextToken string) ([]string, string, error) {
-	c, err := s.cluster(ctx, clusterName)
-	if err != nil {
-		return nil, "", err
-	}
-	limit, err := paging.Limit(maxResults)
-	if err != nil {
-		return nil, "", err
-	}
-	prefix, err := s.scope(ctx, c, f)
-	if err != nil {
-		return nil, "", err
-	}
-	page, err := s.store.List(ctx, store.ListOptions{
-		Prefix:   prefix,
-		Scope:    "ListUpdates/" + c.GetUid() + "/" + f.AddonName,
-		Limit:    limit,
-		Token:    nextToken,
-		KeysOnly: true,
-	})
-	if err != nil {
-		if errors.Is(err, store.ErrInvalidToken) {
-			return nil, "", paging.InvalidToken(err)
-		}
-		return nil, "", fmt.Errorf("list updates of cluster %q: %w", clusterName, err)
-	}
-	ids := make([]string, 0, len(page.Items))
-	for _, kv := range page.Items {
-		ids = append(ids, kv.Name)
-	}
-	return ids, page.NextToken, nil
-}
-
-// StatusName is the EKS name of an update status.
-func StatusName(st storagev1.UpdateStatus) string {
-	switch st {
-	case storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS:
-		return "InProgress"
-	case storagev1.UpdateStatus_UPDATE_STATUS_FAILED:
-		return "Failed"
-	case storagev1.UpdateStatus_UPDATE_STATUS_CANCELLED:
-		return "Cancelled"
-	case storagev1.UpdateStatus_UPDATE_STATUS_SUCCESSFUL:
-		return "Successful"
-	}
-	return ""
-}
-
-// ToAPI renders an update record in AWS's shape.
-func ToAPI(u *storagev1.UpdateRecord) *eksv1.Update {
-	out := &eksv1.Update{
-		Id:     u.GetId(),
-		Status: StatusName(u.GetStatus()),
-		Type:   u.GetType(),
-		Params: []*eksv1.UpdateParam{},
-		Errors: []*eksv1.ErrorDetail{},
-	}
-	if t := u.GetCreatedAt(); t != nil {
-		out.CreatedAt = float64(t.AsTime().UnixMilli()) / 1000
-	}
-	for _, p := range u.GetParams() {
-		out.Params = append(out.Params, &eksv1.UpdateParam{Type: p.GetType(), Value: p.GetValue()})
-	}
-	for _, e := range u.GetErrors() {
-		out.Errors = append(out.Errors, &eksv1.ErrorDetail{
-			ErrorCode:    e.GetErrorCode(),
-			ErrorMessage: e.GetErrorMessage(),
-			ResourceIds:  e.GetResourceIds(),
-		})
-	}
-	return out
 }

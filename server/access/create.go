@@ -1,0 +1,161 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/saltbush/saltbush/errdefs"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/idempotency"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/tagging"
+	"github.com/saltbush/saltbush/store"
+)
+
+const (
+	opCreateAccessEntry = "CreateAccessEntry"
+	opUpdateAccessEntry = "UpdateAccessEntry"
+)
+
+// Create records a new access entry, exclusively: of concurrent creates
+// for one principal exactly one wins (the others get
+// ResourceInUseException), and the write is guarded by the cluster
+// record's revision. With a clientRequestToken the request is idempotent.
+func (s *Service) Create(ctx context.Context, req *eksv1.CreateAccessEntryRequest) (*storagev1.AccessEntryRecord, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cn := req.GetClusterName()
+	tok, err := idempotency.New(who.AccountID, opCreateAccessEntry, req)
+	if err != nil {
+		return nil, withCluster(err, cn)
+	}
+	var rec *storagev1.AccessEntryRecord
+	err = store.RetryOnConflict(ctx, func(bool) error {
+		c, clusterRev, err := s.cluster(ctx, who, cn, true)
+		if err != nil {
+			return err
+		}
+		var p Principal
+		if rec, p, err = s.newRecord(ctx, who, c, req); err != nil {
+			return err
+		}
+		key := store.AccessEntryKey(c.GetUid(), p.Canonical())
+		txn := store.NewTxn().
+			Create(key, rec).
+			RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
+		tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
+		_, err = s.store.Commit(ctx, txn)
+		if errors.Is(err, store.ErrExists) {
+			if prior, rerr := s.replay(ctx, tok, cn); prior != nil || rerr != nil {
+				rec = prior
+				return rerr
+			}
+			return errdefs.ResourceInUse("The specified access entry resource is already in use on this cluster.").
+				WithField("clusterName", cn).WithCause(err)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, wrapUnlessAPI(err, "create access entry for %q on cluster %q", req.GetPrincipalArn(), cn)
+	}
+	s.log.InfoContext(ctx, "access entry created", "account", who.AccountID, "cluster", cn,
+		"principal", rec.GetPrincipalArn(), "type", TypeName(rec.GetType()), "uid", rec.GetUid())
+	return rec, nil
+}
+
+// replay answers a request whose token was used before: the entry it
+// created or changed, if that entry still exists; an error for a token
+// used with different parameters; nil, nil for an unknown token.
+func (s *Service) replay(ctx context.Context, tok idempotency.Token, cluster string) (*storagev1.AccessEntryRecord, error) {
+	prior, err := tok.Lookup(ctx, s.store)
+	if err != nil {
+		return nil, withCluster(err, cluster)
+	}
+	if prior == nil {
+		return nil, nil
+	}
+	rec := &storagev1.AccessEntryRecord{}
+	_, err = s.store.Get(ctx, prior.GetResourceKey(), rec)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("read the access entry of an earlier request: %w", err)
+	}
+	if err != nil || rec.GetUid() != prior.GetResourceUid() {
+		return nil, errdefs.ResourceInUse(
+			"The clientRequestToken was already used for an access entry that no longer exists.").
+			WithField("clusterName", cluster)
+	}
+	return rec, nil
+}
+
+// newRecord validates a CreateAccessEntry request and builds its record.
+func (s *Service) newRecord(ctx context.Context, who identity.Caller, c *storagev1.ClusterRecord, req *eksv1.CreateAccessEntryRequest) (*storagev1.AccessEntryRecord, Principal, error) {
+	cn := c.GetName()
+	p, err := ParsePrincipal(req.GetPrincipalArn())
+	if err != nil {
+		return nil, p, invalid(cn, "%v", err)
+	}
+	t, err := parseType(cn, req.GetType())
+	if err != nil {
+		return nil, p, err
+	}
+	groups := req.GetKubernetesGroups()
+	username := req.GetUsername()
+	if t == storagev1.AccessEntryType_ACCESS_ENTRY_TYPE_STANDARD {
+		if username != "" {
+			if err := validateUsername(cn, username); err != nil {
+				return nil, p, err
+			}
+		}
+		if groups, err = validateGroups(cn, groups); err != nil {
+			return nil, p, err
+		}
+	} else {
+		// Nodes authenticate as nodes: AWS sets their username and groups.
+		if username != "" || len(groups) > 0 {
+			return nil, p, invalid(cn, "The username and kubernetesGroups can only be set on access entries of type STANDARD.")
+		}
+		if p.Kind != "role" || p.Account != who.AccountID {
+			return nil, p, invalid(cn, "The principalArn of a %s access entry must be an IAM role of account %s.", TypeName(t), who.AccountID)
+		}
+		groups = generatedGroups(t)
+	}
+	if username == "" {
+		username = generatedUsername(t, p)
+	}
+	if err := tagging.Validate(req.GetTags()); err != nil {
+		return nil, p, invalid(cn, "%v.", err)
+	}
+	if p.Kind != "root" {
+		ok, err := s.principals.PrincipalExists(ctx, p.ARN)
+		if err != nil {
+			return nil, p, fmt.Errorf("look up principal %s: %w", p.ARN, err)
+		}
+		if !ok {
+			return nil, p, invalid(cn, "The specified principalArn is invalid: invalid principal.")
+		}
+	}
+	now := timestamppb.New(s.cfg.Now())
+	uid := uuid.NewString()
+	return &storagev1.AccessEntryRecord{
+		ClusterUid:         c.GetUid(),
+		AccountId:          who.AccountID,
+		ClusterName:        cn,
+		PrincipalArn:       p.ARN,
+		Uid:                uid,
+		Arn:                s.ARN(who.AccountID, cn, p, uid),
+		Type:               t,
+		Username:           username,
+		KubernetesGroups:   groups,
+		Tags:               req.GetTags(),
+		CreatedAt:          now,
+		ModifiedAt:         now,
+		ClientRequestToken: req.GetClientRequestToken(),
+	}, p, nil
+}

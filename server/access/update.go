@@ -1,0 +1,108 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/idempotency"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Update changes a STANDARD entry's username and groups by compare and
+// swap. modifiedAt moves only when something changed; an absent field is
+// left as it is, and an empty group list removes every group.
+func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryRequest) (*storagev1.AccessEntryRecord, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cn := req.GetClusterName()
+	var groups []string
+	setGroups := req.GetKubernetesGroups() != nil
+	if setGroups {
+		for _, v := range req.GetKubernetesGroups().GetValues() {
+			if _, isString := v.GetKind().(*structpb.Value_StringValue); !isString {
+				return nil, invalid(cn, "kubernetesGroups must be a list of strings.")
+			}
+			groups = append(groups, v.GetStringValue())
+		}
+		if groups, err = validateGroups(cn, groups); err != nil {
+			return nil, err
+		}
+	}
+	if req.Username != nil {
+		if req.GetUsername() == "" {
+			// Kubernetes needs a name for every user; "" is not "keep".
+			return nil, invalid(cn, "The username must be 1 to %d characters.", maxUsernameLen)
+		}
+		if err := validateUsername(cn, req.GetUsername()); err != nil {
+			return nil, err
+		}
+	}
+	tok, err := idempotency.New(who.AccountID, opUpdateAccessEntry, req)
+	if err != nil {
+		return nil, withCluster(err, cn)
+	}
+	if prior, err := s.replay(ctx, tok, cn); prior != nil || err != nil {
+		return prior, err
+	}
+	rec := &storagev1.AccessEntryRecord{}
+	err = store.RetryOnConflict(ctx, func(bool) error {
+		c, clusterRev, err := s.cluster(ctx, who, cn, true)
+		if err != nil {
+			return err
+		}
+		key, ok := entryKey(c, req.GetPrincipalArn())
+		if !ok {
+			return entryNotFound(cn)
+		}
+		_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
+			if err := sameEntry(cn, r, req.GetPrincipalArn()); err != nil {
+				return err
+			}
+			if r.GetType() != storagev1.AccessEntryType_ACCESS_ENTRY_TYPE_STANDARD && (setGroups || req.Username != nil) {
+				return standardOnly(cn)
+			}
+			changed := false
+			if setGroups && !slices.Equal(groups, r.GetKubernetesGroups()) {
+				r.KubernetesGroups, changed = groups, true
+			}
+			if req.Username != nil && req.GetUsername() != r.GetUsername() {
+				r.Username, changed = req.GetUsername(), true
+			}
+			if changed {
+				r.ModifiedAt = timestamppb.New(s.cfg.Now())
+			}
+			txn.RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
+			tok.Remember(txn, key, r.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
+			return nil
+		})
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return entryNotFound(cn).WithCause(err)
+		case errors.Is(err, store.ErrExists):
+			// The token was used a moment ago by a concurrent request.
+			prior, rerr := s.replay(ctx, tok, cn)
+			if prior != nil {
+				proto.Reset(rec)
+				proto.Merge(rec, prior)
+			}
+			if rerr != nil || prior != nil {
+				return rerr
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, wrapUnlessAPI(err, "update access entry %q of cluster %q", req.GetPrincipalArn(), cn)
+	}
+	return rec, nil
+}

@@ -1,0 +1,61 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/paging"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Describe returns the caller's cluster name.
+func (s *Service) Describe(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	rec := &storagev1.ClusterRecord{}
+	if _, err := s.store.Get(ctx, store.ClusterKey(who.AccountID, name), rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFound(name).WithCause(err)
+		}
+		return nil, fmt.Errorf("describe cluster %q: %w", name, err)
+	}
+	return rec, nil
+}
+
+// List returns one page of the caller's cluster names.
+func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string) ([]string, string, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	limit, err := paging.Limit(maxResults)
+	if err != nil {
+		return nil, "", err
+	}
+	page, err := s.store.List(ctx, store.ListOptions{
+		Prefix:   store.ClustersPrefix(who.AccountID),
+		Scope:    "ListClusters/" + who.AccountID,
+		Limit:    limit,
+		Token:    nextToken,
+		KeysOnly: true,
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalidToken) {
+			return nil, "", paging.InvalidToken(err)
+		}
+		return nil, "", fmt.Errorf("list clusters: %w", err)
+	}
+	names := make([]string, 0, len(page.Items))
+	for _, kv := range page.Items {
+		names = append(names, kv.Name)
+	}
+	return names, page.NextToken, nil
+}
