@@ -15,7 +15,7 @@ import (
 // acked records the desired set the agent applied in its session record
 // (on the session's lease), for the status RPC, and for an executor in
 // the cluster's metrics.
-func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv1.Ack) error {
+func (a *agentStream) acked(ctx context.Context, ack *deliveryv1.Ack) error {
 	set := a.lastSet.Load()
 	if set == nil || set.GetNonce() != ack.GetNonce() || set.GetVersion() != ack.GetVersion() {
 		// Not the last set this stream sent: the Ack of the one after it
@@ -23,8 +23,8 @@ func (a *agentStream) acked(ctx context.Context, w *clusterWatch, ack *deliveryv
 		return nil
 	}
 	a.applied.Store(set)
-	if sn, _ := w.current(); sn != nil && a.executor.Load() {
-		a.s.observeExecutor(w, a, set, sn.desired.GetDigest())
+	if sn, _ := a.watch.current(); sn != nil && a.executor.Load() {
+		a.s.observeExecutor(a.watch, a, set, sn.desired.GetDigest())
 	}
 	// Only over this stream's own record, on the lease it is on: a newer
 	// stream of the instance owns the key (and its lease) now, and an Ack
@@ -78,8 +78,8 @@ func (a *agentStream) leave(ctx context.Context) error {
 // fenceAcked records that a draining executor stopped for its epoch, in a
 // transaction guarded by the executor record: the watch then assigns a
 // successor without waiting for the session to expire.
-func (a *agentStream) fenceAcked(ctx context.Context, w *clusterWatch, epoch int64) error {
-	sn, _ := w.current()
+func (a *agentStream) fenceAcked(ctx context.Context, epoch int64) error {
+	sn, _ := a.watch.current()
 	e := sn.executorOrNil()
 	if e == nil || e.GetInstanceId() != a.instance || e.GetEpoch() != epoch || !e.GetDraining() || e.GetFenceAcked() {
 		return nil

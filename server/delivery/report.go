@@ -40,7 +40,7 @@ const (
 // stream ends (the returned error), so it connects again and hears its
 // assignment afresh — answering it with a Fence alone would stop it for
 // good while it stays the executor.
-func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1.Report) ([]*deliveryv1.HostMessage, error) {
+func (a *agentStream) report(ctx context.Context, r *deliveryv1.Report) ([]*deliveryv1.HostMessage, error) {
 	result := &deliveryv1.ReportResult{Addon: r.GetAddon(), Generation: r.GetGeneration()}
 	answer := func(reason string, fenced bool) []*deliveryv1.HostMessage {
 		result.Reason = reason
@@ -53,7 +53,7 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 		}
 		return out
 	}
-	sn := a.snapshotOfSession(ctx, w)
+	sn := a.snapshotOfSession(ctx)
 	if sn == nil {
 		// No view of the cluster that includes this stream's session (etcd
 		// reads failing): nothing can be judged, and a Fence alone would
@@ -103,10 +103,10 @@ func (a *agentStream) report(ctx context.Context, w *clusterWatch, r *deliveryv1
 // re-sent at once by a reconnecting executor must be judged against a
 // view at least as new as the assignment it names, not a lagging one
 // that would reject it and fence the executor of the current epoch.
-func (a *agentStream) snapshotOfSession(ctx context.Context, w *clusterWatch) *snapshot {
+func (a *agentStream) snapshotOfSession(ctx context.Context) *snapshot {
 	deadline := time.Now().Add(a.s.cfg.FenceAfter)
 	for {
-		sn, _ := w.current()
+		sn, _ := a.watch.current()
 		if sn != nil && sn.revision >= a.session.revision {
 			return sn
 		}

@@ -119,13 +119,13 @@ func TestSessionRetiredAfterAnAmbiguousAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	ss := &session{key: key, rec: rec, lease: lease}
-	a := &agentStream{s: s, uid: "uid-review", instance: "i-a", session: ss, left: make(chan struct{})}
+	a := &agentStream{s: s, watch: &clusterWatch{}, uid: "uid-review", instance: "i-a", session: ss, left: make(chan struct{})}
 	a.lastSet.Store(&deliveryv1.DesiredSet{Version: 7, Nonce: "nonce-7", Digest: "digest-7"})
 
 	// The agent acknowledges set 7; etcd applies the session write, the
 	// response is lost (not retried: a Txn is not idempotent).
 	lose.Store(true)
-	err = a.acked(ctx, &clusterWatch{}, &deliveryv1.Ack{Version: 7, Nonce: "nonce-7"})
+	err = a.acked(ctx, &deliveryv1.Ack{Version: 7, Nonce: "nonce-7"})
 	t.Logf("acked: %v", err)
 	stored := &storagev1.AgentSessionRecord{}
 	if _, err := s.store.Get(ctx, key, stored); err != nil || stored.GetAckedDigest() != "digest-7" {
@@ -310,19 +310,16 @@ func TestExecutorMetricsLeaveWithTheExecutor(t *testing.T) {
 		}
 	}()
 	lease.renewed.Store(s.clock.now())
-	a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-a", out: make(chan *deliveryv1.HostMessage, 16),
-		left: make(chan struct{}), session: &session{lease: lease, revision: 1}, verified: 1}
-	a.heard.Store(s.clock.now())
 	// The agent says it has applied d1 (its Hello).
-	a.applied.Store(&deliveryv1.DesiredSet{Version: 10, Digest: "d1"})
-	hello := &deliveryv1.Hello{DesiredVersion: 10, DesiredDigest: "d1"}
+	hello := &deliveryv1.Hello{InstanceId: "i-a", DesiredVersion: 10, DesiredDigest: "d1"}
+	a := newAgentStream(s, stream, w, changed, &session{lease: lease, revision: 1}, hello, make(chan struct{}))
 	go func() { // keep the agent "heard"
 		for ctx.Err() == nil {
 			a.heard.Store(s.clock.now())
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	go func() { _ = a.send(ctx, w, changed, hello, make(chan error)) }()
+	go func() { _ = a.sendLoop(ctx) }()
 	waitFor := func(what string, match func(*deliveryv1.HostMessage) bool) {
 		t.Helper()
 		deadline := time.After(5 * time.Second)
@@ -412,13 +409,11 @@ func TestRemovedMemberFenceAckBehindReportResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 256), in: make(chan *deliveryv1.AgentMessage, 64)}
-	a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-b", out: make(chan *deliveryv1.HostMessage, 16),
-		left: make(chan struct{}), session: &session{key: key, rec: rec, lease: lease, revision: res.Revision}, verified: res.Revision}
-	a.heard.Store(s.clock.now())
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- a.receive(ctx, w) }()
+	a := newAgentStream(s, stream, w, changed, &session{key: key, rec: rec, lease: lease, revision: res.Revision},
+		&deliveryv1.Hello{InstanceId: "i-b"}, make(chan struct{}))
+	go a.recvLoop(ctx)
 	sendDone := make(chan error, 1)
-	go func() { sendDone <- a.send(ctx, w, changed, &deliveryv1.Hello{}, recvErr) }()
+	go func() { sendDone <- a.sendLoop(ctx) }()
 
 	members := []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}
 	publish(&snapshot{revision: res.Revision, cluster: &storagev1.ClusterRecord{Uid: uid, Members: members},
@@ -580,15 +575,14 @@ func TestStreamEndsWhenItsSessionIsAnotherStreams(t *testing.T) {
 			stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 64)}
 			lease := &replicaLease{id: g.ID, lost: make(chan struct{})}
 			lease.renewed.Store(s.clock.now())
-			a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-a", out: make(chan *deliveryv1.HostMessage, 16),
-				left: make(chan struct{}), session: &session{key: key, rec: mine, lease: lease, revision: first.Revision}, verified: first.Revision}
-			a.heard.Store(s.clock.now())
+			a := newAgentStream(s, stream, w, changed, &session{key: key, rec: mine, lease: lease, revision: first.Revision},
+				&deliveryv1.Hello{InstanceId: "i-a"}, make(chan struct{}))
 			cluster := &storagev1.ClusterRecord{Uid: uid, Members: []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}}
 			w.state = &snapshot{revision: first.Revision + 1, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 1},
 				sessions: sessions, desired: &deliveryv1.DesiredSet{Version: 5, Digest: "d1"}}
 			changed <- struct{}{}
 			done := make(chan error, 1)
-			go func() { done <- a.send(ctx, w, changed, &deliveryv1.Hello{}, make(chan error)) }()
+			go func() { done <- a.sendLoop(ctx) }()
 			select {
 			case err := <-done:
 				if status.Code(err) != codes.Aborted {

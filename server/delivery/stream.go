@@ -9,26 +9,63 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/server/identity"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
-// agentStream is one admitted stream.
+// agentStream is one admitted stream. As in etcd's watch server, two
+// goroutines serve it — sendLoop (the stream's handler goroutine) and
+// recvLoop (one of its own) — and every field belongs to one of them or
+// is handed over explicitly:
+//
+//   - Set by newAgentStream before either loop starts, then only read:
+//     s, stream, watch, changed, uid, instance, session and the channels.
+//   - sendLoop's own (no other goroutine touches them): what the agent was
+//     told (role, epoch, sentRole, digest, drainFenced, lastSentAt), the
+//     session ownership check (verified, unsure, recheck). Only sendLoop
+//     calls stream.Send.
+//   - recvLoop's own: stream.Recv and the writes an agent message causes
+//     (reports, the session's acknowledged set). It hands its answers to
+//     sendLoop on out, its end on recvErr, and then closes received (the
+//     session is retired only after that: no write of the receiver can
+//     follow the retirement).
+//   - Shared, as atomics written by one loop and read by the other: heard,
+//     applied and ownWrite (recvLoop writes); lastSet and executor
+//     (sendLoop writes); leaving (sendLoop sets it before a removed
+//     member's Fence, recvLoop clears it and closes left when the FenceAck
+//     removed the session).
+//   - replaced is closed by Service.register, under the Service's lock,
+//     when a newer stream of the instance opened on this replica.
 type agentStream struct {
 	s      *Service
 	stream deliveryv1.DeliveryService_ConnectServer
+	// watch is the cluster's on this replica; changed is signalled
+	// whenever its snapshot changes (coalesced).
+	watch   *clusterWatch
+	changed <-chan struct{}
 	// uid is the cluster incarnation's. The stream keeps no cluster
 	// record: the watch's snapshot has the current one, shared by the
 	// cluster's streams (a record with many members is large).
 	uid      string
 	instance string
 	session  *session
-	out      chan *deliveryv1.HostMessage
-	// heard is when the agent last sent anything (unix nanos).
+
+	// out carries recvLoop's answers (report results, fences) to sendLoop.
+	out chan *deliveryv1.HostMessage
+	// recvErr carries recvLoop's end to sendLoop; received closes after it.
+	recvErr  chan error
+	received chan struct{}
+	// left closes when a removed member's FenceAck removed its session.
+	left chan struct{}
+	// replaced closes when a newer stream of the instance opened on this
+	// replica.
+	replaced chan struct{}
+
+	// heard is when the agent last sent anything (monoClock instant).
 	heard atomic.Int64
 	// lastSet is the last desired set sent (its Addons left out), for
 	// the Ack that names its nonce.
@@ -40,19 +77,50 @@ type agentStream struct {
 	// executor (its acknowledgements are the cluster's metrics then).
 	executor atomic.Bool
 	// leaving is 1 + the epoch of the Fence sent to a member that was
-	// removed (0: none); left closes when its FenceAck removed the
-	// session.
+	// removed (0: none).
 	leaving atomic.Int64
-	left    chan struct{}
-	// replaced closes when a newer stream of the instance opened on this
-	// replica.
-	replaced chan struct{}
-	// verified is the mod revision at which the session key was last
-	// found to hold this stream's session (the sender's own).
-	verified int64
 	// ownWrite is the revision of the receiver's last write of the
 	// session (an Ack), which holds this stream's session by construction.
 	ownWrite atomic.Int64
+
+	// sendLoop's own, from here on.
+	//
+	// role and epoch are the last Assignment sent (sentRole: one was).
+	role     deliveryv1.Role
+	epoch    int64
+	sentRole bool
+	// digest is the content digest of the desired set the agent has or
+	// was last sent: a set with the same digest is not sent again.
+	digest string
+	// drainFenced is the epoch whose drain was last fenced.
+	drainFenced int64
+	// lastSentAt is when anything was last sent (an idle stream sends a
+	// heartbeat).
+	lastSentAt time.Time
+	// verified is the mod revision at which the session key was last
+	// found to hold this stream's session.
+	verified int64
+	// unsure: etcd could not say whether the session is still this
+	// stream's; nothing but a Fence is sent until it can.
+	unsure bool
+	// recheck asks for the snapshot to be handled again (an ownership
+	// check etcd could not answer is retried every heartbeat interval).
+	recheck chan struct{}
+}
+
+// newAgentStream is the stream of an admitted agent whose Hello was hello
+// and whose session is ss, on the cluster's watch w (changed: its
+// subscription); received is closed when its recvLoop has ended.
+func newAgentStream(s *Service, stream deliveryv1.DeliveryService_ConnectServer, w *clusterWatch, changed <-chan struct{},
+	ss *session, hello *deliveryv1.Hello, received chan struct{}) *agentStream {
+	a := &agentStream{s: s, stream: stream, watch: w, changed: changed, uid: w.uid, instance: hello.GetInstanceId(), session: ss,
+		out: make(chan *deliveryv1.HostMessage, 16), recvErr: make(chan error, 1), received: received,
+		left: make(chan struct{}), replaced: make(chan struct{}), recheck: make(chan struct{}, 1),
+		// What the agent says it has: a set with this digest is not sent.
+		digest: hello.GetDesiredDigest(), lastSentAt: time.Now(), verified: ss.revision}
+	a.heard.Store(s.clock.now())
+	a.applied.Store(&deliveryv1.DesiredSet{Version: hello.GetDesiredVersion(), Digest: hello.GetDesiredDigest()})
+	return a
 }
 
 func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error {
@@ -86,24 +154,16 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 
 	w, changed := s.subscribe(c)
 	defer s.unsubscribe(w, changed)
-	a := &agentStream{s: s, stream: stream, uid: c.GetUid(), instance: hello.GetInstanceId(), session: session,
-		out: make(chan *deliveryv1.HostMessage, 16), left: make(chan struct{}), replaced: make(chan struct{})}
-	a.heard.Store(s.clock.now())
-	a.verified = session.revision
+	a := newAgentStream(s, stream, w, changed, session, hello, received)
 	// A newer stream of the instance on this replica ends an older one
 	// (its session now is the newer stream's; on another replica the
 	// session's lease tells).
 	s.register(a)
 	defer s.unregister(a)
-	a.applied.Store(&deliveryv1.DesiredSet{Version: hello.GetDesiredVersion(), Digest: hello.GetDesiredDigest()})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	recvErr := make(chan error, 1)
-	go func() {
-		defer close(received)
-		recvErr <- a.receive(ctx, w)
-	}()
-	return a.send(ctx, w, changed, hello, recvErr)
+	go a.recvLoop(ctx)
+	return a.sendLoop(ctx)
 }
 
 // register records a as its instance's stream on this replica, ending the
@@ -136,247 +196,110 @@ func (s *Service) unregister(a *agentStream) {
 	s.forgetExecutorLocked(a)
 }
 
-// ownsSession reports whether the session in snapshot sn is still this
-// stream's, on the replica's lease: checked against etcd whenever the
-// key's revision moved since it was last found to be (an Ack of this
-// stream moves it too). known is false when etcd could not say.
-func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, known bool) {
-	rev, ok := sn.sessions[a.instance]
-	switch {
-	case !ok:
-		return false, true
-	case rev == a.verified:
-		return true, true
-	case rev == a.ownWrite.Load():
-		a.verified = rev
-		return true, true
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.HeartbeatInterval)
-	defer cancel()
-	rec, kv, err := a.s.ownSession(ctx, a.session)
-	switch {
-	case err != nil:
-		a.s.log.WarnContext(ctx, "check the stream's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
-		return false, false
-	case rec == nil || clientv3.LeaseID(kv.Lease) != a.session.lease.id:
-		return false, true
-	}
-	a.verified = kv.ModRevision
-	return true, true
-}
-
-// send is the stream's only sender: assignments and desired sets as the
-// cluster's snapshot changes, fences, report results, heartbeats. It ends
-// the stream when the agent may no longer be connected (removed member,
-// cluster DELETING/FAILED or gone), after telling it to stop.
-func (a *agentStream) send(ctx context.Context, w *clusterWatch, changed <-chan struct{}, hello *deliveryv1.Hello, recvErr <-chan error) error {
+// sendLoop is the stream's only sender, run by its handler goroutine:
+// assignments and desired sets as the cluster's snapshot changes, fences,
+// report results, heartbeats. It ends the stream when the agent may no
+// longer be connected, after telling it to stop.
+func (a *agentStream) sendLoop(ctx context.Context) error {
 	heartbeat := time.NewTicker(a.s.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
-	var (
-		role        deliveryv1.Role
-		epoch       int64
-		digest      = hello.GetDesiredDigest()
-		sentRole    bool
-		drainFenced int64
-		lastSentAt  = time.Now()
-		// unsure: etcd could not say whether the session is still this
-		// stream's.
-		unsure bool
-	)
-	// put sends m if the session is fresh; otherwise the agent is told
-	// to stop and the stream ends (ErrSessionLost).
-	put := func(m *deliveryv1.HostMessage) error {
-		if unsure && m.GetFence() == nil {
-			return nil // nothing but a Fence while ownership is unknown
-		}
-		if m.GetFence() == nil && !a.session.fresh(a.s.clock, a.s.cfg) {
-			_ = a.stream.Send(fence(epoch, "saltbush could not renew the session"))
-			return status.Error(codes.Unavailable, "delivery session not renewed in time; connect again")
-		}
-		lastSentAt = time.Now()
-		return a.stream.Send(m)
-	}
-	// recheck asks for the snapshot to be handled again (an ownership
-	// check etcd could not answer is retried every heartbeat interval).
-	recheck := make(chan struct{}, 1)
-	// onSnapshot acts on the watch's latest snapshot: ends the stream
-	// (after a Fence) when the agent may no longer be connected, else
-	// sends what changed — role, drain fence, desired set.
-	onSnapshot := func() error {
-		sn, err := w.current()
-		if sn == nil || sn.revision < a.session.revision {
-			// Nothing yet, or a view older than this stream's own
-			// session: wait for the watch (a reconnecting agent must
-			// not be told a role etcd has since given away).
-			if err != nil {
-				a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.uid, "err", err)
-			}
-			return nil
-		}
-		if !sn.serving() {
-			reason := "the cluster is deleting, failed or gone"
-			_ = put(fence(epoch, reason))
-			return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
-		}
-		if !sn.member(a.instance) {
-			reason := "the instance is no longer a member"
-			a.leaving.Store(epoch + 1)
-			_ = put(fence(epoch, reason))
-			// An agent that acknowledges the fence has stopped, and its
-			// session goes at once (the receiver removes it): a
-			// successor need not wait for it to run out. One that does
-			// not within fence-after has stopped on its own by then,
-			// but its session runs out first.
-			wait := time.NewTimer(a.s.cfg.FenceAfter)
-			defer wait.Stop()
-			for waiting := true; waiting; {
-				select {
-				case <-a.left:
-					waiting = false
-				case <-wait.C:
-					waiting = false
-				case <-recvErr:
-					waiting = false
-				case <-ctx.Done():
-					waiting = false
-				case m := <-a.out:
-					// Answers to reports the agent sent before it heard
-					// the fence: the receiver must not block on them,
-					// or it never reads the FenceAck.
-					_ = a.stream.Send(m)
-				}
-			}
-			return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
-		}
-		owned, known := a.ownsSession(ctx, sn)
-		if !known {
-			// etcd could not say whose the session is: say nothing but a
-			// Fence until it can (checked again every heartbeat interval);
-			// the agent lapses meanwhile.
-			unsure = true
-			return nil
-		}
-		unsure = false
-		if !owned {
-			// The session is another stream's now (a newer stream of
-			// the instance, on another replica), or gone: this stream
-			// no longer keeps the agent's grant alive, so it must not
-			// extend it.
-			_ = put(fence(epoch, "the session is no longer this stream's"))
-			return status.Error(codes.Aborted, "the session is no longer this stream's; connect again")
-		}
-		newRole, newEpoch := deliveryv1.Role_ROLE_STANDBY, sn.executor.GetEpoch()
-		if sn.executor.GetInstanceId() == a.instance {
-			newRole = deliveryv1.Role_ROLE_EXECUTOR
-		}
-		if !sentRole || newRole != role || newEpoch != epoch {
-			if sentRole && role == deliveryv1.Role_ROLE_EXECUTOR && (newRole != role || newEpoch != epoch) {
-				if err := put(fence(epoch, "another executor was assigned")); err != nil {
-					return err
-				}
-			}
-			role, epoch, sentRole = newRole, newEpoch, true
-			a.executor.Store(role == deliveryv1.Role_ROLE_EXECUTOR)
-			if role != deliveryv1.Role_ROLE_EXECUTOR {
-				a.s.forgetExecutor(a)
-			}
-			if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{
-				Role: role, Epoch: epoch, ExecutorInstanceId: sn.executor.GetInstanceId(), Timing: a.s.cfg.timing(),
-			}}}); err != nil {
-				return err
-			}
-		}
-		if role == deliveryv1.Role_ROLE_EXECUTOR && sn.executor.GetDraining() && drainFenced != epoch {
-			drainFenced = epoch
-			if err := put(fence(epoch, "drained by an operator")); err != nil {
-				return err
-			}
-		}
-		if sn.desired.GetDigest() != digest {
-			set := &deliveryv1.DesiredSet{
-				Version: sn.desired.GetVersion(), Nonce: nonce(), Epoch: epoch, Digest: sn.desired.GetDigest(),
-				Addons: sn.desired.GetAddons(),
-			}
-			a.lastSet.Store(&deliveryv1.DesiredSet{Version: set.GetVersion(), Nonce: set.GetNonce(), Digest: set.GetDigest()})
-			if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_DesiredSet{DesiredSet: set}}); err != nil {
-				return err
-			}
-			digest = set.GetDigest()
-		}
-		if role == deliveryv1.Role_ROLE_EXECUTOR {
-			a.s.observeExecutor(w, a, a.applied.Load(), sn.desired.GetDigest())
-		}
-		return nil
-	}
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
-			// The certificate was revoked or expired (the stream's context
-			// says which), or the stream is over.
-			if cause := context.Cause(ctx); status.Code(cause) == codes.Unauthenticated {
-				_ = a.stream.Send(fence(epoch, "the agent's certificate was revoked"))
-				return cause
-			}
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				_ = a.stream.Send(fence(epoch, "the agent's certificate expired"))
-				return status.Error(codes.Unauthenticated, "the agent's certificate expired; connect again with a new one")
-			}
-			return ctx.Err()
+			return a.contextEnded(ctx)
 		case <-a.session.lease.lost:
-			_ = a.stream.Send(fence(epoch, "the session expired"))
+			_ = a.stream.Send(fence(a.epoch, "the session expired"))
 			return status.Error(codes.Unavailable, "delivery session expired; connect again")
 		case <-a.replaced:
-			_ = a.stream.Send(fence(epoch, "a newer stream of this instance took over"))
+			_ = a.stream.Send(fence(a.epoch, "a newer stream of this instance took over"))
 			return status.Error(codes.Aborted, "a newer stream of this instance took over")
-		case err := <-recvErr:
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			// The receiver ended the stream (a protocol violation): its
-			// last answers, a Fence among them, go out first.
-			for pending := true; pending; {
-				select {
-				case m := <-a.out:
-					_ = a.stream.Send(m)
-				default:
-					pending = false
-				}
-			}
-			return err
+		case err := <-a.recvErr:
+			return a.receiverEnded(err)
 		case m := <-a.out:
-			if err := put(m); err != nil {
-				return err
-			}
+			err = a.put(m)
 		case <-heartbeat.C:
-			// An agent silent for fence-after has stopped applying (it
-			// sends heartbeats); its stream may be half-open. End it, so
-			// the session runs out and a standby can take over, instead of
-			// renewing the session of an agent nobody hears.
-			if a.s.clock.since(a.heard.Load()) > a.s.cfg.FenceAfter {
-				_ = a.stream.Send(fence(epoch, "saltbush heard nothing from the agent for fence-after"))
-				return status.Error(codes.Unavailable, "the agent was silent for fence-after; connect again")
-			}
-			if unsure {
-				select {
-				case recheck <- struct{}{}:
-				default:
-				}
-			}
-			if time.Since(lastSentAt) >= a.s.cfg.HeartbeatInterval/2 {
-				if err := put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}); err != nil {
-					return err
-				}
-			}
-		case <-changed:
-			if err := onSnapshot(); err != nil {
-				return err
-			}
-		case <-recheck:
-			if err := onSnapshot(); err != nil {
-				return err
-			}
+			err = a.onHeartbeat()
+		case <-a.changed:
+			err = a.onSnapshot(ctx)
+		case <-a.recheck:
+			err = a.onSnapshot(ctx)
+		}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// contextEnded ends a stream whose context ended: the certificate was
+// revoked or expired (the stream's context says which), or the stream is
+// over.
+func (a *agentStream) contextEnded(ctx context.Context) error {
+	if cause := context.Cause(ctx); status.Code(cause) == codes.Unauthenticated {
+		_ = a.stream.Send(fence(a.epoch, "the agent's certificate was revoked"))
+		return cause
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		_ = a.stream.Send(fence(a.epoch, "the agent's certificate expired"))
+		return status.Error(codes.Unauthenticated, "the agent's certificate expired; connect again with a new one")
+	}
+	return ctx.Err()
+}
+
+// receiverEnded ends a stream whose receiver ended: the agent closed it,
+// or broke the protocol — then the receiver's last answers, a Fence among
+// them, go out first.
+func (a *agentStream) receiverEnded(err error) error {
+	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	for pending := true; pending; {
+		select {
+		case m := <-a.out:
+			_ = a.stream.Send(m)
+		default:
+			pending = false
+		}
+	}
+	return err
+}
+
+// onHeartbeat runs every heartbeat interval: it ends the stream of an
+// agent silent for fence-after, retries an ownership check etcd could not
+// answer, and keeps an idle stream alive.
+func (a *agentStream) onHeartbeat() error {
+	// An agent silent for fence-after has stopped applying (it sends
+	// heartbeats); its stream may be half-open. End it, so the session
+	// runs out and a standby can take over, instead of renewing the
+	// session of an agent nobody hears.
+	if a.s.clock.since(a.heard.Load()) > a.s.cfg.FenceAfter {
+		_ = a.stream.Send(fence(a.epoch, "saltbush heard nothing from the agent for fence-after"))
+		return status.Error(codes.Unavailable, "the agent was silent for fence-after; connect again")
+	}
+	if a.unsure {
+		select {
+		case a.recheck <- struct{}{}:
+		default:
+		}
+	}
+	if time.Since(a.lastSentAt) >= a.s.cfg.HeartbeatInterval/2 {
+		return a.put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}})
+	}
+	return nil
+}
+
+// put sends m if the session is fresh; otherwise the agent is told to
+// stop and the stream ends.
+func (a *agentStream) put(m *deliveryv1.HostMessage) error {
+	if a.unsure && m.GetFence() == nil {
+		return nil // nothing but a Fence while ownership is unknown
+	}
+	if m.GetFence() == nil && !a.session.fresh(a.s.clock, a.s.cfg) {
+		_ = a.stream.Send(fence(a.epoch, "saltbush could not renew the session"))
+		return status.Error(codes.Unavailable, "delivery session not renewed in time; connect again")
+	}
+	a.lastSentAt = time.Now()
+	return a.stream.Send(m)
 }
 
 func fence(epoch int64, reason string) *deliveryv1.HostMessage {
@@ -389,47 +312,61 @@ func nonce() string {
 	return hex.EncodeToString(b)
 }
 
-// receive reads the agent's messages until the stream ends.
-func (a *agentStream) receive(ctx context.Context, w *clusterWatch) error {
+// recvLoop is the stream's receiver, on a goroutine of its own: it hands
+// its end to sendLoop (recvErr), then says it has stopped (received).
+func (a *agentStream) recvLoop(ctx context.Context) {
+	defer close(a.received)
+	a.recvErr <- a.receive(ctx)
+}
+
+// receive reads the agent's messages until the stream ends or the agent
+// breaks the protocol.
+func (a *agentStream) receive(ctx context.Context) error {
 	for {
 		m, err := a.stream.Recv()
 		if err != nil {
 			return err
 		}
 		a.heard.Store(a.s.clock.now())
-		switch msg := m.GetMessage().(type) {
-		case *deliveryv1.AgentMessage_Report:
-			results, violation := a.report(ctx, w, msg.Report)
-			for _, r := range results {
-				select {
-				case a.out <- r:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			if violation != nil {
-				return violation
-			}
-		case *deliveryv1.AgentMessage_Ack:
-			if err := a.acked(ctx, w, msg.Ack); err != nil {
-				a.s.log.WarnContext(ctx, "record ack", "cluster_uid", a.uid, "instance", a.instance, "err", err)
-			}
-		case *deliveryv1.AgentMessage_Nack:
-			a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.uid,
-				"instance", a.instance, "version", msg.Nack.GetVersion(), "error", msg.Nack.GetError())
-		case *deliveryv1.AgentMessage_FenceAck:
-			if l := a.leaving.Load(); l != 0 && msg.FenceAck.GetEpoch() == l-1 {
-				if err := a.leave(ctx); err != nil {
-					a.s.log.WarnContext(ctx, "removed member's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
-				}
-				continue
-			}
-			if err := a.fenceAcked(ctx, w, msg.FenceAck.GetEpoch()); err != nil {
-				a.s.log.WarnContext(ctx, "fence acknowledgement", "cluster_uid", a.uid, "instance", a.instance, "err", err)
-			}
-		case *deliveryv1.AgentMessage_Heartbeat:
-		case *deliveryv1.AgentMessage_Hello:
-			return errdefs.InvalidParameter("Hello is only the first message of a stream.")
+		if err := a.handle(ctx, m); err != nil {
+			return err
 		}
 	}
+}
+
+// handle acts on one agent message; an error ends the stream.
+func (a *agentStream) handle(ctx context.Context, m *deliveryv1.AgentMessage) error {
+	switch msg := m.GetMessage().(type) {
+	case *deliveryv1.AgentMessage_Report:
+		results, violation := a.report(ctx, msg.Report)
+		for _, r := range results {
+			select {
+			case a.out <- r:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return violation
+	case *deliveryv1.AgentMessage_Ack:
+		if err := a.acked(ctx, msg.Ack); err != nil {
+			a.s.log.WarnContext(ctx, "record ack", "cluster_uid", a.uid, "instance", a.instance, "err", err)
+		}
+	case *deliveryv1.AgentMessage_Nack:
+		a.s.log.WarnContext(ctx, "agent refused a desired set", "cluster_uid", a.uid,
+			"instance", a.instance, "version", msg.Nack.GetVersion(), "error", msg.Nack.GetError())
+	case *deliveryv1.AgentMessage_FenceAck:
+		if l := a.leaving.Load(); l != 0 && msg.FenceAck.GetEpoch() == l-1 {
+			if err := a.leave(ctx); err != nil {
+				a.s.log.WarnContext(ctx, "removed member's session", "cluster_uid", a.uid, "instance", a.instance, "err", err)
+			}
+			return nil
+		}
+		if err := a.fenceAcked(ctx, msg.FenceAck.GetEpoch()); err != nil {
+			a.s.log.WarnContext(ctx, "fence acknowledgement", "cluster_uid", a.uid, "instance", a.instance, "err", err)
+		}
+	case *deliveryv1.AgentMessage_Heartbeat:
+	case *deliveryv1.AgentMessage_Hello:
+		return errdefs.InvalidParameter("Hello is only the first message of a stream.")
+	}
+	return nil
 }

@@ -80,10 +80,8 @@ func TestStreamStopsWhenItsOwnershipCheckFails(t *testing.T) {
 	stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 256)}
 	lease := &replicaLease{id: g.ID, lost: make(chan struct{})}
 	lease.renewed.Store(s.clock.now())
-	a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-a", out: make(chan *deliveryv1.HostMessage, 16),
-		left: make(chan struct{}), replaced: make(chan struct{}),
-		session: &session{key: key, rec: mine, lease: lease, revision: first.Revision}, verified: first.Revision}
-	a.heard.Store(s.clock.now())
+	a := newAgentStream(s, stream, w, changed, &session{key: key, rec: mine, lease: lease, revision: first.Revision},
+		&deliveryv1.Hello{InstanceId: "i-a"}, make(chan struct{}))
 	go func() { // this replica renews its lease; the agent heartbeats
 		for ctx.Err() == nil {
 			lease.renewed.Store(s.clock.now())
@@ -97,7 +95,7 @@ func TestStreamStopsWhenItsOwnershipCheckFails(t *testing.T) {
 	busy.Store(true)
 	changed <- struct{}{}
 	done := make(chan error, 1)
-	go func() { done <- a.send(ctx, w, changed, &deliveryv1.Hello{}, make(chan error)) }()
+	go func() { done <- a.sendLoop(ctx) }()
 
 	// Nothing else happens under the cluster.
 	var spoken []string
@@ -184,10 +182,8 @@ func TestOwnAckDoesNotEndTheStream(t *testing.T) {
 	stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 256), in: make(chan *deliveryv1.AgentMessage, 4)}
 	lease := &replicaLease{id: g.ID, lost: make(chan struct{})}
 	lease.renewed.Store(s.clock.now())
-	a := &agentStream{s: s, stream: stream, uid: uid, instance: "i-a", out: make(chan *deliveryv1.HostMessage, 16),
-		left: make(chan struct{}), replaced: make(chan struct{}),
-		session: &session{key: key, rec: rec, lease: lease, revision: first.Revision}, verified: first.Revision}
-	a.heard.Store(s.clock.now())
+	a := newAgentStream(s, stream, w, changed, &session{key: key, rec: rec, lease: lease, revision: first.Revision},
+		&deliveryv1.Hello{InstanceId: "i-a"}, make(chan struct{}))
 	go func() {
 		for ctx.Err() == nil {
 			lease.renewed.Store(s.clock.now())
@@ -195,10 +191,9 @@ func TestOwnAckDoesNotEndTheStream(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- a.receive(ctx, w) }()
+	go a.recvLoop(ctx)
 	done := make(chan error, 1)
-	go func() { done <- a.send(ctx, w, changed, &deliveryv1.Hello{}, recvErr) }()
+	go func() { done <- a.sendLoop(ctx) }()
 	cluster := &storagev1.ClusterRecord{Uid: uid, Members: []*storagev1.ClusterMember{{InstanceId: "i-a"}}}
 	executor := &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 1}
 	publish(&snapshot{revision: first.Revision, cluster: cluster, executor: executor,
@@ -250,7 +245,7 @@ func TestReportWaitsForTheStreamsOwnView(t *testing.T) {
 	w := &clusterWatch{s: s, uid: "uid-review", subs: map[chan struct{}]bool{}}
 	cluster := &storagev1.ClusterRecord{Uid: "uid-review", Members: []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}}
 	w.state = &snapshot{revision: 90, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}}
-	a := &agentStream{s: s, uid: "uid-review", instance: "i-a", session: &session{revision: 100}}
+	a := &agentStream{s: s, watch: w, uid: "uid-review", instance: "i-a", session: &session{revision: 100}}
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		w.mu.Lock()
@@ -258,11 +253,11 @@ func TestReportWaitsForTheStreamsOwnView(t *testing.T) {
 		w.mu.Unlock()
 	}()
 	ctx := context.Background()
-	out, err := a.report(ctx, w, &deliveryv1.Report{Epoch: 4, Addon: "vpc-cni"})
+	out, err := a.report(ctx, &deliveryv1.Report{Epoch: 4, Addon: "vpc-cni"})
 	if err != nil || len(out) != 2 || out[0].GetReportResult().GetReason() != rejectNotExecutor || out[1].GetFence().GetEpoch() != 4 {
 		t.Fatalf("report of epoch 4 judged against a lagging view: %v, %v", out, err)
 	}
-	out, err = a.report(ctx, w, &deliveryv1.Report{Epoch: 9, Addon: "vpc-cni"})
+	out, err = a.report(ctx, &deliveryv1.Report{Epoch: 9, Addon: "vpc-cni"})
 	if status.Code(err) != codes.FailedPrecondition || len(out) != 2 || out[0].GetReportResult().GetReason() != rejectInvalid || out[1].GetFence().GetEpoch() != 9 {
 		t.Fatalf("report of unassigned epoch 9: %v, %v", out, err)
 	}
