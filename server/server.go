@@ -124,6 +124,11 @@ type Config struct {
 	Catalog *catalog.Catalog
 	// Logger receives structured logs.
 	Logger *slog.Logger
+	// Authenticator authenticates façade requests; nil is SigV4 against
+	// the key store, what saltbush serve runs. A program that embeds
+	// saltbush behind a front end that has authenticated the caller
+	// already sets its own (benchmarks do, to measure what SigV4 costs).
+	Authenticator gateway.Authenticator
 	// Banner receives the development access key the first start on an
 	// empty store creates (serve: stderr); nothing is shown when nil.
 	Banner io.Writer
@@ -186,10 +191,6 @@ type Server struct {
 	store    *store.Store
 	registry *prometheus.Registry
 	sweeper  *addon.Sweeper
-	// registerFacade adds the EKS services to a façade mux.
-	registerFacade gateway.Register
-	// sigv4 authenticates façade requests.
-	sigv4    *gateway.SigV4
 	keys     *iam.Service
 	ca       *pki.Authority
 	dev      *DevCredentials
@@ -254,8 +255,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.access.methods, err = methodTable(table); err != nil {
 		return nil, err
 	}
-	s.registerFacade = registerFacade(table)
-	facade, err := s.newFacade(ctx, keyCache, limiter, auditSink)
+	facade, err := s.newFacade(ctx, registerFacade(table), keyCache, limiter, auditSink)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +337,33 @@ func (s *Server) startEmbeddedEtcd(ctx context.Context) ([]string, error) {
 	}
 	endpoints := s.etcd.Endpoints()
 	s.log.Info("embedded etcd started", "dir", dir, "endpoints", strings.Join(endpoints, ","))
+	// The embedded etcd listens on a free loopback port; the file says
+	// which, so etcdctl (a snapshot backup, an inspection) can reach it.
+	path := s.cfg.EtcdEndpointsFile()
+	if err := os.WriteFile(path, []byte(strings.Join(endpoints, ",")+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("write the embedded etcd's endpoints to %s: %w", path, err)
+	}
 	return endpoints, nil
+}
+
+// EtcdEndpointsFile is where a server with the embedded etcd writes its
+// client URLs (comma-separated, as etcdctl --endpoints takes them) each
+// time it starts.
+func (c Config) EtcdEndpointsFile() string { return filepath.Join(c.DataDir, "etcd-endpoints") }
+
+// sweeperLeaderGauge says whether this replica leads the add-on deadline
+// sweeper election: summed over replicas it is 1, and which one sweeps is
+// what an operator looks for when deadlines do not fire.
+func sweeperLeaderGauge(sweeper *addon.Sweeper) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "saltbush_addon_sweeper_leader",
+		Help: "1 while this replica leads the add-on deadline sweeper election, else 0.",
+	}, func() float64 {
+		if sweeper.Leader() {
+			return 1
+		}
+		return 0
+	})
 }
 
 // startIdentity opens the key store and starts its in-memory mirror
@@ -461,6 +487,7 @@ func (s *Server) newDelivery(clusters *cluster.Service, addons *addon.Service) (
 		replica = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	s.sweeper = addons.NewSweeper(replica)
+	s.registry.MustRegister(sweeperLeaderGauge(s.sweeper))
 	deliveryCfg := s.cfg.Delivery
 	deliveryCfg.Replica = replica
 	return delivery.NewService(s.store, clusters, addons, deliveryCfg, s.registry, s.log.With("service", "delivery"))
@@ -505,25 +532,29 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	)
 }
 
-// newFacade is the EKS façade: SigV4 against the key store's mirror, then
+// newFacade is the EKS façade: SigV4 against the key store's mirror
+// (unless the configuration names another authenticator), then
 // throttling, audit and the services of the table, in process.
-func (s *Server) newFacade(ctx context.Context, keyCache *iam.Cache, limiter *throttle.Limiter, auditSink audit.Sink) (http.Handler, error) {
-	s.sigv4 = &gateway.SigV4{
-		Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
-		Region:   s.cfg.Cluster.Region,
-		Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
-			c, ok, err := keyCache.Lookup(ctx, akid)
-			return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
-		},
+func (s *Server) newFacade(ctx context.Context, register gateway.Register, keyCache *iam.Cache, limiter *throttle.Limiter, auditSink audit.Sink) (http.Handler, error) {
+	auth := s.cfg.Authenticator
+	if auth == nil {
+		auth = &gateway.SigV4{
+			Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
+			Region:   s.cfg.Cluster.Region,
+			Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
+				c, ok, err := keyCache.Lookup(ctx, akid)
+				return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
+			},
+		}
 	}
 	return gateway.New(ctx, gateway.Config{
-		Authenticator: s.sigv4,
+		Authenticator: auth,
 		Throttle:      limiter.Allow,
 		Audit:         auditSink,
 		MaxBodyBytes:  s.cfg.MaxBodyBytes,
 		Logger:        s.log.With("component", "gateway"),
 		Registerer:    s.registry,
-	}, s.registerFacade)
+	}, register)
 }
 
 // newHTTPServer serves the façade beside the health, readiness, metrics
@@ -598,18 +629,6 @@ func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 // resign its election.
 const sweeperStopWait = 5 * time.Second
 
-// NewFacade builds another façade over this server's services that
-// authenticates with auth instead of SigV4, with no throttling or audit.
-// saltbush serve never uses it: benchmarks do, to measure what SigV4
-// verification costs against the same services and etcd.
-func (s *Server) NewFacade(ctx context.Context, auth gateway.Authenticator) (http.Handler, error) {
-	return gateway.New(ctx, gateway.Config{Authenticator: auth, MaxBodyBytes: s.cfg.MaxBodyBytes}, s.registerFacade)
-}
-
-// SigV4 returns the façade's authenticator (benchmarks build a second
-// façade with it, see NewFacade).
-func (s *Server) SigV4() gateway.Authenticator { return s.sigv4 }
-
 // DevCredentials returns the development key this server created on an
 // empty store, or nil when the store had been bootstrapped before.
 func (s *Server) DevCredentials() *DevCredentials { return s.dev }
@@ -619,15 +638,6 @@ func (s *Server) IAM() *iam.Service { return s.keys }
 
 // Authority returns the gRPC port's certificate authority.
 func (s *Server) Authority() *pki.Authority { return s.ca }
-
-// AddonSweeper returns this replica's add-on deadline sweeper.
-func (s *Server) AddonSweeper() *addon.Sweeper { return s.sweeper }
-
-// Store returns the server's store (for tests and admin tooling in-process).
-func (s *Server) Store() *store.Store { return s.store }
-
-// EtcdClient returns the server's etcd client.
-func (s *Server) EtcdClient() *clientv3.Client { return s.client }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

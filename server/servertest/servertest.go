@@ -26,6 +26,9 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	grpccreds "google.golang.org/grpc/credentials"
 
@@ -33,6 +36,7 @@ import (
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/tlsclient"
 )
 
@@ -48,6 +52,12 @@ type Server struct {
 	stop     func()
 	done     chan error
 	serveErr error
+
+	// etcdMu guards the test's own client of the server's etcd and the
+	// store over it, made on first use and closed when the test ends.
+	etcdMu sync.Mutex
+	etcd   *clientv3.Client
+	store  *store.Store
 }
 
 // Option adjusts the configuration before start.
@@ -107,8 +117,101 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		if err := s.Stop(); err != nil {
 			tb.Errorf("saltbush serve: %v", err)
 		}
+		s.etcdMu.Lock()
+		defer s.etcdMu.Unlock()
+		if s.etcd != nil {
+			_ = s.etcd.Close()
+		}
 	})
 	return s
+}
+
+// EtcdEndpoints are the client URLs of the server's etcd: the ones the
+// test passed (WithEtcdEndpoints), else the embedded etcd's, which the
+// server writes to its data directory when it starts.
+func (s *Server) EtcdEndpoints(tb testing.TB) []string {
+	tb.Helper()
+	if len(s.Config.EtcdEndpoints) > 0 {
+		return s.Config.EtcdEndpoints
+	}
+	b, err := os.ReadFile(s.Config.EtcdEndpointsFile())
+	if err != nil {
+		tb.Fatalf("the embedded etcd's endpoints: %v", err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), ",")
+}
+
+// Etcd returns the test's own client of the server's etcd (with the
+// server's TLS and credentials), for tests that look at or change the
+// keyspace beneath the server. It outlives Stop and is closed when the
+// test ends.
+func (s *Server) Etcd(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	s.etcdMu.Lock()
+	defer s.etcdMu.Unlock()
+	if s.etcd != nil {
+		return s.etcd
+	}
+	var tlsCfg *tls.Config
+	if c := s.Config; c.EtcdCAFile != "" || c.EtcdCertFile != "" || c.EtcdKeyFile != "" {
+		info := transport.TLSInfo{CertFile: c.EtcdCertFile, KeyFile: c.EtcdKeyFile, TrustedCAFile: c.EtcdCAFile}
+		var err error
+		if tlsCfg, err = info.ClientConfig(); err != nil {
+			tb.Fatalf("etcd TLS: %v", err)
+		}
+	}
+	eps := s.EtcdEndpoints(tb)
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints: eps, TLS: tlsCfg, Username: s.Config.EtcdUsername, Password: s.Config.EtcdPassword,
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		tb.Fatalf("connect to etcd %v: %v", eps, err)
+	}
+	s.etcd = client
+	return client
+}
+
+// Store returns a store over the server's keyspace (its prefix), on the
+// test's own etcd client (Etcd).
+func (s *Server) Store(tb testing.TB) *store.Store {
+	tb.Helper()
+	client := s.Etcd(tb)
+	s.etcdMu.Lock()
+	defer s.etcdMu.Unlock()
+	if s.store != nil {
+		return s.store
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.New(ctx, client, store.Options{Prefix: s.Config.EtcdPrefix})
+	if err != nil {
+		tb.Fatalf("open store %s: %v", s.Config.EtcdPrefix, err)
+	}
+	s.store = st
+	return st
+}
+
+// SweeperLeader reports whether this server leads the add-on deadline
+// sweeper election, as its /metrics says (saltbush_addon_sweeper_leader).
+func (s *Server) SweeperLeader(tb testing.TB) bool {
+	tb.Helper()
+	resp, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		tb.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		tb.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "saltbush_addon_sweeper_leader "); ok {
+			return strings.TrimSpace(v) == "1"
+		}
+	}
+	tb.Fatalf("GET /metrics: no saltbush_addon_sweeper_leader")
+	return false
 }
 
 // Stop shuts the server down gracefully (as SIGTERM does) and returns what

@@ -76,8 +76,8 @@ func newAddonBench(b *testing.B) *addonBench {
 		srv:     srv,
 		mode:    mode,
 		account: srv.Config.DevAccount,
-		etcd:    srv.EtcdClient(),
-		st:      srv.Store(),
+		etcd:    srv.Etcd(b),
+		st:      srv.Store(b),
 		grpc:    eksv1.NewAddonServiceClient(conn),
 		sdk: srv.EKS(b, func(o *eks.Options) {
 			// As in BenchmarkCreate: one keep-alive connection per client, no retries.

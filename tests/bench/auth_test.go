@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 
-	"github.com/saltbush/saltbush/gateway"
+	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 )
@@ -35,17 +34,17 @@ func (a trusted) Authenticate(*http.Request, []byte) (identity.Caller, error) {
 }
 
 // BenchmarkDescribeClusterAuth measures DescribeCluster through the façade
-// twice against one saltbush and one etcd, at 1 and 64 clients:
+// of two saltbush servers over one etcd, at 1 and 64 clients:
 //
-//	sigv4     a façade (server.NewFacade) with the server's own SigV4
-//	          authenticator: verification against the key store's in-memory
-//	          mirror, then the development user's policies evaluated by the
-//	          services' authorization
-//	no-auth   a façade over the same services whose authenticator trusts every
-//	          request as the account root (no policy lookup either)
+//	sigv4     the server's own façade with SigV4: verification against the
+//	          key store's in-memory mirror, then the development user's
+//	          policies evaluated by the services' authorization
+//	no-auth   a second server over the same etcd whose façade authenticator
+//	          (server.Config.Authenticator) trusts every request as the
+//	          account root (no policy lookup either)
 //
-// Both are served alike (httptest servers, no throttling or audit: those
-// are not SigV4's cost) and receive the same request from a bare net/http
+// Both are served alike (the servers' own listeners, no throttling, and
+// reads are not audited) and receive the same request from a bare net/http
 // client; the sigv4 path
 // replays one request signed before the clock starts (a signature stays
 // valid for 15 minutes), so the client does no signing work on the shared
@@ -62,20 +61,12 @@ func BenchmarkDescribeClusterAuth(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	// Two façades over the same services, served alike; they differ only
-	// in the authenticator.
-	serve := func(auth gateway.Authenticator) *httptest.Server {
-		h, err := srv.NewFacade(ctx, auth)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ts := httptest.NewServer(h)
-		b.Cleanup(ts.Close)
-		return ts
-	}
-	sigTS, plainTS := serve(srv.SigV4()), serve(trusted(dev.AccountID))
+	// Two façades over the same etcd, served alike; they differ only in
+	// the authenticator.
+	plain := servertest.Start(b, opt, servertest.WithEtcdEndpoints(srv.EtcdEndpoints(b)),
+		servertest.WithConfig(func(c *server.Config) { c.Authenticator = trusted(dev.AccountID) }))
 
-	signed, err := http.NewRequest(http.MethodGet, sigTS.URL+"/clusters/bench-auth", nil)
+	signed, err := http.NewRequest(http.MethodGet, srv.URL+"/clusters/bench-auth", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,8 +101,8 @@ func BenchmarkDescribeClusterAuth(b *testing.B) {
 		name string
 		op   func(context.Context) error
 	}{
-		{"sigv4", get(sigTS.URL, signed.Header)},
-		{"no-auth", get(plainTS.URL, nil)},
+		{"sigv4", get(srv.URL, signed.Header)},
+		{"no-auth", get(plain.URL, nil)},
 	}
 	// The two paths alternate, three rounds each, so a drift of the shared
 	// machine (etcd compaction, GC, other processes) hits both alike; the

@@ -93,8 +93,8 @@ func BenchmarkCreate(b *testing.B) {
 
 	account := srv.Config.DevAccount
 	region := srv.Config.Cluster.Region
-	etcd := srv.EtcdClient()
-	st := srv.Store()
+	etcd := srv.Etcd(b)
+	st := srv.Store(b)
 	grpcClient := eksv1.NewClusterServiceClient(srv.GRPC(b))
 	sdk := srv.EKS(b, func(o *eks.Options) {
 		// One keep-alive connection per client: http.DefaultTransport keeps

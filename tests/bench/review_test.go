@@ -206,8 +206,8 @@ func BenchmarkAccessReview(b *testing.B) {
 		tokenReqs[i] = &deliveryv1.ReviewTokenRequest{Cluster: name, Token: tok}
 	}
 
-	etcd := srv.EtcdClient()
-	entryKey := srv.Store().Key(store.AccessEntryKey(uid, role))
+	etcd := srv.Etcd(b)
+	entryKey := srv.Store(b).Key(store.AccessEntryKey(uid, role))
 
 	cases := []reviewCase{
 		{"review-token", func(ctx context.Context, i int) error {

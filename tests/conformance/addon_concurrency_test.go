@@ -441,7 +441,7 @@ func TestAddonCreateRacingClusterDelete(t *testing.T) {
 	t.Parallel()
 	h := newAddonHarness(t)
 	names := append(slices.Clone(listedAddons), hiddenAddons...)
-	prefix := h.srv.Store().Prefix()
+	prefix := h.srv.Store(t).Prefix()
 	for round := range 3 {
 		cl := "racing-" + strconv.Itoa(round)
 		addonCluster(t, h, cl, "1.35")
@@ -481,12 +481,12 @@ func TestAddonCreateRacingClusterDelete(t *testing.T) {
 			checkAWSErr(t, err, awsErr{code: "InvalidRequestException", cluster: cl})
 		}
 		ctx := ctxT(t)
-		ck, err := h.srv.EtcdClient().Get(ctx, prefix+"accounts/"+h.account+"/clusters/"+cl)
+		ck, err := h.srv.Etcd(t).Get(ctx, prefix+"accounts/"+h.account+"/clusters/"+cl)
 		if err != nil || len(ck.Kvs) != 1 {
 			t.Fatalf("cluster key: %v %v", ck, err)
 		}
 		deletedAt := ck.Kvs[0].ModRevision
-		kvs, err := h.srv.EtcdClient().Get(ctx, prefix+"clusters/"+uid+"/addons/", clientv3.WithPrefix())
+		kvs, err := h.srv.Etcd(t).Get(ctx, prefix+"clusters/"+uid+"/addons/", clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
 		}

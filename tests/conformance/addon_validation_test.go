@@ -78,8 +78,8 @@ func addonActive(t *testing.T, h *addonHarness, in *eks.CreateAddonInput) *types
 // schedule, not because of a request.
 func addonKeyspace(t *testing.T, h *addonHarness) map[string]string {
 	t.Helper()
-	prefix := h.srv.Store().Prefix()
-	resp, err := h.srv.EtcdClient().Get(ctxT(t), prefix, clientv3.WithPrefix())
+	prefix := h.srv.Store(t).Prefix()
+	resp, err := h.srv.Etcd(t).Get(ctxT(t), prefix, clientv3.WithPrefix())
 	if err != nil {
 		t.Fatalf("read keyspace: %v", err)
 	}

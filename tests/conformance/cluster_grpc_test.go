@@ -169,7 +169,7 @@ func TestClusterControl(t *testing.T) {
 
 	// Children live under the uid; the purge removes them in the same txn.
 	child := store.ClusterChildrenPrefix(uid) + "addons/placeholder"
-	if _, err := srv.Store().Create(ctx, child, &storagev1.StoreMeta{}); err != nil {
+	if _, err := srv.Store(t).Create(ctx, child, &storagev1.StoreMeta{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.DeleteCluster(ctx, &eks.DeleteClusterInput{Name: aws.String("ctl")}); err != nil {
@@ -191,7 +191,7 @@ func TestClusterControl(t *testing.T) {
 	if fin.GetDeletedKeys() != 3 {
 		t.Errorf("deleted keys = %d, want 3 (record, the creator's access entry and the placeholder child)", fin.GetDeletedKeys())
 	}
-	if _, err := srv.Store().Get(ctx, child, &storagev1.StoreMeta{}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := srv.Store(t).Get(ctx, child, &storagev1.StoreMeta{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("child after purge: %v, want ErrNotFound", err)
 	}
 

@@ -194,7 +194,7 @@ func (h *deliveryHarness) hello(instance string) *deliveryv1.Hello {
 
 func (h *deliveryHarness) executorKV(t *testing.T) (string, int64, int64) {
 	t.Helper()
-	resp, err := h.srv.EtcdClient().Get(ctxT(t), h.srv.Store().Key(store.ExecutorKey(h.uid)))
+	resp, err := h.srv.Etcd(t).Get(ctxT(t), h.srv.Store(t).Key(store.ExecutorKey(h.uid)))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("executor record: %v %v", resp, err)
 	}
@@ -254,7 +254,7 @@ func TestDeliveryAdmission(t *testing.T) {
 		}
 	})
 	// None of the refused streams left a session or an executor behind.
-	resp, err := h.srv.EtcdClient().Get(ctx, h.srv.Store().Key("clusters/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := h.srv.Etcd(t).Get(ctx, h.srv.Store(t).Key("clusters/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestDeliveryFailover(t *testing.T) {
 	}
 	// The transaction that assigned epoch 2 saw no session of i-1.
 	_, execRev, _ := h.executorKV(t)
-	old, err := h.srv.EtcdClient().Get(ctx, h.srv.Store().Key(store.SessionKey(h.uid, "i-1")), clientv3.WithRev(execRev))
+	old, err := h.srv.Etcd(t).Get(ctx, h.srv.Store(t).Key(store.SessionKey(h.uid, "i-1")), clientv3.WithRev(execRev))
 	if err != nil || len(old.Kvs) != 0 {
 		t.Errorf("i-1's session existed when epoch 2 was assigned: %v %v", old.Kvs, err)
 	}
@@ -400,7 +400,7 @@ func TestDeliveryEndsWithTheCluster(t *testing.T) {
 		t.Errorf("executor's stream ended with %s", got)
 	}
 	// The executor record names nobody now and keeps the epoch.
-	resp, err := h.srv.EtcdClient().Get(ctx, h.srv.Store().Key(store.ExecutorKey(h.uid)))
+	resp, err := h.srv.Etcd(t).Get(ctx, h.srv.Store(t).Key(store.ExecutorKey(h.uid)))
 	e := &storagev1.ExecutorRecord{}
 	if err != nil || len(resp.Kvs) != 1 || store.Decode(resp.Kvs[0].Value, e) != nil || e.GetInstanceId() != "" || e.GetEpoch() != 1 {
 		t.Errorf("executor record after DeleteCluster: %v %v", e, err)

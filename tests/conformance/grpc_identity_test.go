@@ -288,7 +288,7 @@ func TestGRPCIdentityHandshakeRefused(t *testing.T) {
 
 	// Expired: signed by the server's real CA (same store, same master
 	// key) by an authority whose clock is two days behind.
-	past, err := pki.New(srv.Store(), pki.Config{MasterKey: gidMasterKey[:], Now: func() time.Time { return time.Now().Add(-48 * time.Hour) }})
+	past, err := pki.New(srv.Store(t), pki.Config{MasterKey: gidMasterKey[:], Now: func() time.Time { return time.Now().Add(-48 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func TestThrottlingPerAccount(t *testing.T) {
 	}); !errors.As(err, &api) || api.ErrorCode() != "ThrottlingException" {
 		t.Fatalf("throttled create: %v", err)
 	}
-	if _, err := srv.Store().Get(ctx, store.ClusterKey(srv.Config.DevAccount, "throttled"), &storagev1.ClusterRecord{}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := srv.Store(t).Get(ctx, store.ClusterKey(srv.Config.DevAccount, "throttled"), &storagev1.ClusterRecord{}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a throttled CreateCluster left a record: %v", err)
 	}
 	// Another account has its own bucket.

@@ -130,7 +130,7 @@ func TestAddonSweeperElection(t *testing.T) {
 	leaders := func() int {
 		n := 0
 		for _, s := range []*servertest.Server{a, b} {
-			if s.AddonSweeper().Leader() {
+			if s.SweeperLeader(t) {
 				n++
 			}
 		}
@@ -150,14 +150,14 @@ func TestAddonSweeperElection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	leader, follower := a, b
-	if b.AddonSweeper().Leader() {
+	if b.SweeperLeader(t) {
 		leader, follower = b, a
 	}
 	if err := leader.Stop(); err != nil {
 		t.Fatalf("stop leader: %v", err)
 	}
 	deadline = time.Now().Add(20 * time.Second)
-	for !follower.AddonSweeper().Leader() {
+	for !follower.SweeperLeader(t) {
 		if time.Now().After(deadline) {
 			t.Fatal("the remaining replica did not take over the sweeper")
 		}
@@ -182,7 +182,7 @@ func TestStopWhileCampaigningWithEtcdGone(t *testing.T) {
 	etcd := startSharedEtcd(t, ctx)
 	a := servertest.Start(t, servertest.WithEtcdEndpoints(etcd.Endpoints()))
 	deadline := time.Now().Add(20 * time.Second)
-	for !a.AddonSweeper().Leader() {
+	for !a.SweeperLeader(t) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first replica did not lead the sweeper")
 		}
@@ -190,7 +190,7 @@ func TestStopWhileCampaigningWithEtcdGone(t *testing.T) {
 	}
 	b := servertest.Start(t, servertest.WithEtcdEndpoints(etcd.Endpoints()))
 	time.Sleep(500 * time.Millisecond) // b is campaigning: waiting for a's key to go
-	if b.AddonSweeper().Leader() {
+	if b.SweeperLeader(t) {
 		t.Fatal("two replicas lead the sweeper")
 	}
 	etcd.Close()

@@ -114,7 +114,7 @@ func newDLEnvVia(t *testing.T, endpoints []string, slots [][]string, opts ...ser
 	for i := range n {
 		e.replicas = append(e.replicas, e.start(i))
 	}
-	e.prefix = e.replicas[0].srv.Store().Prefix()
+	e.prefix = e.replicas[0].srv.Store(t).Prefix()
 	e.account = e.replicas[0].srv.Config.DevAccount
 	return e
 }
