@@ -2,11 +2,8 @@ package delivery
 
 import (
 	"context"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 )
@@ -15,7 +12,7 @@ import (
 // sendLoop, and read and write its fields.
 
 // onSnapshot acts on the watch's latest snapshot: it ends the stream
-// (after a Fence) when the agent may no longer be connected, else sends
+// (stop fences the agent first) when the agent may no longer be connected, else sends
 // what changed — role, drain fence, desired set — in that order, so an
 // agent hears its role before the set it is to apply.
 func (a *agentStream) onSnapshot(ctx context.Context) error {
@@ -23,7 +20,7 @@ func (a *agentStream) onSnapshot(ctx context.Context) error {
 	if sn == nil {
 		return nil
 	}
-	if err := a.mayStayConnected(ctx, sn); err != nil {
+	if err := a.mayStayConnected(sn); err != nil {
 		return err
 	}
 	owned, known := a.ownsSession(ctx, sn)
@@ -35,11 +32,7 @@ func (a *agentStream) onSnapshot(ctx context.Context) error {
 		return nil
 	}
 	if !owned {
-		// The session is another stream's now (a newer stream of the
-		// instance, on another replica), or gone: this stream no longer
-		// keeps the agent's grant alive, so it must not extend it.
-		_ = a.put(fence(a.epoch, "the session is no longer this stream's"))
-		return status.Error(codes.Aborted, "the session is no longer this stream's; connect again")
+		return endNotOwned
 	}
 	if err := a.sendAssignment(sn); err != nil {
 		return err
@@ -71,49 +64,16 @@ func (a *agentStream) viewOfSession(ctx context.Context) *snapshot {
 	return sn
 }
 
-// mayStayConnected ends the stream, after a Fence, when the cluster takes
-// no deliveries or the instance is no longer a member.
-func (a *agentStream) mayStayConnected(ctx context.Context, sn *snapshot) error {
-	if !sn.serving() {
-		reason := "the cluster is deleting, failed or gone"
-		_ = a.put(fence(a.epoch, reason))
-		return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
-	}
-	if !sn.member(a.instance) {
-		reason := "the instance is no longer a member"
-		a.leaving.Store(a.epoch + 1)
-		_ = a.put(fence(a.epoch, reason))
-		a.awaitFenceAck(ctx)
-		return status.Error(codes.FailedPrecondition, "delivery ended: "+reason)
+// mayStayConnected ends the stream when the cluster takes no deliveries
+// or the instance is no longer a member.
+func (a *agentStream) mayStayConnected(sn *snapshot) error {
+	switch {
+	case !sn.serving():
+		return endNotServing
+	case !sn.member(a.instance):
+		return endRemoved
 	}
 	return nil
-}
-
-// awaitFenceAck gives a removed member fence-after to acknowledge its
-// Fence. An agent that does has stopped, and its session goes at once
-// (the receiver removes it): a successor need not wait for it to run
-// out. One that does not has stopped on its own by then, but its session
-// runs out first.
-func (a *agentStream) awaitFenceAck(ctx context.Context) {
-	wait := time.NewTimer(a.s.cfg.FenceAfter)
-	defer wait.Stop()
-	for {
-		select {
-		case <-a.left:
-			return
-		case <-wait.C:
-			return
-		case <-a.recvErr:
-			return
-		case <-ctx.Done():
-			return
-		case m := <-a.out:
-			// Answers to reports the agent sent before it heard the
-			// fence: the receiver must not block on them, or it never
-			// reads the FenceAck.
-			_ = a.stream.Send(m)
-		}
-	}
 }
 
 // ownsSession reports whether the session in snapshot sn is still this

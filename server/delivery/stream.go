@@ -4,13 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"io"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
@@ -198,8 +193,9 @@ func (s *Service) unregister(a *agentStream) {
 
 // sendLoop is the stream's only sender, run by its handler goroutine:
 // assignments and desired sets as the cluster's snapshot changes, fences,
-// report results, heartbeats. It ends the stream when the agent may no
-// longer be connected, after telling it to stop.
+// report results, heartbeats. Each event's step returns an ending when
+// the agent may no longer be connected; stop then tells it to stop and
+// ends the stream.
 func (a *agentStream) sendLoop(ctx context.Context) error {
 	heartbeat := time.NewTicker(a.s.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
@@ -207,15 +203,13 @@ func (a *agentStream) sendLoop(ctx context.Context) error {
 		var err error
 		select {
 		case <-ctx.Done():
-			return a.contextEnded(ctx)
+			err = contextEnded(ctx)
 		case <-a.session.lease.lost:
-			_ = a.stream.Send(fence(a.epoch, "the session expired"))
-			return status.Error(codes.Unavailable, "delivery session expired; connect again")
+			err = endSessionExpired
 		case <-a.replaced:
-			_ = a.stream.Send(fence(a.epoch, "a newer stream of this instance took over"))
-			return status.Error(codes.Aborted, "a newer stream of this instance took over")
-		case err := <-a.recvErr:
-			return a.receiverEnded(err)
+			err = endReplaced
+		case rerr := <-a.recvErr:
+			err = receiverEnded(rerr)
 		case m := <-a.out:
 			err = a.put(m)
 		case <-heartbeat.C:
@@ -226,55 +220,17 @@ func (a *agentStream) sendLoop(ctx context.Context) error {
 			err = a.onSnapshot(ctx)
 		}
 		if err != nil {
-			return err
+			return a.stop(ctx, err)
 		}
 	}
-}
-
-// contextEnded ends a stream whose context ended: the certificate was
-// revoked or expired (the stream's context says which), or the stream is
-// over.
-func (a *agentStream) contextEnded(ctx context.Context) error {
-	if cause := context.Cause(ctx); status.Code(cause) == codes.Unauthenticated {
-		_ = a.stream.Send(fence(a.epoch, "the agent's certificate was revoked"))
-		return cause
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		_ = a.stream.Send(fence(a.epoch, "the agent's certificate expired"))
-		return status.Error(codes.Unauthenticated, "the agent's certificate expired; connect again with a new one")
-	}
-	return ctx.Err()
-}
-
-// receiverEnded ends a stream whose receiver ended: the agent closed it,
-// or broke the protocol — then the receiver's last answers, a Fence among
-// them, go out first.
-func (a *agentStream) receiverEnded(err error) error {
-	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-		return nil
-	}
-	for pending := true; pending; {
-		select {
-		case m := <-a.out:
-			_ = a.stream.Send(m)
-		default:
-			pending = false
-		}
-	}
-	return err
 }
 
 // onHeartbeat runs every heartbeat interval: it ends the stream of an
 // agent silent for fence-after, retries an ownership check etcd could not
 // answer, and keeps an idle stream alive.
 func (a *agentStream) onHeartbeat() error {
-	// An agent silent for fence-after has stopped applying (it sends
-	// heartbeats); its stream may be half-open. End it, so the session
-	// runs out and a standby can take over, instead of renewing the
-	// session of an agent nobody hears.
 	if a.s.clock.since(a.heard.Load()) > a.s.cfg.FenceAfter {
-		_ = a.stream.Send(fence(a.epoch, "saltbush heard nothing from the agent for fence-after"))
-		return status.Error(codes.Unavailable, "the agent was silent for fence-after; connect again")
+		return endSilent
 	}
 	if a.unsure {
 		select {
@@ -288,22 +244,17 @@ func (a *agentStream) onHeartbeat() error {
 	return nil
 }
 
-// put sends m if the session is fresh; otherwise the agent is told to
-// stop and the stream ends.
+// put sends m if the session is fresh; otherwise the stream ends
+// (endNotRenewed).
 func (a *agentStream) put(m *deliveryv1.HostMessage) error {
 	if a.unsure && m.GetFence() == nil {
 		return nil // nothing but a Fence while ownership is unknown
 	}
 	if m.GetFence() == nil && !a.session.fresh(a.s.clock, a.s.cfg) {
-		_ = a.stream.Send(fence(a.epoch, "saltbush could not renew the session"))
-		return status.Error(codes.Unavailable, "delivery session not renewed in time; connect again")
+		return endNotRenewed
 	}
 	a.lastSentAt = time.Now()
 	return a.stream.Send(m)
-}
-
-func fence(epoch int64, reason string) *deliveryv1.HostMessage {
-	return &deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Fence{Fence: &deliveryv1.Fence{Epoch: epoch, Reason: reason}}}
 }
 
 func nonce() string {
