@@ -176,7 +176,8 @@ func BenchmarkAgentToActive(b *testing.B) {
 		for range events { // the instant executor's events are not needed here
 		}
 	}()
-	go instantExecutor(sim, sim.executorEpoch(b), events, func(err error) { b.Error(err) })
+	sim.executorEpoch(b)
+	go instantExecutor(sim, events, func(err error) { b.Error(err) })
 	realUID, err := ab.memberCluster(ctx, "bench-real", []string{"i-real"})
 	if err != nil {
 		b.Fatal(err)

@@ -41,6 +41,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tests/fakeagent"
 )
 
 // The delivery benchmarks: how fast a CreateAddon converges to
@@ -79,90 +80,48 @@ const (
 // An in-process agent (BenchmarkDeliveryConvergence, -ReportIngestion).
 
 // benchAgent is a guest agent's stream with its own agent certificate,
-// over real gRPC; host messages other than heartbeats land in msgs. Like
-// the real agent it sends a Heartbeat whenever it has sent nothing for a
-// heartbeat interval (the Assignment's): saltbush ends the stream of an
-// agent silent for fence-after.
+// over real gRPC (a fakeagent.Stream); host messages other than
+// heartbeats land in msgs. Like the real agent it sends a Heartbeat
+// whenever it has sent nothing for a heartbeat interval (the
+// Assignment's): saltbush ends the stream of an agent silent for
+// fence-after. session is its protocol state, for instantExecutor.
 type benchAgent struct {
-	mu       sync.Mutex // Send
-	stream   deliveryv1.DeliveryService_ConnectClient
-	msgs     chan *deliveryv1.HostMessage
-	errc     chan error
-	lastSent atomic.Int64 // unix nanos
-	interval atomic.Int64 // heartbeat interval, from the Assignment
+	stream  *fakeagent.Stream
+	msgs    <-chan fakeagent.Received
+	session *fakeagent.Session
 }
 
 func dialBenchAgent(b *testing.B, srv *servertest.Server, uid, account, cluster, instance string) *benchAgent {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	stream, err := deliveryv1.NewDeliveryServiceClient(srv.AgentConn(b, uid, instance)).Connect(ctx)
-	if err != nil {
-		b.Fatalf("Connect: %v", err)
-	}
-	a := &benchAgent{stream: stream, msgs: make(chan *deliveryv1.HostMessage, 1024), errc: make(chan error, 1)}
-	if err := a.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: &deliveryv1.Hello{
+	stream, err := fakeagent.Connect(ctx, srv.AgentConn(b, uid, instance), fakeagent.Options{Hello: &deliveryv1.Hello{
 		Cluster: &deliveryv1.ClusterName{AccountId: account, Name: cluster}, InstanceId: instance, BootId: "boot-1", AgentVersion: "bench",
-	}}}); err != nil {
-		b.Fatalf("send Hello: %v", err)
+	}})
+	if err != nil {
+		b.Fatal(err)
 	}
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				a.errc <- err
-				close(a.msgs)
-				return
-			}
-			if as := m.GetAssignment(); as != nil {
-				a.interval.Store(int64(as.GetTiming().GetHeartbeatInterval().AsDuration()))
-			}
-			if m.GetHeartbeat() == nil {
-				a.msgs <- m
-			}
-		}
-	}()
-	go func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		hb := &deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if iv := a.interval.Load(); iv > 0 && time.Since(time.Unix(0, a.lastSent.Load())) >= time.Duration(iv) {
-				if a.send(hb) != nil {
-					return
-				}
-			}
-		}
-	}()
-	return a
+	return &benchAgent{stream: stream, msgs: stream.Receive(1024),
+		session: fakeagent.NewSession(instance, &fakeagent.Applied{}, fakeagent.SessionOptions{})}
 }
 
-func (a *benchAgent) send(m *deliveryv1.AgentMessage) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.lastSent.Store(time.Now().UnixNano())
-	return a.stream.Send(m)
-}
+func (a *benchAgent) send(m *deliveryv1.AgentMessage) error { return a.stream.Send(m) }
 
 // next returns the next host message, or an error after within.
 func (a *benchAgent) next(within time.Duration) (*deliveryv1.HostMessage, error) {
 	select {
-	case m, ok := <-a.msgs:
-		if !ok {
-			return nil, fmt.Errorf("stream ended: %v", <-a.errc)
+	case r, ok := <-a.msgs:
+		if !ok || r.Err != nil {
+			return nil, fmt.Errorf("stream ended: %v", r.Err)
 		}
-		return m, nil
+		return r.Msg, nil
 	case <-time.After(within):
 		return nil, fmt.Errorf("no host message within %s", within)
 	}
 }
 
-// executorEpoch waits for the agent's EXECUTOR assignment.
+// executorEpoch waits for the agent's EXECUTOR assignment (which its
+// session takes in).
 func (a *benchAgent) executorEpoch(b *testing.B) int64 {
 	b.Helper()
 	for {
@@ -174,18 +133,12 @@ func (a *benchAgent) executorEpoch(b *testing.B) int64 {
 			if as.GetRole() != deliveryv1.Role_ROLE_EXECUTOR {
 				b.Fatalf("assigned %s, want EXECUTOR", as.GetRole())
 			}
+			if _, err := a.session.Take(m); err != nil {
+				b.Fatal(err)
+			}
 			return as.GetEpoch()
 		}
 	}
-}
-
-func reportMsg(epoch int64, name, uid string, gen int64, phase deliveryv1.Phase) *deliveryv1.AgentMessage {
-	return &deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Report{Report: &deliveryv1.Report{
-		Epoch: epoch, Addon: name, AddonUid: uid, Generation: gen, Phase: phase}}}
-}
-
-func ackMsg(set *deliveryv1.DesiredSet) *deliveryv1.AgentMessage {
-	return &deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Ack{Ack: &deliveryv1.Ack{Version: set.GetVersion(), Nonce: set.GetNonce()}}}
 }
 
 // memberCluster makes an ACTIVE cluster with the given members and
@@ -242,74 +195,51 @@ type convEvent struct {
 }
 
 // instantExecutor is an executor that applies nothing and waits for
-// nothing: it acknowledges every desired set and at once reports READY for
-// every add-on (REMOVED for a tombstone) it has not yet reported at that
-// generation. It runs until the stream ends.
-func instantExecutor(a *benchAgent, epoch int64, events chan<- convEvent, fail func(error)) {
-	type sent struct {
-		name  string
-		phase deliveryv1.Phase
-	}
-	type seen struct {
-		gen   int64
-		phase deliveryv1.Phase
-	}
-	reported := map[string]seen{} // by add-on uid
-	var pending []sent            // report results come back in order
-	for m := range a.msgs {
-		at := time.Now()
-		switch {
-		case m.GetDesiredSet() != nil:
-			set := m.GetDesiredSet()
-			if err := a.send(ackMsg(set)); err != nil {
+// nothing: its session acknowledges every desired set and at once it
+// reports READY for every add-on (REMOVED for a tombstone) it has not yet
+// reported at that generation. A fence or a report not accepted fails the
+// run. It runs until the stream ends.
+func instantExecutor(a *benchAgent, events chan<- convEvent, fail func(error)) {
+	for in := range a.msgs {
+		if in.Err != nil {
+			return
+		}
+		m, at := in.Msg, in.At
+		if m.GetFence() != nil {
+			fail(fmt.Errorf("the executor was fenced: %v", m.GetFence()))
+			return
+		}
+		taken, err := a.session.Take(m)
+		if err != nil {
+			fail(err)
+			return
+		}
+		for _, reply := range taken.Replies {
+			if err := a.send(reply); err != nil {
 				fail(fmt.Errorf("send Ack: %w", err))
 				return
 			}
-			live := map[string]bool{}
-			for _, d := range set.GetAddons() {
-				live[d.GetUid()] = true
-				phase := deliveryv1.Phase_PHASE_READY
-				if d.GetDeleting() {
-					phase = deliveryv1.Phase_PHASE_REMOVED
-				}
-				if s, ok := reported[d.GetUid()]; ok && s.gen == d.GetGeneration() && s.phase == phase {
-					continue
-				}
-				if !d.GetDeleting() {
-					events <- convEvent{kind: "pushed", name: d.GetName(), at: at}
-				}
-				if err := a.send(reportMsg(epoch, d.GetName(), d.GetUid(), d.GetGeneration(), phase)); err != nil {
-					fail(fmt.Errorf("send Report: %w", err))
-					return
-				}
-				reported[d.GetUid()] = seen{d.GetGeneration(), phase}
-				pending = append(pending, sent{d.GetName(), phase})
-			}
-			for uid := range reported {
-				if !live[uid] {
-					delete(reported, uid)
-				}
-			}
-		case m.GetReportResult() != nil:
+		}
+		if rep := taken.Answered; rep != nil {
 			r := m.GetReportResult()
-			if len(pending) == 0 || pending[0].name != r.GetAddon() {
-				fail(fmt.Errorf("unexpected report result %v", r))
-				return
-			}
-			s := pending[0]
-			pending = pending[1:]
 			if !r.GetAccepted() {
-				fail(fmt.Errorf("%s report for %s not accepted: %s", s.phase, r.GetAddon(), r.GetReason()))
+				fail(fmt.Errorf("%s report for %s not accepted: %s", rep.GetPhase(), r.GetAddon(), r.GetReason()))
 				return
 			}
 			kind := "ready"
-			if s.phase == deliveryv1.Phase_PHASE_REMOVED {
+			if rep.GetPhase() == deliveryv1.Phase_PHASE_REMOVED {
 				kind = "removed"
 			}
 			events <- convEvent{kind: kind, name: r.GetAddon(), at: at}
-		case m.GetFence() != nil:
-			fail(fmt.Errorf("the executor was fenced: %v", m.GetFence()))
-			return
+		}
+		for _, rep := range a.session.Due() {
+			if rep.GetPhase() == deliveryv1.Phase_PHASE_READY {
+				events <- convEvent{kind: "pushed", name: rep.GetAddon(), at: at}
+			}
+			if err := a.send(a.session.Track(rep, true)); err != nil {
+				fail(fmt.Errorf("send Report: %w", err))
+				return
+			}
 		}
 	}
 }
@@ -335,14 +265,14 @@ func BenchmarkDeliveryConvergence(b *testing.B) {
 		b.Fatal(err)
 	}
 	agent := dialBenchAgent(b, ab.srv, uid, ab.account, cluster, instance)
-	epoch := agent.executorEpoch(b)
+	agent.executorEpoch(b)
 	events := make(chan convEvent, 64)
 	var (
 		failOnce sync.Once
 		failed   = make(chan error, 1)
 	)
 	fail := func(err error) { failOnce.Do(func() { failed <- err }) }
-	go instantExecutor(agent, epoch, events, fail)
+	go instantExecutor(agent, events, fail)
 	wait := func(kind string) (time.Time, error) {
 		select {
 		case ev := <-events:
@@ -549,7 +479,7 @@ func BenchmarkDeliveryReportIngestion(b *testing.B) {
 			b.Fatalf("waiting for the desired set: %v", err)
 		}
 		if set := m.GetDesiredSet(); set != nil && len(set.GetAddons()) == len(ingestAddons) {
-			if err := agent.send(ackMsg(set)); err != nil {
+			if err := agent.send(fakeagent.AckMsg(set)); err != nil {
 				b.Fatal(err)
 			}
 			for _, d := range set.GetAddons() {
@@ -571,7 +501,7 @@ func BenchmarkDeliveryReportIngestion(b *testing.B) {
 		name := ingestAddons[seq%int64(len(ingestAddons))]
 		p := phase(seq)
 		seq++
-		return name, agent.send(reportMsg(epoch, name, uids[name], 1, p))
+		return name, agent.send(fakeagent.ReportMsg(epoch, name, uids[name], 1, p))
 	}
 	// reports sends n reports with up to window in flight and returns each
 	// one's latency and the wall time.
@@ -1326,41 +1256,43 @@ func summarizeStreams(mode string, n, nc, perCluster int, connect time.Duration,
 // ---------------------------------------------------------------------
 // The agent fleet (the child process of BenchmarkDeliveryStreams).
 
-// fleetAgent is one simulated agent: executors acknowledge every set and
-// report every add-on READY (REMOVED when deleting) at once, like
-// instantExecutor; standbys only receive. Every agent sends a Heartbeat
-// every heartbeat interval from its Hello on (one loop for the fleet,
-// fleet.heartbeats), as the real agent does when idle.
+// fleetAgent is one simulated agent: a fakeagent.Stream whose session
+// acknowledges every set and, as the executor, reports every add-on READY
+// (REMOVED when deleting) at once, like instantExecutor; standbys only
+// receive (fakeagent.SessionOptions.StandbysSilent). Every agent sends a
+// Heartbeat every heartbeat interval from its Hello on (one loop for the
+// fleet, fleet.heartbeats), as the real agent does when idle.
 type fleetAgent struct {
-	idx    int
-	conn   *grpc.ClientConn
-	hello  *deliveryv1.Hello
-	mu     sync.Mutex // Send, and replacing stream
-	stream deliveryv1.DeliveryService_ConnectClient
+	idx     int
+	conn    *grpc.ClientConn
+	hello   *deliveryv1.Hello
+	applied fakeagent.Applied // the last desired set, across streams
+	mu      sync.Mutex        // replacing stream
+	stream  *fakeagent.Stream
 }
 
 func (a *fleetAgent) send(m *deliveryv1.AgentMessage) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.stream.Send(m)
+	s := a.stream
+	a.mu.Unlock()
+	return s.Send(m)
 }
 
 // connect opens a stream on the agent's connection and says Hello,
 // resuming from the last desired set it received (nothing is resent when
 // that is still current).
-func (a *fleetAgent) connect(ctx context.Context, version int64, digest string) error {
-	stream, err := deliveryv1.NewDeliveryServiceClient(a.conn).Connect(ctx)
+func (a *fleetAgent) connect(ctx context.Context) error {
+	hello := a.applied.Resume(proto.Clone(a.hello).(*deliveryv1.Hello))
+	stream, err := fakeagent.Connect(ctx, a.conn, fakeagent.Options{Hello: hello, Heartbeats: fakeagent.ByCaller})
 	if err != nil {
-		return fmt.Errorf("%s: Connect: %w", a.hello.GetInstanceId(), err)
+		return err
 	}
-	hello := proto.Clone(a.hello).(*deliveryv1.Hello)
-	hello.DesiredVersion, hello.DesiredDigest = version, digest
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.stream = stream
-	if err := stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: hello}}); err != nil {
-		return fmt.Errorf("%s: send Hello: %w", a.hello.GetInstanceId(), err)
+	if a.stream != nil {
+		a.stream.Close() // ended already; this frees its context
 	}
+	a.stream = stream
 	return nil
 }
 
@@ -1477,7 +1409,7 @@ func runFleet(b *testing.B, specPath string) {
 		a := &fleetAgent{idx: i, conn: conn, hello: &deliveryv1.Hello{
 			Cluster: &deliveryv1.ClusterName{AccountId: c.Account, Name: c.Name}, InstanceId: m.Instance, BootId: "boot-1", AgentVersion: "bench",
 		}}
-		if err := a.connect(ctx, 0, ""); err != nil {
+		if err := a.connect(ctx); err != nil {
 			return err
 		}
 		f.heartbeating(a)
@@ -1543,14 +1475,9 @@ func runFleet(b *testing.B, specPath string) {
 // end before it) is signalled on assigned. A stream the host ends later
 // is opened again, as the real agent does ("connect again"), after 100ms.
 func (a *fleetAgent) run(ctx context.Context, f *fleet, assigned chan<- error, heartbeat *atomic.Int64) {
-	var (
-		executor bool
-		epoch    int64
-		first    = true
-		version  int64
-		digest   string
-		reported = map[string]int64{} // uid → generation*8 + phase
-	)
+	first := true
+	opts := fakeagent.SessionOptions{StandbysSilent: true}
+	session := fakeagent.NewSession(a.hello.GetInstanceId(), &a.applied, opts)
 	for {
 		a.mu.Lock()
 		stream := a.stream
@@ -1574,50 +1501,40 @@ func (a *fleetAgent) run(ctx context.Context, f *fleet, assigned chan<- error, h
 					return
 				case <-time.After(100 * time.Millisecond):
 				}
-				if err := a.connect(ctx, version, digest); err == nil {
+				if err := a.connect(ctx); err == nil {
 					break
 				}
 			}
+			session = fakeagent.NewSession(a.hello.GetInstanceId(), &a.applied, opts)
 			continue
 		}
 		at := time.Now()
 		switch {
 		case m.GetAssignment() != nil:
-			as := m.GetAssignment()
-			executor, epoch = as.GetRole() == deliveryv1.Role_ROLE_EXECUTOR, as.GetEpoch()
-			heartbeat.CompareAndSwap(0, int64(as.GetTiming().GetHeartbeatInterval().AsDuration()))
+			heartbeat.CompareAndSwap(0, int64(m.GetAssignment().GetTiming().GetHeartbeatInterval().AsDuration()))
 			if first {
 				first = false
 				assigned <- nil
 			}
 		case m.GetDesiredSet() != nil:
-			set := m.GetDesiredSet()
-			version, digest = set.GetVersion(), set.GetDigest()
-			f.desired(a.idx, set, at)
-			if !executor {
-				continue
-			}
-			if err := a.send(ackMsg(set)); err != nil {
-				continue // the stream's end comes through Recv
-			}
-			for _, d := range set.GetAddons() {
-				phase := deliveryv1.Phase_PHASE_READY
-				if d.GetDeleting() {
-					phase = deliveryv1.Phase_PHASE_REMOVED
-				}
-				key := d.GetGeneration()*8 + int64(phase)
-				if reported[d.GetUid()] == key {
-					continue
-				}
-				reported[d.GetUid()] = key
-				_ = a.send(reportMsg(epoch, d.GetName(), d.GetUid(), d.GetGeneration(), phase))
-			}
+			f.desired(a.idx, m.GetDesiredSet(), at)
 		case m.GetReportResult() != nil:
 			if !m.GetReportResult().GetAccepted() {
 				f.rejected.Add(1)
 			}
 		case m.GetFence() != nil:
 			f.fences.Add(1)
+		}
+		taken, err := session.Take(m)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fleet: %v\n", err)
+		}
+		// A failed send means the stream is ending: Recv says why.
+		for _, reply := range taken.Replies {
+			_ = a.send(reply)
+		}
+		for _, r := range session.Due() {
+			_ = a.send(session.Track(r, true))
 		}
 	}
 }

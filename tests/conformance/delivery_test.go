@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tests/fakeagent"
 )
 
 // fastDelivery shortens delivery's timing for tests (the rule
@@ -36,16 +36,15 @@ func fastDelivery(c *server.Config) {
 	c.Delivery.SafetyMargin = 500 * time.Millisecond
 }
 
-// simAgent speaks the delivery protocol as a guest agent would, over real
-// gRPC with its own agent certificate; it renders nothing (that is the
-// agent's own issue), it only records what the host sends.
+// simAgent is a scripted guest agent: a fakeagent.Stream with its own
+// agent certificate whose test sends every message itself; it renders
+// nothing (that is the agent's own issue), it only records what the host
+// sends.
 type simAgent struct {
 	t        *testing.T
 	instance string
-	sendMu   sync.Mutex
-	stream   deliveryv1.DeliveryService_ConnectClient
-	msgs     chan *deliveryv1.HostMessage
-	errc     chan error
+	stream   *fakeagent.Stream
+	msgs     <-chan fakeagent.Received
 	cancel   context.CancelFunc
 }
 
@@ -54,65 +53,32 @@ func connectAgent(t *testing.T, srv *servertest.Server, certUID, certInstance st
 	return connectAgentOn(t, srv.AgentConn(t, certUID, certInstance), certInstance, hello)
 }
 
-// connectAgentOn opens a stream on conn (an agent certificate's).
+// connectAgentOn opens a stream on conn (an agent certificate's). Its
+// heartbeats tick every 100ms from the Hello on, so no test's stream is
+// ended for silence.
 func connectAgentOn(t *testing.T, conn *grpc.ClientConn, certInstance string, hello *deliveryv1.Hello) *simAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := deliveryv1.NewDeliveryServiceClient(conn).Connect(ctx)
+	stream, err := fakeagent.Connect(ctx, conn, fakeagent.Options{Hello: hello, Heartbeats: fakeagent.Ticker, HeartbeatEvery: 100 * time.Millisecond})
 	if err != nil {
-		t.Fatalf("Connect: %v", err)
+		t.Fatal(err)
 	}
-	a := &simAgent{t: t, instance: certInstance, stream: stream, msgs: make(chan *deliveryv1.HostMessage, 256), errc: make(chan error, 1), cancel: cancel}
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				a.errc <- err
-				close(a.msgs)
-				return
-			}
-			a.msgs <- m
-		}
-	}()
-	if err := stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: hello}}); err != nil {
-		t.Fatalf("send Hello: %v", err)
-	}
-	// Agents send heartbeats: saltbush ends the stream of one that is
-	// silent for fence-after.
-	go func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				a.sendMu.Lock()
-				err := stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}})
-				a.sendMu.Unlock()
-				if err != nil {
-					return
-				}
-			}
-		}
-	}()
-	return a
+	return &simAgent{t: t, instance: certInstance, stream: stream, msgs: stream.Receive(256), cancel: cancel}
 }
 
-// next returns the first message (heartbeats skipped) that matches, or
-// fails after within.
+// next returns the first message that matches, or fails after within.
 func (a *simAgent) next(within time.Duration, what string, match func(*deliveryv1.HostMessage) bool) *deliveryv1.HostMessage {
 	a.t.Helper()
 	deadline := time.After(within)
 	for {
 		select {
-		case m, ok := <-a.msgs:
-			if !ok {
-				a.t.Fatalf("%s: stream ended waiting for %s: %v", a.instance, what, <-a.errc)
+		case r, ok := <-a.msgs:
+			if !ok || r.Err != nil {
+				a.t.Fatalf("%s: stream ended waiting for %s: %v", a.instance, what, r.Err)
 			}
-			if m.GetHeartbeat() == nil && match(m) {
-				return m
+			if match(r.Msg) {
+				return r.Msg
 			}
 		case <-deadline:
 			a.t.Fatalf("%s: no %s within %s", a.instance, what, within)
@@ -137,8 +103,6 @@ func (a *simAgent) desired(what string, match func(*deliveryv1.DesiredSet) bool)
 
 func (a *simAgent) send(m *deliveryv1.AgentMessage) {
 	a.t.Helper()
-	a.sendMu.Lock()
-	defer a.sendMu.Unlock()
 	if err := a.stream.Send(m); err != nil {
 		a.t.Fatalf("%s: send: %v", a.instance, err)
 	}
@@ -146,8 +110,7 @@ func (a *simAgent) send(m *deliveryv1.AgentMessage) {
 
 func (a *simAgent) report(epoch int64, addon, uid string, gen int64, phase deliveryv1.Phase) *deliveryv1.ReportResult {
 	a.t.Helper()
-	a.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Report{Report: &deliveryv1.Report{
-		Epoch: epoch, Addon: addon, AddonUid: uid, Generation: gen, Phase: phase}}})
+	a.send(fakeagent.ReportMsg(epoch, addon, uid, gen, phase))
 	return a.next(10*time.Second, "report result", func(m *deliveryv1.HostMessage) bool {
 		return m.GetReportResult() != nil && m.GetReportResult().GetAddon() == addon
 	}).GetReportResult()
@@ -159,9 +122,9 @@ func (a *simAgent) ended(within time.Duration) codes.Code {
 	deadline := time.After(within)
 	for {
 		select {
-		case _, ok := <-a.msgs:
-			if !ok {
-				return status.Code(<-a.errc)
+		case r, ok := <-a.msgs:
+			if !ok || r.Err != nil {
+				return status.Code(r.Err)
 			}
 		case <-deadline:
 			a.t.Fatalf("%s: stream still open after %s", a.instance, within)
@@ -309,9 +272,9 @@ func TestDeliveryConvergence(t *testing.T) {
 	deadline := time.After(time.Second)
 	for done := false; !done; {
 		select {
-		case m := <-b.msgs:
-			if m.GetDesiredSet() != nil {
-				t.Fatalf("desired set resent to an agent that has it: %v", m.GetDesiredSet())
+		case r := <-b.msgs:
+			if r.Msg.GetDesiredSet() != nil {
+				t.Fatalf("desired set resent to an agent that has it: %v", r.Msg.GetDesiredSet())
 			}
 		case <-deadline:
 			done = true

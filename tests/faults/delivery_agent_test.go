@@ -35,6 +35,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tests/fakeagent"
 	"github.com/saltbush/saltbush/tlsclient"
 )
 
@@ -437,7 +438,7 @@ type dlAgent struct {
 	awayUntil time.Time
 	held      bool
 	target    *dlReplica
-	applied   *deliveryv1.DesiredSet
+	applied   fakeagent.Applied
 	streams   int64
 	uids      map[string][]string
 
@@ -604,81 +605,49 @@ func (a *dlAgent) conn(r *dlReplica) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
-// dlIn is one message the reader received, or the stream's end.
-type dlIn struct {
-	at  time.Time
-	msg *deliveryv1.HostMessage
-	err error
-}
-
-type dlKey struct {
-	epoch int64
-	uid   string
-	gen   int64
-	phase deliveryv1.Phase
-}
-
-// dlStream is one Connect stream of an agent. A reader goroutine only
-// receives and timestamps; the processor owns everything else.
+// dlStream is one Connect stream of an agent (a fakeagent.Stream, whose
+// reader only receives and timestamps); the processor owns everything
+// else, the protocol state in its fakeagent.Session included.
 type dlStream struct {
 	a         *dlAgent
 	id        int64
 	replica   string
-	cs        deliveryv1.DeliveryService_ConnectClient
+	fs        *fakeagent.Stream
+	session   *fakeagent.Session
 	cancel    context.CancelFunc
 	done      chan struct{}
-	in        chan dlIn
+	in        <-chan fakeagent.Received
 	inject    chan string
 	cutByTest atomic.Bool
 
-	// The processor's state.
-	role     deliveryv1.Role
-	epoch    int64
-	executor string
-	assigned bool
-	fenced   bool
-	pending  []*dlReport
-	sent     map[dlKey]bool
+	// The processor's record of each report its session tracks.
+	reports map[*deliveryv1.Report]*dlReport
 }
 
 func (a *dlAgent) open(r *dlReplica) *dlStream {
 	ctx, cancel := context.WithCancel(a.ctx)
-	s := &dlStream{a: a, replica: r.name, cancel: cancel, done: make(chan struct{}), in: make(chan dlIn, 8192),
-		inject: make(chan string), sent: map[dlKey]bool{}}
+	s := &dlStream{a: a, replica: r.name, cancel: cancel, done: make(chan struct{}), inject: make(chan string),
+		session: fakeagent.NewSession(a.instance, &a.applied, fakeagent.SessionOptions{}), reports: map[*deliveryv1.Report]*dlReport{}}
 	a.mu.Lock()
 	a.streams++
 	s.id = a.streams
 	a.cur = s
-	hello := &deliveryv1.Hello{Cluster: a.cluster, InstanceId: a.instance, BootId: "boot-1", AgentVersion: "fault-test",
-		DesiredVersion: a.applied.GetVersion(), DesiredDigest: a.applied.GetDigest()}
 	a.mu.Unlock()
+	hello := a.applied.Resume(&deliveryv1.Hello{Cluster: a.cluster, InstanceId: a.instance, BootId: "boot-1", AgentVersion: "fault-test"})
 	conn, err := a.conn(r)
 	if err == nil {
-		s.cs, err = deliveryv1.NewDeliveryServiceClient(conn).Connect(ctx)
-	}
-	if err == nil {
-		err = s.cs.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: hello}})
+		// The processor's tick sends the heartbeats; the host's count as
+		// hearing from it.
+		s.fs, err = fakeagent.Connect(ctx, conn, fakeagent.Options{Hello: hello, Heartbeats: fakeagent.ByCaller, HostHeartbeats: true})
 	}
 	if err != nil {
 		cancel()
 		close(s.done)
 		return s
 	}
-	go s.read()
+	s.in = s.fs.Receive(8192)
 	go s.process()
 	return s
-}
-
-func (s *dlStream) read() {
-	for {
-		m, err := s.cs.Recv()
-		now := time.Now()
-		if err != nil {
-			s.in <- dlIn{at: now, err: err}
-			return
-		}
-		s.in <- dlIn{at: now, msg: m}
-	}
 }
 
 func (s *dlStream) process() {
@@ -689,17 +658,17 @@ func (s *dlStream) process() {
 	for {
 		select {
 		case in := <-s.in:
-			if in.msg == nil {
+			if in.Msg == nil {
 				// The agent keeps applying until fence-after past the
 				// last message it heard, stream or no stream (or until
 				// a later stream tells it otherwise).
 				return
 			}
-			s.handle(in.at, in.msg)
+			s.handle(in.At, in.Msg)
 		case <-tick.C:
 			// Agents send heartbeats: saltbush ends the stream of one
 			// that is silent for fence-after.
-			s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}})
+			s.send(fakeagent.HeartbeatMsg())
 			s.reportAll()
 		case kind := <-s.inject:
 			s.injectStale(kind)
@@ -709,13 +678,13 @@ func (s *dlStream) process() {
 
 func (s *dlStream) send(m *deliveryv1.AgentMessage) {
 	// A failed send means the stream is ending: the reader sees why.
-	_ = s.cs.Send(m)
+	_ = s.fs.Send(m)
 }
 
 // openInterval and closeInterval keep the agent's unfenced-executor
 // intervals; the caller holds a.mu.
 func (a *dlAgent) openInterval(at time.Time, s *dlStream) {
-	a.ivOpen, a.ivStart, a.ivEpoch, a.ivStream, a.ivReplica = true, at, s.epoch, s.id, s.replica
+	a.ivOpen, a.ivStart, a.ivEpoch, a.ivStream, a.ivReplica = true, at, s.session.Epoch(), s.id, s.replica
 }
 
 func (a *dlAgent) closeInterval(end time.Time, why string) {
@@ -750,7 +719,7 @@ func (s *dlStream) heard(at time.Time, m *deliveryv1.HostMessage) {
 			a.closeInterval(at, "fence: "+m.GetFence().GetReason())
 		}
 	}
-	if !a.ivOpen && s.assigned && !s.fenced && s.role == deliveryv1.Role_ROLE_EXECUTOR {
+	if !a.ivOpen && s.session.Assigned() && !s.session.Fenced() && s.session.Role() == deliveryv1.Role_ROLE_EXECUTOR {
 		// An executor that heard from the host (its assignment, or again
 		// after a lapse) applies.
 		a.openInterval(at, s)
@@ -761,72 +730,47 @@ func (s *dlStream) handle(at time.Time, m *deliveryv1.HostMessage) {
 	defer s.reportAll()
 	defer s.heard(at, m)
 	a := s.a
+	taken, err := s.session.Take(m)
+	if err != nil {
+		a.rec.errorf("stream %d: %v", s.id, err)
+	}
 	switch {
 	case m.GetAssignment() != nil:
 		as := m.GetAssignment()
-		s.role, s.epoch, s.executor, s.assigned, s.fenced = as.GetRole(), as.GetEpoch(), as.GetExecutorInstanceId(), true, false
 		a.rec.mu.Lock()
 		a.rec.assignments = append(a.rec.assignments, dlAssignment{instance: a.instance, stream: s.id, replica: s.replica, at: at,
 			role: as.GetRole(), epoch: as.GetEpoch(), executor: as.GetExecutorInstanceId()})
 		a.rec.mu.Unlock()
-		if as.GetRole() == deliveryv1.Role_ROLE_EXECUTOR && as.GetExecutorInstanceId() != a.instance {
-			a.rec.errorf("%s stream %d: EXECUTOR assignment naming %s", a.instance, s.id, as.GetExecutorInstanceId())
-		}
 	case m.GetFence() != nil:
-		f := m.GetFence()
 		a.rec.mu.Lock()
 		a.rec.fences++
 		a.rec.mu.Unlock()
-		if f.GetEpoch() >= s.epoch {
-			s.fenced = true
-			if s.role == deliveryv1.Role_ROLE_EXECUTOR && f.GetEpoch() == s.epoch {
-				s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_FenceAck{FenceAck: &deliveryv1.FenceAck{Epoch: f.GetEpoch()}}})
-			}
-		}
-	case m.GetDesiredSet() != nil:
-		set := m.GetDesiredSet()
+	case taken.Refused:
+		// Never apply a set older than one applied (rule 10).
+		a.rec.mu.Lock()
+		a.rec.staleSets++
+		a.rec.mu.Unlock()
+	case taken.Applied != nil:
 		a.mu.Lock()
-		older := a.applied != nil && set.GetVersion() < a.applied.GetVersion()
-		if !older {
-			a.applied = set
-			for _, d := range set.GetAddons() {
-				if u := a.uids[d.GetName()]; len(u) == 0 || u[len(u)-1] != d.GetUid() {
-					a.uids[d.GetName()] = append(u, d.GetUid())
-				}
+		for _, d := range taken.Applied.GetAddons() {
+			if u := a.uids[d.GetName()]; len(u) == 0 || u[len(u)-1] != d.GetUid() {
+				a.uids[d.GetName()] = append(u, d.GetUid())
 			}
 		}
 		a.mu.Unlock()
-		if older {
-			// Never apply a set older than one applied (rule 10).
-			a.rec.mu.Lock()
-			a.rec.staleSets++
-			a.rec.mu.Unlock()
-			s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Nack{Nack: &deliveryv1.Nack{
-				Version: set.GetVersion(), Nonce: set.GetNonce(), Error: "older than the set applied"}}})
-		} else {
-			s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Ack{Ack: &deliveryv1.Ack{Version: set.GetVersion(), Nonce: set.GetNonce()}}})
-		}
-	case m.GetReportResult() != nil:
-		res := m.GetReportResult()
-		if len(s.pending) == 0 {
-			a.rec.errorf("%s stream %d: a ReportResult for no report: %v", a.instance, s.id, res)
-			break
-		}
-		r := s.pending[0]
-		s.pending = s.pending[1:]
-		if r.addon != res.GetAddon() || r.gen != res.GetGeneration() {
-			a.rec.errorf("%s stream %d: ReportResult %v answers %s", a.instance, s.id, res, r)
-		}
+	case taken.Answered != nil:
+		r := s.reports[taken.Answered]
+		delete(s.reports, taken.Answered)
 		rev, err := a.env.rev(a.ctx)
 		if err != nil && a.ctx.Err() == nil {
 			a.rec.errorf("%s: read revision: %v", a.instance, err)
 		}
 		a.rec.mu.Lock()
-		r.result, r.revAfter = res, rev
+		r.result, r.revAfter = m.GetReportResult(), rev
 		a.rec.mu.Unlock()
-		if !res.GetAccepted() && r.kind == "" {
-			delete(s.sent, dlKey{r.epoch, r.uid, r.gen, r.phase})
-		}
+	}
+	for _, reply := range taken.Replies {
+		s.send(reply)
 	}
 }
 
@@ -834,28 +778,14 @@ func (s *dlStream) handle(at time.Time, m *deliveryv1.HostMessage) {
 // set not yet reported on this stream at this epoch (or whose report was
 // not accepted: level triggered, retried on the processor's tick).
 func (s *dlStream) reportAll() {
-	a := s.a
-	if !s.assigned || s.fenced || s.role != deliveryv1.Role_ROLE_EXECUTOR || s.executor != a.instance {
-		return
-	}
-	a.mu.Lock()
-	set := a.applied
-	a.mu.Unlock()
-	for _, d := range set.GetAddons() {
-		phase := deliveryv1.Phase_PHASE_READY
-		if d.GetDeleting() {
-			phase = deliveryv1.Phase_PHASE_REMOVED
-		}
-		k := dlKey{s.epoch, d.GetUid(), d.GetGeneration(), phase}
-		if s.sent[k] {
-			continue
-		}
-		s.sent[k] = true
-		s.report(&dlReport{epoch: s.epoch, addon: d.GetName(), uid: d.GetUid(), gen: d.GetGeneration(), phase: phase})
+	for _, rep := range s.session.Due() {
+		s.report(rep, &dlReport{epoch: rep.GetEpoch(), addon: rep.GetAddon(), uid: rep.GetAddonUid(), gen: rep.GetGeneration(), phase: rep.GetPhase()}, true)
 	}
 }
 
-func (s *dlStream) report(r *dlReport) {
+// report sends rep, recorded as r; retry says whether the session reports
+// it again if it is not accepted (not for a stale report sent on purpose).
+func (s *dlStream) report(rep *deliveryv1.Report, r *dlReport, retry bool) {
 	a := s.a
 	rev, err := a.env.rev(a.ctx)
 	if err != nil {
@@ -865,12 +795,12 @@ func (s *dlStream) report(r *dlReport) {
 		return
 	}
 	r.instance, r.stream, r.revBefore = a.instance, s.id, rev
-	s.pending = append(s.pending, r)
+	msg := s.session.Track(rep, retry)
+	s.reports[rep] = r
 	a.rec.mu.Lock()
 	a.rec.reports = append(a.rec.reports, r)
 	a.rec.mu.Unlock()
-	s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Report{Report: &deliveryv1.Report{
-		Epoch: r.epoch, Addon: r.addon, AddonUid: r.uid, Generation: r.gen, Phase: r.phase}}})
+	s.send(msg)
 }
 
 // Kinds of stale report an agent can be made to send.
@@ -901,26 +831,27 @@ func (a *dlAgent) sendStale(kind string) bool {
 
 func (s *dlStream) injectStale(kind string) {
 	a := s.a
+	set := a.applied.Set()
 	a.mu.Lock()
-	set := a.applied
 	uids := map[string][]string{}
 	for k, v := range a.uids {
 		uids[k] = append([]string(nil), v...)
 	}
 	a.mu.Unlock()
-	if !s.assigned || len(set.GetAddons()) == 0 {
+	if !s.session.Assigned() || len(set.GetAddons()) == 0 {
 		return
 	}
+	epoch := s.session.Epoch()
 	d := set.GetAddons()[rand.IntN(len(set.GetAddons()))]
-	r := &dlReport{epoch: s.epoch, addon: d.GetName(), uid: d.GetUid(), gen: d.GetGeneration(), phase: deliveryv1.Phase_PHASE_READY, kind: kind}
+	r := &dlReport{epoch: epoch, addon: d.GetName(), uid: d.GetUid(), gen: d.GetGeneration(), phase: deliveryv1.Phase_PHASE_READY, kind: kind}
 	switch kind {
 	case staleEpoch:
-		if s.epoch < 2 {
+		if epoch < 2 {
 			return
 		}
-		r.epoch = s.epoch - 1
+		r.epoch = epoch - 1
 	case staleFutureEpoch:
-		r.epoch = s.epoch + 1
+		r.epoch = epoch + 1
 	case staleGeneration:
 		if d.GetGeneration() < 2 {
 			return
@@ -933,11 +864,11 @@ func (s *dlStream) injectStale(kind string) {
 		}
 		r.uid, r.gen = u[len(u)-2], 1
 	case staleStandby:
-		if s.role != deliveryv1.Role_ROLE_STANDBY {
+		if s.session.Role() != deliveryv1.Role_ROLE_STANDBY {
 			return
 		}
 	}
-	s.report(r)
+	s.report(&deliveryv1.Report{Epoch: r.epoch, Addon: r.addon, AddonUid: r.uid, Generation: r.gen, Phase: r.phase}, r, false)
 }
 
 // --- etcd history ------------------------------------------------------------

@@ -22,6 +22,7 @@ import (
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/fakeagent"
 	"github.com/saltbush/saltbush/tests/netproxy"
 	"github.com/saltbush/saltbush/tlsclient"
 )
@@ -592,23 +593,18 @@ func TestDeliveryLateAckKeepsTheLiveSession(t *testing.T) {
 	two.stop()
 }
 
-// rawStream is a bare delivery stream, for sequences the simulated agent
-// does not make (two streams of one instance at once).
+// rawStream is a bare delivery stream (a fakeagent.Stream whose test sends
+// everything but its heartbeats), for sequences the simulated agent does
+// not make (two streams of one instance at once).
 type rawStream struct {
-	cs     deliveryv1.DeliveryService_ConnectClient
+	fs     *fakeagent.Stream
 	cancel context.CancelFunc
 	msgs   chan *deliveryv1.HostMessage
 	mu     sync.Mutex
 	heard  time.Time
-	sendMu sync.Mutex
 }
 
-// send sends m (heartbeats go out from another goroutine).
-func (s *rawStream) send(m *deliveryv1.AgentMessage) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	return s.cs.Send(m)
-}
+func (s *rawStream) send(m *deliveryv1.AgentMessage) error { return s.fs.Send(m) }
 
 func openRawStream(t *testing.T, ctx context.Context, env *dlEnv, r *dlReplica, uid, cluster, instance string) *rawStream {
 	t.Helper()
@@ -629,15 +625,20 @@ func openRawStream(t *testing.T, ctx context.Context, env *dlEnv, r *dlReplica, 
 	t.Cleanup(func() { _ = conn.Close() })
 	sctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	cs, err := deliveryv1.NewDeliveryServiceClient(conn).Connect(sctx)
+	// Heartbeats, as agents send them (saltbush ends a silent stream); the
+	// host's count as hearing from it.
+	fs, err := fakeagent.Connect(sctx, conn, fakeagent.Options{
+		Hello:      &deliveryv1.Hello{Cluster: &deliveryv1.ClusterName{AccountId: env.account, Name: cluster}, InstanceId: instance, BootId: "boot-1"},
+		Heartbeats: fakeagent.Ticker, HeartbeatEvery: dlHeartbeat, HostHeartbeats: true,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &rawStream{cs: cs, cancel: cancel, msgs: make(chan *deliveryv1.HostMessage, 1024)}
+	s := &rawStream{fs: fs, cancel: cancel, msgs: make(chan *deliveryv1.HostMessage, 1024)}
 	go func() {
 		defer close(s.msgs)
 		for {
-			m, err := cs.Recv()
+			m, err := fs.Recv()
 			if err != nil {
 				return
 			}
@@ -647,25 +648,6 @@ func openRawStream(t *testing.T, ctx context.Context, env *dlEnv, r *dlReplica, 
 			select {
 			case s.msgs <- m:
 			default:
-			}
-		}
-	}()
-	if err := s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Hello{Hello: &deliveryv1.Hello{
-		Cluster: &deliveryv1.ClusterName{AccountId: env.account, Name: cluster}, InstanceId: instance, BootId: "boot-1"}}}); err != nil {
-		t.Fatal(err)
-	}
-	// Heartbeats, as agents send them (saltbush ends a silent stream).
-	go func() {
-		tick := time.NewTicker(dlHeartbeat)
-		defer tick.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-tick.C:
-				if s.send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}) != nil {
-					return
-				}
 			}
 		}
 	}()
