@@ -25,6 +25,9 @@ func TestPruneExpired(t *testing.T) {
 		return serial
 	}
 	short, long := issue(time.Hour), issue(72*time.Hour)
+	// Revoke returns once the store has the record; the view learns of it
+	// from its watch.
+	eventually(t, "the view sees both revocations", func() bool { return a.Revoked(short) && a.Revoked(long) })
 
 	// Now: nothing has expired.
 	if n, err := a.PruneExpired(ctx); err != nil || n != 0 {
@@ -45,8 +48,10 @@ func TestPruneExpired(t *testing.T) {
 	if _, err := st.Get(ctx, revokedKey(long), &storagev1.RevokedCertificateRecord{}); err != nil {
 		t.Errorf("revocation of an unexpired certificate pruned: %v", err)
 	}
+	// The view follows the store's deletes too; the live certificate stays
+	// revoked.
+	eventually(t, "the view drops the pruned revocation", func() bool { return !a.Revoked(short) })
 	if !a.Revoked(long) {
-		// The view follows the store; the live certificate stays revoked.
 		t.Error("unexpired certificate no longer revoked")
 	}
 }
