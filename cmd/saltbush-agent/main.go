@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,7 +45,10 @@ func main() {
 	}
 	root.AddCommand(newRunCommand(), newWebhookConfigCommand(), newStatusCommand(), &cobra.Command{
 		Use: "version", Short: "Print the agent's version",
-		Run: func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version)
+			return err
+		},
 	})
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "saltbush-agent:", err)
@@ -93,9 +97,8 @@ func newWebhookConfigCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), authn)
-			fmt.Fprintln(cmd.OutOrStdout(), authz)
-			return nil
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n", authn, authz)
+			return err
 		},
 	}
 	cfg.AddFlags(cmd.Flags())
@@ -186,7 +189,7 @@ func newStatusCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("is the agent running? %w", err)
 			}
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			body, err := io.ReadAll(resp.Body)
 			if err != nil {
 				return err
@@ -202,8 +205,7 @@ func newStatusCommand() *cobra.Command {
 			if err := json.Unmarshal(body, &st); err != nil {
 				return err
 			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
+			return printStatus(cmd.OutOrStdout(), st)
 		},
 	}
 	cmd.Flags().StringVar(&addr, "status-addr", addr, "the agent's status address")
@@ -211,21 +213,22 @@ func newStatusCommand() *cobra.Command {
 	return cmd
 }
 
-func printStatus(w io.Writer, st agent.Status) {
-	fmt.Fprintf(w, "cluster:   %s (%s)\ninstance:  %s  agent %s\n", st.ClusterName, st.ClusterUID, st.InstanceID, st.Version)
+// printStatus writes st for a person; the only error is w's.
+func printStatus(w io.Writer, st agent.Status) error {
+	var head, rows bytes.Buffer
+	fmt.Fprintf(&head, "cluster:   %s (%s)\ninstance:  %s  agent %s\n", st.ClusterName, st.ClusterUID, st.InstanceID, st.Version)
 	conn := "disconnected"
 	if st.Connected {
 		conn = "connected to " + st.Endpoint
 	}
-	fmt.Fprintf(w, "stream:    %s\n", conn)
+	fmt.Fprintf(&head, "stream:    %s\n", conn)
 	grant := "no grant (writes nothing)"
 	if st.Writable {
 		grant = "may write for " + st.GrantLeft + " unless saltbush is heard again"
 	}
-	fmt.Fprintf(w, "role:      %s at epoch %d (executor %s); %s\n", st.Role, st.Epoch, orNone(st.Executor), grant)
-	fmt.Fprintf(w, "desired:   version %d digest %s\n\n", st.DesiredVersion, orNone(st.DesiredDigest))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ADDON\tVERSION\tGENERATION\tPHASE\tISSUES")
+	fmt.Fprintf(&head, "role:      %s at epoch %d (executor %s); %s\n", st.Role, st.Epoch, orNone(st.Executor), grant)
+	fmt.Fprintf(&head, "desired:   version %d digest %s\n\n", st.DesiredVersion, orNone(st.DesiredDigest))
+	fmt.Fprintln(&rows, "ADDON\tVERSION\tGENERATION\tPHASE\tISSUES")
 	for _, a := range st.Addons {
 		phase := orNone(a.Phase)
 		if a.Deleting {
@@ -235,9 +238,16 @@ func printStatus(w io.Writer, st agent.Status) {
 		for _, i := range a.Issues {
 			issues = append(issues, i.Code+": "+i.Message)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Name, a.Version, a.Generation, phase, strings.Join(issues, "; "))
+		fmt.Fprintf(&rows, "%s\t%s\t%d\t%s\t%s\n", a.Name, a.Version, a.Generation, phase, strings.Join(issues, "; "))
 	}
-	_ = tw.Flush()
+	if _, err := w.Write(head.Bytes()); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if _, err := tw.Write(rows.Bytes()); err != nil {
+		return err
+	}
+	return tw.Flush()
 }
 
 func orNone(s string) string {

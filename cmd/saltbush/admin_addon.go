@@ -24,7 +24,7 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			ctx, cancel := context.WithTimeout(cmd.Context(), af.timeout)
 			defer cancel()
 			ref := &controlv1.ClusterRef{AccountId: af.account, Name: args[0]}

@@ -19,7 +19,7 @@ func newAdminDeliveryCommand(af *adminFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			ctx, cancel := context.WithTimeout(cmd.Context(), af.timeout)
 			defer cancel()
 			resp, err := call(ctx, controlv1.NewDeliveryControlServiceClient(conn), &controlv1.ClusterRef{AccountId: af.account, Name: args[0]})

@@ -206,7 +206,7 @@ func TestEKSClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		wantException(t, last().err, MissingAuthenticationToken)
 	})
 }

@@ -193,7 +193,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	linkDone := make(chan error, 1)
 	go func() { linkDone <- a.link.Run(ctx, &linkHandler{a: a, ctx: ctx}) }()
 	err := a.run(ctx)
-	<-linkDone
+	<-linkDone //nolint:errcheck // Link.Run returns only ctx's error, once ctx ends
 	return err
 }
 

@@ -204,7 +204,7 @@ func readFile(fs *pflag.FlagSet) (map[string]any, error) {
 		return nil, nil
 	}
 	path := f.Value.String()
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the --config file the operator names
 	if errors.Is(err, os.ErrNotExist) && !f.Changed && path == f.DefValue {
 		return nil, nil
 	}

@@ -65,7 +65,7 @@ func server(t *testing.T, c *ca, clientCA *ca) (addr string, serials chan int64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { _ = ln.Close() })
 	serials = make(chan int64, 10)
 	go func() {
 		for {
@@ -77,7 +77,7 @@ func server(t *testing.T, c *ca, clientCA *ca) (addr string, serials chan int64)
 			if tc.Handshake() == nil {
 				serials <- tc.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 			}
-			tc.Close()
+			_ = tc.Close()
 		}
 	}()
 	return ln.Addr().String(), serials
@@ -107,7 +107,7 @@ func TestRotationWithoutRestart(t *testing.T) {
 			if err == io.EOF {
 				err = nil
 			}
-			conn.Close()
+			_ = conn.Close()
 		}
 		return err
 	}

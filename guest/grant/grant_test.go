@@ -156,8 +156,8 @@ func TestFenceCancelsWritesAndDrains(t *testing.T) {
 	drained := make(chan error, 1)
 	go func() { drained <- g.Drain(context.Background()) }()
 	select {
-	case <-drained:
-		t.Fatal("Drain returned while a write still held the grant")
+	case err := <-drained:
+		t.Fatalf("Drain returned (%v) while a write still held the grant", err)
 	case <-time.After(10 * time.Millisecond):
 	}
 	release()

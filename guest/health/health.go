@@ -41,13 +41,13 @@ import (
 type Change int
 
 const (
-	// Status: only what the cluster reports about the object changed (or
+	// Status means only what the cluster reports about the object changed (or
 	// it was first seen): evaluate health again.
 	Status Change = iota
-	// Spec: the object itself changed (a new generation, other labels,
+	// Spec means the object itself changed (a new generation, other labels,
 	// or, for kinds without generations, any change): re-apply.
 	Spec
-	// Gone: the object was deleted.
+	// Gone means the object was deleted.
 	Gone
 )
 

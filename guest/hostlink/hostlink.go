@@ -201,7 +201,7 @@ func backoff(initial, maxDelay time.Duration, failures int) time.Duration {
 		d *= 2
 	}
 	d = min(d, maxDelay)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + rand.N(d/2+1) //nolint:gosec // G404: jitter spreads retries; nothing depends on it being unpredictable
 }
 
 func (l *Link) conn(ep string) (*grpc.ClientConn, error) {

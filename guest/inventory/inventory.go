@@ -149,6 +149,7 @@ func (s *Store) Put(ctx context.Context, rec *Record) error {
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: Name(rec.Addon), Labels: map[string]string{Label: rec.Addon}},
 		Data:       map[string]string{dataKey: string(b)},
 	}
+	//nolint:staticcheck // SA1019: client.Apply with a typed object; Client.Apply takes apply configurations, a change of its own
 	if err := s.Client.Patch(ctx, cm, client.Apply, client.ForceOwnership, client.FieldOwner(s.FieldManager)); err != nil {
 		return fmt.Errorf("inventory of %s: write ConfigMap %s/%s: %w", rec.Addon, Namespace, cm.Name, err)
 	}

@@ -58,7 +58,7 @@ type file struct {
 // given cluster and instance, and so is a state of another one.
 func Load(dir, clusterUID, instanceID string) (*State, error) {
 	empty := &State{ClusterUID: clusterUID, InstanceID: instanceID, Addons: map[string]Addon{}}
-	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	b, err := os.ReadFile(filepath.Join(dir, FileName)) //nolint:gosec // G304: the agent's own state directory, from its config
 	if errors.Is(err, os.ErrNotExist) {
 		return empty, nil
 	}
@@ -106,13 +106,13 @@ func Save(dir string, st *State) error {
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // after the rename, nothing is left to remove
+	defer func() { _ = os.Remove(tmp.Name()) }() // after the rename, nothing is left to remove
 	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the write's error is the one to report
 		return fmt.Errorf("state: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the sync's error is the one to report
 		return fmt.Errorf("state: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -121,11 +121,11 @@ func Save(dir string, st *State) error {
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, FileName)); err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	d, err := os.Open(dir)
+	d, err := os.Open(dir) //nolint:gosec // G304: the agent's own state directory, from its config
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }() // opened only to sync the directory
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("state: sync %s: %w", dir, err)
 	}

@@ -119,7 +119,7 @@ func loadPKI(dir, host string, now time.Time) (*PKI, error) {
 		caFile: &p.CAPEM, serverCertFile: &p.ServerCert, serverKeyFile: &p.ServerKey,
 		clientCertFile: &p.ClientCert, clientKeyFile: &p.ClientKey,
 	} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
+		b, err := os.ReadFile(filepath.Join(dir, name)) //nolint:gosec // G304: the webhook PKI directory from the agent's config
 		if err != nil {
 			return nil, err
 		}
@@ -241,7 +241,7 @@ func (p *PKI) WriteKubeconfigs(dir, addr string) (authn, authz string, err error
 		if err != nil {
 			return "", "", err
 		}
-		if old, err := os.ReadFile(file); err == nil && bytes.Equal(old, data) {
+		if old, err := os.ReadFile(file); err == nil && bytes.Equal(old, data) { //nolint:gosec // G304: a file in the kubeconfig directory from the agent's config
 			continue
 		}
 		if err := writeFileAtomic(file, data); err != nil {
@@ -258,7 +258,7 @@ func writeFileAtomic(file string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
+	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op after the rename
 	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Sync()

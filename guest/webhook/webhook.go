@@ -54,7 +54,7 @@ type Host interface {
 	ReviewAccess(ctx context.Context, req *deliveryv1.ReviewAccessRequest) (*deliveryv1.ReviewAccessResponse, error)
 }
 
-// ErrUnreachable: the agent holds no connection to saltbush.
+// ErrUnreachable means the agent holds no connection to saltbush.
 var ErrUnreachable = errors.New("saltbush is not reachable")
 
 // Config configures a Server.
@@ -153,7 +153,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, p *PKI) error {
 	go func() {
 		defer close(done)
 		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()

@@ -143,7 +143,7 @@ func TestServeTLS(t *testing.T) {
 		}
 		var out bytes.Buffer
 		_, _ = out.ReadFrom(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || !strings.Contains(out.String(), tt.want) {
 			t.Errorf("POST %s: %d %s, want 200 with %s", cfg.Host, resp.StatusCode, out.String(), tt.want)
 		}
@@ -153,7 +153,7 @@ func TestServeTLS(t *testing.T) {
 	pool, _ := p.ClientTLS()
 	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool.RootCAs}}}
 	if resp, err := noCert.Post("https://"+ln.Addr().String()+AuthenticatePath, "application/json", strings.NewReader("{}")); err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		t.Fatalf("a client without the apiserver's certificate got HTTP %d", resp.StatusCode)
 	}
 }

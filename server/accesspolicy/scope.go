@@ -51,26 +51,26 @@ func ValidateScope(s Scope) error {
 	switch s.Type {
 	case ScopeCluster:
 		if len(s.Namespaces) > 0 {
-			return errors.New("Namespaces can't be specified when the access scope type is cluster.")
+			return errors.New("Namespaces can't be specified when the access scope type is cluster.") //nolint:staticcheck // ST1005: AWS's exact message
 		}
 		return nil
 	case ScopeNamespace:
 	default:
-		return fmt.Errorf("The access scope type %q isn't valid. Valid values are cluster and namespace.", s.Type)
+		return fmt.Errorf("The access scope type %q isn't valid. Valid values are cluster and namespace.", s.Type) //nolint:staticcheck // ST1005: AWS's exact message
 	}
 	if len(s.Namespaces) == 0 {
-		return errors.New("At least one namespace is required when the access scope type is namespace.")
+		return errors.New("At least one namespace is required when the access scope type is namespace.") //nolint:staticcheck // ST1005: AWS's exact message
 	}
 	if len(s.Namespaces) > MaxScopeNamespaces {
-		return fmt.Errorf("An access scope can include at most %d namespaces; %d were specified.", MaxScopeNamespaces, len(s.Namespaces))
+		return fmt.Errorf("An access scope can include at most %d namespaces; %d were specified.", MaxScopeNamespaces, len(s.Namespaces)) //nolint:staticcheck // ST1005: AWS's exact message
 	}
 	seen := make(map[string]struct{}, len(s.Namespaces))
 	for _, ns := range s.Namespaces {
 		if msg := namespacePatternProblem(ns); msg != "" {
-			return fmt.Errorf("The namespace %q isn't valid: %s", ns, msg)
+			return fmt.Errorf("The namespace %q isn't valid: %s", ns, msg) //nolint:staticcheck // ST1005: AWS's exact message
 		}
 		if _, dup := seen[ns]; dup {
-			return fmt.Errorf("The namespace %q is specified more than once.", ns)
+			return fmt.Errorf("The namespace %q is specified more than once.", ns) //nolint:staticcheck // ST1005: AWS's exact message
 		}
 		seen[ns] = struct{}{}
 	}

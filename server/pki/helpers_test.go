@@ -285,7 +285,7 @@ func handshake(t *testing.T, addr string, cfg *tls.Config) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 1)
 	if _, err := conn.Read(buf); err != nil {

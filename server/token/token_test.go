@@ -152,7 +152,10 @@ func editURL(t testing.TB, tok string, r ...string) string {
 		t.Fatal(err)
 	}
 	u := string(raw)
-	for i := 0; i < len(r); i += 2 {
+	if len(r)%2 != 0 {
+		t.Fatalf("replacements come in pairs, got %d strings", len(r))
+	}
+	for i := 0; i+1 < len(r); i += 2 {
 		if !strings.Contains(u, r[i]) {
 			t.Fatalf("URL %q lacks %q", u, r[i])
 		}

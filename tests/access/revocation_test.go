@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestRevocation(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			principal := "arn:aws:iam::" + tm.Account + ":user/revoked-" + string(rune('a'+i))
+			principal := "arn:aws:iam::" + tm.Account + ":user/revoked-" + strconv.Itoa(i)
 			if _, err := tm.Server.IAM().CreatePrincipal(ctx, principal); err != nil {
 				t.Fatal(err)
 			}

@@ -299,6 +299,6 @@ func freeAddr(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String()
 }

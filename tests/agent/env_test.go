@@ -43,7 +43,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	if agentBinary, err = agentproc.Build(dir, raceEnabled); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -138,7 +138,7 @@ func (e *env) applyStamps(objs map[string]kubetest.AuditObjectRef) map[string]st
 		var stamp string
 		for _, mf := range u.GetManagedFields() {
 			if mf.Manager == apply.FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply {
-				stamp = mf.Time.String() + " " + string(mf.FieldsV1.Raw)
+				stamp = mf.Time.String() + " " + mf.FieldsV1.GetRawString()
 			}
 		}
 		switch r.Resource {

@@ -107,10 +107,10 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	// A test binary that dies takes its agents with it.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("start agent %s: %w", o.Instance, err)
 	}
-	go func() { p.done <- p.cmd.Wait(); logFile.Close() }()
+	go func() { p.done <- p.cmd.Wait(); _ = logFile.Close() }()
 	return p, nil
 }
 
@@ -150,7 +150,7 @@ func (p *Process) Status(ctx context.Context) (agent.Status, error) {
 	if err != nil {
 		return agent.Status{}, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return agent.Status{}, errors.New(resp.Status)
 	}
@@ -214,6 +214,6 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
 }

@@ -325,7 +325,7 @@ func (c *Cluster) readyz(ctx context.Context, hc *http.Client) (bool, string) {
 	if err != nil {
 		return false, "/readyz: " + err.Error()
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return false, "/readyz: " + resp.Status
 	}
@@ -623,7 +623,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 

@@ -109,7 +109,7 @@ func fileTail(path string, n int64) string {
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	info, err := f.Stat()
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)

@@ -260,9 +260,9 @@ func TestDaemonSetOnePodPerNode(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		s := got.Status
-		return s.ObservedGeneration >= got.Generation && s.DesiredNumberScheduled == int32(len(nodes)) &&
-				s.NumberReady == int32(len(nodes)) && s.NumberAvailable == int32(len(nodes)) && s.UpdatedNumberScheduled == int32(len(nodes)),
+		s, n := got.Status, len(nodes)
+		return s.ObservedGeneration >= got.Generation && int(s.DesiredNumberScheduled) == n &&
+				int(s.NumberReady) == n && int(s.NumberAvailable) == n && int(s.UpdatedNumberScheduled) == n,
 			fmt.Sprintf("desired %d ready %d available %d", s.DesiredNumberScheduled, s.NumberReady, s.NumberAvailable), nil
 	})
 	pods, err := podsOf(ctx, client, ns, "agent")
