@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
@@ -104,15 +103,7 @@ func (a *agentStream) report(ctx context.Context, r *deliveryv1.Report) ([]*deli
 // view at least as new as the assignment it names, not a lagging one
 // that would reject it and fence the executor of the current epoch.
 func (a *agentStream) snapshotOfSession(ctx context.Context) *snapshot {
-	deadline := time.Now().Add(a.s.cfg.FenceAfter)
-	for {
-		sn, _ := a.watch.current()
-		if sn != nil && sn.revision >= a.session.revision {
-			return sn
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.FenceAfter)
+	defer cancel()
+	return a.watch.snapshotAtLeast(ctx, a.session.revision)
 }

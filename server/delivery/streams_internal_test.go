@@ -246,14 +246,22 @@ func TestReportWaitsForTheStreamsOwnView(t *testing.T) {
 	cluster := &storagev1.ClusterRecord{Uid: "uid-review", Members: []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}}
 	w.state = &snapshot{revision: 90, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}}
 	a := &agentStream{s: s, watch: w, uid: "uid-review", instance: "i-a", session: &session{revision: 100}}
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		w.mu.Lock()
-		w.state = &snapshot{revision: 100, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-b", Epoch: 4}}
-		w.mu.Unlock()
-	}()
 	ctx := context.Background()
-	out, err := a.report(ctx, &deliveryv1.Report{Epoch: 4, Addon: "vpc-cni"})
+	type judged struct {
+		out []*deliveryv1.HostMessage
+		err error
+	}
+	first := make(chan judged, 1)
+	go func() {
+		out, err := a.report(ctx, &deliveryv1.Report{Epoch: 4, Addon: "vpc-cni"})
+		first <- judged{out, err}
+	}()
+	// The report is waiting for the watch (it asked for the next
+	// snapshot); then the watch brings the one with the session.
+	awaitWaiter(t, w)
+	w.publish(&snapshot{revision: 100, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-b", Epoch: 4}}, nil)
+	r := <-first
+	out, err := r.out, r.err
 	if err != nil || len(out) != 2 || out[0].GetReportResult().GetReason() != rejectNotExecutor || out[1].GetFence().GetEpoch() != 4 {
 		t.Fatalf("report of epoch 4 judged against a lagging view: %v, %v", out, err)
 	}

@@ -86,6 +86,10 @@ type clusterWatch struct {
 	subs  map[chan struct{}]bool
 	state *snapshot
 	err   error
+	// next closes when state next changes (publish), for readers waiting
+	// for a snapshot at least as new as a revision (snapshotAtLeast);
+	// made when first needed, as a context's Done channel is.
+	next chan struct{}
 }
 
 // poke asks for a re-read (coalesced).
@@ -145,6 +149,55 @@ func (w *clusterWatch) current() (*snapshot, error) {
 	return w.state, w.err
 }
 
+// publish records a read: its snapshot sn, or the error that kept it from
+// reading (the last snapshot stays). The streams are signalled
+// (coalesced: each takes the latest when it gets to it), and readers
+// waiting for a newer snapshot wake.
+func (w *clusterWatch) publish(sn *snapshot, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.err = err
+	} else {
+		w.state, w.err = sn, nil
+		close(w.nextLocked())
+		w.next = nil
+	}
+	for ch := range w.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// nextLocked is the channel the next publish of a snapshot closes.
+func (w *clusterWatch) nextLocked() chan struct{} {
+	if w.next == nil {
+		w.next = make(chan struct{})
+	}
+	return w.next
+}
+
+// snapshotAtLeast returns the latest snapshot once it is at revision rev
+// or later, waiting for the watch to bring it; nil if ctx ends first (its
+// deadline bounds the wait).
+func (w *clusterWatch) snapshotAtLeast(ctx context.Context, rev int64) *snapshot {
+	for {
+		w.mu.Lock()
+		sn, next := w.state, w.nextLocked()
+		w.mu.Unlock()
+		if sn != nil && sn.revision >= rev {
+			return sn
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
 // run follows the cluster's keys until ctx ends: every event triggers a
 // re-read (coalesced), an assignment attempt when one is due, and a
 // signal to the streams. The watches start after the first read, from
@@ -201,19 +254,7 @@ func (w *clusterWatch) run(ctx context.Context) {
 			w.last = sn
 			w.s.observe(w, sn)
 		}
-		w.mu.Lock()
-		if err != nil {
-			w.err = err
-		} else {
-			w.state, w.err = sn, nil
-		}
-		for ch := range w.subs {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-		w.mu.Unlock()
+		w.publish(sn, err)
 		if err != nil && ctx.Err() == nil {
 			// etcd unreachable: try again shortly rather than wait for
 			// an event that a broken watch may not bring.
