@@ -13,6 +13,7 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // fill creates n clusters named prefix+"k00".. in one transaction.
@@ -284,14 +285,14 @@ func TestList(t *testing.T) {
 		o := o
 		o.Token, o.Scope = token, "ListClusters/2"
 		_, err := s.List(testContext(t), o)
-		requireErr(t, err, store.ErrInvalidToken)
+		wanterr.Is(t, err, store.ErrInvalidToken)
 	})
 
 	t.Run("TokenFromAnotherPrefix", func(t *testing.T) {
 		t.Parallel()
 		other := store.ListOptions{Prefix: "accounts/2/clusters/", Scope: scope, Limit: 10, Token: token}
 		_, err := s.List(testContext(t), other)
-		requireErr(t, err, store.ErrInvalidToken)
+		wanterr.Is(t, err, store.ErrInvalidToken)
 		// And the other way round: a token of a listing whose names look
 		// alike, used on this one.
 		o2 := newStore(t)
@@ -300,7 +301,7 @@ func TestList(t *testing.T) {
 		o := o
 		o.Token = tok2
 		_, err = s.List(testContext(t), o)
-		requireErr(t, err, store.ErrInvalidToken)
+		wanterr.Is(t, err, store.ErrInvalidToken)
 	})
 
 	t.Run("TokenFromAnotherKeyspace", func(t *testing.T) {
@@ -316,7 +317,7 @@ func TestList(t *testing.T) {
 		o := o
 		o.Token = foreign
 		_, err := s.List(testContext(t), o)
-		requireErr(t, err, store.ErrInvalidToken)
+		wanterr.Is(t, err, store.ErrInvalidToken)
 	})
 
 	t.Run("ReplicasShareSigningKey", func(t *testing.T) {

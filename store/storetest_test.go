@@ -197,14 +197,6 @@ func requireAbsent(t testing.TB, s *store.Store, key string) {
 	}
 }
 
-// requireErr fails unless err wraps want.
-func requireErr(t testing.TB, err, want error) {
-	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("err = %v, want %v", err, want)
-	}
-}
-
 // nextEvent waits for the next watch event.
 func nextEvent(t testing.TB, ch <-chan store.Event) store.Event {
 	t.Helper()

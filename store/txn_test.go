@@ -13,6 +13,7 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 func TestCreate(t *testing.T) {
@@ -37,7 +38,7 @@ func TestCreate(t *testing.T) {
 		s := newStore(t)
 		rev := mustCreate(t, s, "a", cluster("first"))
 		_, err := s.Create(testContext(t), "a", cluster("second"))
-		requireErr(t, err, store.ErrExists)
+		wanterr.Is(t, err, store.ErrExists)
 		got, modRev := getCluster(t, s, "a")
 		if got.GetName() != "first" || modRev != rev {
 			t.Fatalf("second Create changed the record: %v @%d", got, modRev)
@@ -84,7 +85,7 @@ func TestCreate(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
 		_, err := s.Get(testContext(t), "missing", &storagev1.ClusterRecord{})
-		requireErr(t, err, store.ErrNotFound)
+		wanterr.Is(t, err, store.ErrNotFound)
 	})
 
 	t.Run("GetCorrupt", func(t *testing.T) {
@@ -94,7 +95,7 @@ func TestCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := s.Get(testContext(t), "bad", &storagev1.ClusterRecord{})
-		requireErr(t, err, store.ErrCorrupt)
+		wanterr.Is(t, err, store.ErrCorrupt)
 	})
 
 	t.Run("Ping", func(t *testing.T) {
@@ -210,7 +211,7 @@ func TestTxn(t *testing.T) {
 				Put("b", cluster("b")).
 				DeleteRange("c/")
 			_, err := s.Commit(testContext(t), tc.guard(txn))
-			requireErr(t, err, tc.want)
+			wanterr.Is(t, err, tc.want)
 			if after := snapshotAll(t, s); after != before {
 				t.Fatalf("a failed transaction changed the store:\nbefore %s\nafter  %s", before, after)
 			}
@@ -234,7 +235,7 @@ func TestTxn(t *testing.T) {
 		rev := mustCreate(t, s, "a", cluster("a"))
 		rev2 := mustCommit(t, s, store.NewTxn().Update("a", cluster("a2"), rev)).Revision
 		_, err := s.Commit(testContext(t), store.NewTxn().Delete("a", rev))
-		requireErr(t, err, store.ErrConflict)
+		wanterr.Is(t, err, store.ErrConflict)
 		got, modRev := getCluster(t, s, "a")
 		if got.GetName() != "a2" || modRev != rev2 {
 			t.Fatalf("stale delete touched the key: %v @%d", got, modRev)
@@ -295,7 +296,7 @@ func TestTxn(t *testing.T) {
 		mustCommit(t, s, store.NewTxn().Update("executor", epoch(2), rev))
 		late := store.NewTxn().RequireValue("executor", epoch(1)).Put("status", cluster("late report")).Create("log/1", cluster("log"))
 		_, err := s.Commit(testContext(t), late)
-		requireErr(t, err, store.ErrConflict)
+		wanterr.Is(t, err, store.ErrConflict)
 		got, modRev := getCluster(t, s, "status")
 		if got.GetName() != "from epoch 1" || modRev != statusRev {
 			t.Fatalf("fenced report was written: %v @%d", got, modRev)
@@ -362,7 +363,7 @@ func TestTxn(t *testing.T) {
 		ttl := uniqueTTL()
 		for i := 0; i < 3; i++ {
 			_, err := s.Commit(testContext(t), store.NewTxn().CreateWithTTL("idem", cluster("second"), time.Duration(ttl)*time.Second))
-			requireErr(t, err, store.ErrExists)
+			wanterr.Is(t, err, store.ErrExists)
 		}
 		if leaseOf(t, s, "idem") != 0 {
 			t.Fatal("a failed CreateWithTTL attached a lease")
@@ -382,7 +383,7 @@ func TestTxn(t *testing.T) {
 			CreateWithTTL("idem", cluster("first"), time.Duration(ttl)*time.Second).
 			CreateWithTTL("idem2", cluster("second"), time.Duration(ttl)*time.Second).
 			RequireExists("missing"))
-		requireErr(t, err, store.ErrConflict)
+		wanterr.Is(t, err, store.ErrConflict)
 		requireAbsent(t, s, "idem")
 		requireAbsent(t, s, "idem2")
 	})

@@ -12,6 +12,7 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // addMember is an update that appends a control-plane member.
@@ -204,7 +205,7 @@ func TestGuaranteedUpdate(t *testing.T) {
 				txn.Put("side", cluster("side"))
 				return nil
 			})
-			requireErr(t, err, store.ErrConflict)
+			wanterr.Is(t, err, store.ErrConflict)
 			if calls.Load() != 1 {
 				t.Fatalf("a failing guard was retried: %d calls", calls.Load())
 			}
@@ -242,7 +243,7 @@ func TestGuaranteedUpdate(t *testing.T) {
 			called = true
 			return nil
 		})
-		requireErr(t, err, store.ErrNotFound)
+		wanterr.Is(t, err, store.ErrNotFound)
 		if called {
 			t.Fatal("update called for a missing key")
 		}
@@ -260,7 +261,7 @@ func TestGuaranteedUpdate(t *testing.T) {
 			cur.(*storagev1.ClusterRecord).Name = "changed"
 			return nil
 		})
-		requireErr(t, err, store.ErrNotFound)
+		wanterr.Is(t, err, store.ErrNotFound)
 		requireAbsent(t, s, "c")
 	})
 
@@ -350,7 +351,7 @@ func TestGuaranteedUpdate(t *testing.T) {
 			txn.Create("updates/1", cluster("mine"))
 			return nil
 		})
-		requireErr(t, err, store.ErrExists)
+		wanterr.Is(t, err, store.ErrExists)
 		if calls.Load() != 1 {
 			t.Fatalf("collision retried: %d calls", calls.Load())
 		}
@@ -366,7 +367,7 @@ func TestGuaranteedUpdate(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := s.GuaranteedUpdate(testContext(t), "bad", &storagev1.ClusterRecord{}, addMember("i-1"))
-		requireErr(t, err, store.ErrCorrupt)
+		wanterr.Is(t, err, store.ErrCorrupt)
 	})
 
 	t.Run("AttemptsBounded", func(t *testing.T) {
@@ -389,7 +390,7 @@ func TestGuaranteedUpdate(t *testing.T) {
 			cur.(*storagev1.ClusterRecord).Name = "never"
 			return nil
 		})
-		requireErr(t, err, store.ErrConflict)
+		wanterr.Is(t, err, store.ErrConflict)
 		if calls.Load() != 3 {
 			t.Fatalf("%d attempts, want 3", calls.Load())
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // TestAccessEntryClusterCoupling: entries follow their cluster's
@@ -30,9 +31,11 @@ func TestAccessEntryClusterCoupling(t *testing.T) {
 		}
 		before := h.keyspace(t)
 		_, err := h.eks.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String("configmap"), PrincipalArn: aws.String(teamRoleARN)})
-		checkTyped(t, err, &types.InvalidRequestException{}, "authentication mode must be set to one of [API, API_AND_CONFIG_MAP]")
+		wanterr.Like(t, err, &types.InvalidRequestException{})
+		wanterr.Contains(t, err, "authentication mode must be set to one of [API, API_AND_CONFIG_MAP]")
 		_, err = h.eks.ListAccessEntries(ctx, &eks.ListAccessEntriesInput{ClusterName: aws.String("configmap")})
-		checkTyped(t, err, &types.InvalidRequestException{}, "authentication mode")
+		wanterr.Like(t, err, &types.InvalidRequestException{})
+		wanterr.Contains(t, err, "authentication mode")
 		h.noWrites(t, before)
 	})
 	t.Run("bootstrapClusterCreatorAdminPermissions false seeds nobody", func(t *testing.T) {
@@ -207,7 +210,8 @@ func TestAccessEntryClientRequestToken(t *testing.T) {
 	before := h.keyspace(t)
 	in.KubernetesGroups = []string{"b"}
 	_, err = h.eks.CreateAccessEntry(ctx, in)
-	checkTyped(t, err, &types.InvalidParameterException{}, "clientRequestToken")
+	wanterr.Like(t, err, &types.InvalidParameterException{})
+	wanterr.Contains(t, err, "clientRequestToken")
 	h.noWrites(t, before)
 
 	up := &eks.UpdateAccessEntryInput{ClusterName: aws.String(h.cluster), PrincipalArn: aws.String(teamRoleARN),
@@ -222,7 +226,8 @@ func TestAccessEntryClientRequestToken(t *testing.T) {
 	}
 	up.Username = aws.String("other:{{SessionName}}")
 	_, err = h.eks.UpdateAccessEntry(ctx, up)
-	checkTyped(t, err, &types.InvalidParameterException{}, "clientRequestToken")
+	wanterr.Like(t, err, &types.InvalidParameterException{})
+	wanterr.Contains(t, err, "clientRequestToken")
 }
 
 // TestAccessEntryCreatorIsTheSessionsRole: a cluster created by an

@@ -18,6 +18,7 @@ import (
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 const agentInstance = "i-0123456789abcdef0"
@@ -297,10 +298,10 @@ func TestReviewBoundToAgentCluster(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.client.ReviewToken(ctx, &deliveryv1.ReviewTokenRequest{Cluster: h.name(), Token: tok})
-			wantGRPCErr(t, err, tc.code, errdefs.AccessDeniedException)
+			wanterr.Status(t, err, tc.code, errdefs.AccessDeniedException)
 			_, err = tc.client.ReviewAccess(ctx, &deliveryv1.ReviewAccessRequest{Cluster: h.name(), User: devUserARN,
 				ResourceAttributes: &deliveryv1.ResourceAttributes{Verb: "get", Resource: "pods", Namespace: "dev"}})
-			wantGRPCErr(t, err, tc.code, errdefs.AccessDeniedException)
+			wanterr.Status(t, err, tc.code, errdefs.AccessDeniedException)
 		})
 	}
 	// The agent certificate calls nothing else but health.
@@ -317,7 +318,7 @@ func TestReviewBoundToAgentCluster(t *testing.T) {
 		_, err = h.review.ReviewToken(ctx, &deliveryv1.ReviewTokenRequest{Cluster: h.name(), Token: tok})
 		return err != nil
 	})
-	wantGRPCErr(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
+	wanterr.Status(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
 }
 
 // TestReviewAccessDecisions: SubjectAccessReview answers from the entry's
@@ -374,10 +375,10 @@ func TestReviewAccessDecisions(t *testing.T) {
 	}
 	t.Run("both or neither attributes", func(t *testing.T) {
 		_, err := h.review.ReviewAccess(ctx, &deliveryv1.ReviewAccessRequest{Cluster: h.name(), User: dev.GetUsername(), Extra: dev.GetExtra()})
-		wantGRPCErr(t, err, codes.InvalidArgument, errdefs.InvalidParameterException)
+		wanterr.Status(t, err, codes.InvalidArgument, errdefs.InvalidParameterException)
 		_, err = h.review.ReviewAccess(ctx, &deliveryv1.ReviewAccessRequest{Cluster: h.name(), User: dev.GetUsername(), Extra: dev.GetExtra(),
 			ResourceAttributes: res("get", "", "pods", "dev"), NonResourceAttributes: &deliveryv1.NonResourceAttributes{Verb: "get", Path: "/"}})
-		wantGRPCErr(t, err, codes.InvalidArgument, errdefs.InvalidParameterException)
+		wanterr.Status(t, err, codes.InvalidArgument, errdefs.InvalidParameterException)
 	})
 	t.Run("disassociation takes effect", func(t *testing.T) {
 		if _, err := h.eks.DisassociateAccessPolicy(ctx, &eks.DisassociateAccessPolicyInput{ClusterName: aws.String(h.cluster),

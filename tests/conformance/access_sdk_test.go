@@ -17,6 +17,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 const (
@@ -375,7 +376,7 @@ func TestAccessEntryRulesWithSDK(t *testing.T) {
 	cases := []struct {
 		name string
 		call func() error
-		want any
+		want error
 		msg  string
 	}{
 		{"unknown type", create(eks.CreateAccessEntryInput{PrincipalArn: aws.String(readerUserARN), Type: aws.String("LINUX")}), &types.InvalidParameterException{}, "type"},
@@ -443,44 +444,10 @@ func TestAccessEntryRulesWithSDK(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := h.keyspace(t)
 			err := tc.call()
-			checkTyped(t, err, tc.want, tc.msg)
+			wanterr.Like(t, err, tc.want)
+			wanterr.Contains(t, err, tc.msg)
 			h.noWrites(t, before)
 		})
-	}
-}
-
-// checkTyped asserts err is the SDK's typed exception like want, with msg
-// in its message.
-func checkTyped(t *testing.T, err error, want any, msg string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("no error, want %T", want)
-	}
-	ok := false
-	switch want.(type) {
-	case *types.InvalidParameterException:
-		var e *types.InvalidParameterException
-		ok = errors.As(err, &e)
-	case *types.InvalidRequestException:
-		var e *types.InvalidRequestException
-		ok = errors.As(err, &e)
-	case *types.ResourceNotFoundException:
-		var e *types.ResourceNotFoundException
-		ok = errors.As(err, &e)
-	case *types.ResourceInUseException:
-		var e *types.ResourceInUseException
-		ok = errors.As(err, &e)
-	case *types.NotFoundException:
-		var e *types.NotFoundException
-		ok = errors.As(err, &e)
-	default:
-		t.Fatalf("checkTyped: unsupported %T", want)
-	}
-	if !ok {
-		t.Fatalf("error %v, want %T", err, want)
-	}
-	if !strings.Contains(err.Error(), msg) {
-		t.Errorf("error %q does not say %q", err, msg)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // TestAccessEntryTenancy: another account, naming A's cluster, entries and
@@ -75,11 +76,13 @@ func TestAccessEntryTenancy(t *testing.T) {
 	before := h.keyspace(t)
 	for _, op := range ops {
 		t.Run("B "+op.name, func(t *testing.T) {
-			code, msg := tenancyErr(t, op.call(ctxT(t), real))
+			ae, _ := wanterr.AWS(t, op.call(ctxT(t), real), "", wanterr.AnyClientError)
+			code, msg := ae.ErrorCode(), ae.ErrorMessage()
 			if code != "ResourceNotFoundException" && code != "NotFoundException" {
 				t.Errorf("code = %s (%q), want a not-found exception", code, msg)
 			}
-			gcode, gmsg := tenancyErr(t, op.call(ctxT(t), ghost))
+			gae, _ := wanterr.AWS(t, op.call(ctxT(t), ghost), "", wanterr.AnyClientError)
+			gcode, gmsg := gae.ErrorCode(), gae.ErrorMessage()
 			if code != gcode || ghostify.Replace(msg) != gmsg {
 				t.Errorf("A's resource and a ghost answer differently:\n  A's:   %s %q\n  ghost: %s %q", code, msg, gcode, gmsg)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // viewReads scrapes saltbush_review_view_reads_total{record, source}.
@@ -188,7 +189,7 @@ func TestReviewRevocationAcrossReplicas(t *testing.T) {
 			if err == nil {
 				return false
 			}
-			wantGRPCErr(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
+			wanterr.Status(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
 			return true
 		})
 		for _, ag := range agents {

@@ -9,11 +9,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 const gpuPlugin = "nvidia-device-plugin"
@@ -34,37 +34,6 @@ func addonRelease(t *testing.T, h *addonHarness, name, ref string) *controlv1.Re
 		t.Fatalf("ReleaseAddon %s for %s: %v", name, ref, err)
 	}
 	return out
-}
-
-// wantGRPCErr checks a gRPC error's code and, when reason is set, the
-// exception saltbush put in its ErrorInfo.
-func wantGRPCErr(t *testing.T, err error, code codes.Code, reason string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("call succeeded, want %s", code)
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		t.Fatalf("error %v is not a gRPC status", err)
-	}
-	if st.Code() != code {
-		t.Errorf("code = %s (%q), want %s", st.Code(), st.Message(), code)
-	}
-	if st.Message() == "" {
-		t.Error("empty status message")
-	}
-	if reason == "" {
-		return
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			if info.GetReason() != reason {
-				t.Errorf("ErrorInfo reason = %q, want %q", info.GetReason(), reason)
-			}
-			return
-		}
-	}
-	t.Errorf("status %v carries no ErrorInfo (want reason %s)", st, reason)
 }
 
 // TestAddonEnsureRelease walks an add-on owned by reference through its
@@ -163,7 +132,7 @@ func TestAddonEnsureRelease(t *testing.T) {
 	t.Run("ensure while DELETING is refused", func(t *testing.T) {
 		before := addonKeyspace(t, h)
 		_, err := h.control.EnsureAddon(ctxT(t), &controlv1.EnsureAddonRequest{Cluster: h.ref(), AddonName: gpuPlugin, Reference: refA})
-		wantGRPCErr(t, err, codes.AlreadyExists, "ResourceInUseException")
+		wanterr.Status(t, err, codes.AlreadyExists, "ResourceInUseException")
 		addonNoWrites(t, h, before)
 	})
 
@@ -213,7 +182,7 @@ func TestAddonEnsureUserOwned(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := h.control.EnsureAddon(ctxT(t), &controlv1.EnsureAddonRequest{Cluster: h.ref(), AddonName: gpuPlugin, Reference: "nodegroup/gpu-b"})
-	wantGRPCErr(t, err, codes.AlreadyExists, "ResourceInUseException")
+	wanterr.Status(t, err, codes.AlreadyExists, "ResourceInUseException")
 }
 
 func TestAddonEnsureErrors(t *testing.T) {
@@ -259,18 +228,18 @@ func TestAddonEnsureErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := addonKeyspace(t, h)
 			_, err := h.control.EnsureAddon(ctxT(t), tc.req)
-			wantGRPCErr(t, err, tc.code, tc.reason)
+			wanterr.Status(t, err, tc.code, tc.reason)
 			addonNoWrites(t, h, before)
 		})
 	}
 
 	t.Run("release on an unknown cluster", func(t *testing.T) {
 		_, err := h.control.ReleaseAddon(ctxT(t), &controlv1.ReleaseAddonRequest{Cluster: other("nope"), AddonName: gpuPlugin, Reference: "ng/a"})
-		wantGRPCErr(t, err, codes.NotFound, "ResourceNotFoundException")
+		wanterr.Status(t, err, codes.NotFound, "ResourceNotFoundException")
 	})
 	t.Run("release with a malformed reference", func(t *testing.T) {
 		_, err := h.control.ReleaseAddon(ctxT(t), &controlv1.ReleaseAddonRequest{Cluster: ref, AddonName: gpuPlugin, Reference: ""})
-		wantGRPCErr(t, err, codes.InvalidArgument, "InvalidParameterException")
+		wanterr.Status(t, err, codes.InvalidArgument, "InvalidParameterException")
 	})
 	t.Run("release of an absent add-on changes nothing", func(t *testing.T) {
 		before := addonKeyspace(t, h)

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,12 +9,12 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // Helpers shared by the addon_*_test.go files.
@@ -146,58 +145,31 @@ var awsErrStatus = map[string]int{
 // SDK's modelled type), with want's HTTP status, message and members.
 func checkAWSErr(t *testing.T, err error, want awsErr) {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("call succeeded, want %s", want.code)
+	status, ok := awsErrStatus[want.code]
+	if !ok {
+		t.Fatalf("checkAWSErr: no status for %s", want.code)
 	}
-	var (
-		msg            string
-		cluster, addon *string
-		typed          bool
-	)
+	ae, _ := wanterr.AWS(t, err, want.code, status)
+	msg := ae.ErrorMessage()
+	// The members are the modelled type's.
+	var cluster, addon *string
 	switch want.code {
 	case "InvalidParameterException":
-		var e *types.InvalidParameterException
-		if typed = errors.As(err, &e); typed {
-			msg, cluster, addon = aws.ToString(e.Message), e.ClusterName, e.AddonName
-		}
+		e := wanterr.As[*types.InvalidParameterException](t, err)
+		cluster, addon = e.ClusterName, e.AddonName
 	case "InvalidRequestException":
-		var e *types.InvalidRequestException
-		if typed = errors.As(err, &e); typed {
-			msg, cluster, addon = aws.ToString(e.Message), e.ClusterName, e.AddonName
-		}
+		e := wanterr.As[*types.InvalidRequestException](t, err)
+		cluster, addon = e.ClusterName, e.AddonName
 	case "ResourceNotFoundException":
-		var e *types.ResourceNotFoundException
-		if typed = errors.As(err, &e); typed {
-			msg, cluster, addon = aws.ToString(e.Message), e.ClusterName, e.AddonName
-		}
+		e := wanterr.As[*types.ResourceNotFoundException](t, err)
+		cluster, addon = e.ClusterName, e.AddonName
 	case "ResourceInUseException":
-		var e *types.ResourceInUseException
-		if typed = errors.As(err, &e); typed {
-			msg, cluster, addon = aws.ToString(e.Message), e.ClusterName, e.AddonName
-		}
+		e := wanterr.As[*types.ResourceInUseException](t, err)
+		cluster, addon = e.ClusterName, e.AddonName
 	case "BadRequestException":
-		var e *types.BadRequestException
-		if typed = errors.As(err, &e); typed {
-			msg = aws.ToString(e.Message)
-		}
+		wanterr.As[*types.BadRequestException](t, err)
 	case "NotFoundException":
-		var e *types.NotFoundException
-		if typed = errors.As(err, &e); typed {
-			msg = aws.ToString(e.Message)
-		}
-	default:
-		t.Fatalf("checkAWSErr: no case for %s", want.code)
-	}
-	if !typed {
-		t.Fatalf("error = %v (%T), want %s", err, err, want.code)
-	}
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
-		if got := re.HTTPStatusCode(); got != awsErrStatus[want.code] {
-			t.Errorf("HTTP status = %d, want %d for %s", got, awsErrStatus[want.code], want.code)
-		}
-	} else {
-		t.Errorf("error %v carries no HTTP response", err)
+		wanterr.As[*types.NotFoundException](t, err)
 	}
 	if msg == "" {
 		t.Errorf("%s has an empty message", want.code)

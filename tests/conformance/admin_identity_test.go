@@ -29,6 +29,7 @@ import (
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // aidCLI runs `saltbush admin` against one server.
@@ -264,7 +265,7 @@ func TestAdminIdentityCLI(t *testing.T) {
 		if err := gidHealth(t, ciConn); err != nil {
 			t.Fatalf("health as ci: %v", err)
 		}
-		wantGRPCErr(t, getCluster(t), codes.PermissionDenied, errdefs.AccessDeniedException)
+		wanterr.Status(t, getCluster(t), codes.PermissionDenied, errdefs.AccessDeniedException)
 		cli.fails(t, "", codes.PermissionDenied, "saltbush:GetCluster", append(asCI, "cluster", "get", "ci-target")...)
 		cli.fails(t, "", codes.PermissionDenied, "saltbush:CreateAccount", append(asCI, "account", "create", "444444444444")...)
 		gidAccountFree(t, srv, "444444444444")

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // Authorization: IAM users of one account, each with one identity-based
@@ -177,10 +177,7 @@ func checkDenied(t *testing.T, err error, who string, d denied) {
 	if msg := authForbidden(t, err, "AccessDeniedException", ""); msg != want {
 		t.Errorf("message = %q\n         want %q", msg, want)
 	}
-	var ade *types.AccessDeniedException
-	if !errors.As(err, &ade) {
-		t.Errorf("error %v is not the SDK's *types.AccessDeniedException", err)
-	}
+	wanterr.As[*types.AccessDeniedException](t, err)
 }
 
 const (

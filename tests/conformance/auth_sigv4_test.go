@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -17,10 +16,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // Authentication end to end: the real server, the unmodified SDK and the
@@ -37,39 +36,12 @@ const (
 	authMsgMissing  = "Missing Authentication Token"
 )
 
-// authAPIError is smithy-go's APIError, the interface every SDK error
-// implements (modelled or not); declared here so that the tests need no
-// direct smithy-go requirement.
-type authAPIError interface {
-	ErrorCode() string
-	ErrorMessage() string
-}
-
 // authForbidden asserts that an SDK call failed with the AWS exception
 // code: the SDK's error code, HTTP 403 and X-Amzn-ErrorType, and a message
 // that starts with msgPrefix. It returns the message.
 func authForbidden(t *testing.T, err error, code, msgPrefix string) string {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("call succeeded, want %s", code)
-	}
-	var ae authAPIError
-	if !errors.As(err, &ae) {
-		t.Fatalf("error %v (%T) is not an API error, want %s", err, err, code)
-	}
-	if ae.ErrorCode() != code {
-		t.Errorf("ErrorCode() = %q (message %q), want %q", ae.ErrorCode(), ae.ErrorMessage(), code)
-	}
-	var re *awshttp.ResponseError
-	if !errors.As(err, &re) {
-		t.Fatalf("error %v carries no HTTP response", err)
-	}
-	if got := re.HTTPStatusCode(); got != http.StatusForbidden {
-		t.Errorf("HTTP status = %d, want 403", got)
-	}
-	if got := re.Response.Header.Get("X-Amzn-ErrorType"); got != code {
-		t.Errorf("X-Amzn-ErrorType = %q, want %q", got, code)
-	}
+	ae, _ := wanterr.AWS(t, err, code, http.StatusForbidden)
 	if msg := ae.ErrorMessage(); !strings.HasPrefix(msg, msgPrefix) || msg == "" {
 		t.Errorf("message = %q, want prefix %q", msg, msgPrefix)
 	}

@@ -2,18 +2,17 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // Accounts are walls: account B, holding valid root credentials of its
@@ -75,24 +74,6 @@ func tenancyRead(t *testing.T, c *eks.Client, cluster, addon, updateID, clusterA
 	must("ListTagsForResource addon", err)
 	v.AddonTags = at.Tags
 	return v
-}
-
-// tenancyErr returns the error code and message of a failed call, after
-// checking it is a client error (4xx) and not a success.
-func tenancyErr(t *testing.T, err error) (code, msg string) {
-	t.Helper()
-	if err == nil {
-		t.Fatal("call succeeded, want a refusal")
-	}
-	var ae authAPIError
-	if !errors.As(err, &ae) {
-		t.Fatalf("error %v is not an API error", err)
-	}
-	var re *awshttp.ResponseError
-	if !errors.As(err, &re) || re.HTTPStatusCode() < 400 || re.HTTPStatusCode() >= 500 {
-		t.Errorf("error %v: want a 4xx response", err)
-	}
-	return ae.ErrorCode(), ae.ErrorMessage()
 }
 
 func TestAuthTenancyIsolation(t *testing.T) {
@@ -242,14 +223,16 @@ func TestAuthTenancyIsolation(t *testing.T) {
 	before := addonKeyspace(t, h)
 	for _, op := range ops {
 		t.Run("B "+op.name, func(t *testing.T) {
-			code, msg := tenancyErr(t, op.call(ctxT(t), real))
+			ae, _ := wanterr.AWS(t, op.call(ctxT(t), real), "", wanterr.AnyClientError)
+			code, msg := ae.ErrorCode(), ae.ErrorMessage()
 			if op.code != "" && code != op.code {
 				t.Errorf("code = %s (%q), want %s", code, msg, op.code)
 			}
 			if strings.Contains(msg, acctA) && !strings.Contains(op.name, "ARN") {
 				t.Errorf("message %q names account A", msg)
 			}
-			gcode, gmsg := tenancyErr(t, op.call(ctxT(t), ghost))
+			gae, _ := wanterr.AWS(t, op.call(ctxT(t), ghost), "", wanterr.AnyClientError)
+			gcode, gmsg := gae.ErrorCode(), gae.ErrorMessage()
 			if code != gcode || ghostify.Replace(msg) != gmsg {
 				t.Errorf("A's resource and a ghost answer differently:\n  A's:   %s %q\n  ghost: %s %q", code, msg, gcode, gmsg)
 			}

@@ -16,6 +16,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 const roleARN = "arn:aws:iam::000000000000:role/eks-cluster"
@@ -176,13 +177,13 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 	tests := []struct {
 		name    string
 		call    func() error
-		want    any // pointer to the typed SDK error
+		want    error // the typed SDK error
 		message string
 	}{
 		{
 			name: "duplicate name",
 			call: func() error { _, err := client.CreateCluster(ctx, createInput("taken")); return err },
-			want: new(*types.ResourceInUseException), message: "Cluster already exists with name: taken",
+			want: &types.ResourceInUseException{}, message: "Cluster already exists with name: taken",
 		},
 		{
 			name: "describe unknown",
@@ -190,7 +191,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String("nope")})
 				return err
 			},
-			want: new(*types.ResourceNotFoundException), message: "No cluster found for name: nope.",
+			want: &types.ResourceNotFoundException{}, message: "No cluster found for name: nope.",
 		},
 		{
 			name: "delete unknown",
@@ -198,22 +199,22 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.DeleteCluster(ctx, &eks.DeleteClusterInput{Name: aws.String("nope")})
 				return err
 			},
-			want: new(*types.ResourceNotFoundException), message: "No cluster found for name: nope.",
+			want: &types.ResourceNotFoundException{}, message: "No cluster found for name: nope.",
 		},
 		{
 			name: "name starts with a dash",
 			call: func() error { _, err := client.CreateCluster(ctx, createInput("-bad")); return err },
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "name with a space",
 			call: func() error { _, err := client.CreateCluster(ctx, createInput("bad name")); return err },
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "name of 101 characters",
 			call: func() error { _, err := client.CreateCluster(ctx, createInput(strings.Repeat("a", 101))); return err },
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "describe invalid name",
@@ -221,7 +222,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String("bad.name")})
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "unsupported version",
@@ -231,7 +232,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.CreateCluster(ctx, in)
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "role ARN that is not a role",
@@ -241,7 +242,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.CreateCluster(ctx, in)
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "51 tags",
@@ -251,7 +252,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.CreateCluster(ctx, in)
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "reserved tag prefix",
@@ -261,7 +262,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.CreateCluster(ctx, in)
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "unknown log type",
@@ -271,7 +272,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.CreateCluster(ctx, in)
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "maxResults 0",
@@ -279,7 +280,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.ListClusters(ctx, &eks.ListClustersInput{MaxResults: aws.Int32(0)})
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "maxResults 101",
@@ -287,7 +288,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.ListClusters(ctx, &eks.ListClustersInput{MaxResults: aws.Int32(101)})
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 		{
 			name: "tampered nextToken",
@@ -295,18 +296,13 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.ListClusters(ctx, &eks.ListClustersInput{NextToken: aws.String("eyJ2IjoxfQAAAAAAAAAAAAAAAAAAAAAA")})
 				return err
 			},
-			want: new(*types.InvalidParameterException),
+			want: &types.InvalidParameterException{},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
-			if err == nil {
-				t.Fatal("succeeded, want an error")
-			}
-			if !asTyped(err, tc.want) {
-				t.Fatalf("error %v (%T), want %T", err, err, tc.want)
-			}
+			wanterr.Like(t, err, tc.want)
 			if tc.message != "" && !strings.Contains(err.Error(), tc.message) {
 				t.Errorf("error %q does not contain %q", err, tc.message)
 			}
@@ -328,21 +324,6 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 	if !errors.As(err, &nf) || aws.ToString(nf.ClusterName) != "nope" {
 		t.Errorf("ResourceNotFoundException.ClusterName = %v (err %v), want nope", nf, err)
 	}
-}
-
-// asTyped reports whether err unwraps to the SDK error type target points at.
-func asTyped(err error, target any) bool {
-	switch p := target.(type) {
-	case **types.ResourceInUseException:
-		return errors.As(err, p)
-	case **types.ResourceNotFoundException:
-		return errors.As(err, p)
-	case **types.InvalidParameterException:
-		return errors.As(err, p)
-	case **types.InvalidRequestException:
-		return errors.As(err, p)
-	}
-	panic(fmt.Sprintf("asTyped: unsupported target %T", target))
 }
 
 func TestListClustersPagingWithSDK(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // clusterUpdateHarness is a running saltbush whose clusters are made per
@@ -157,7 +158,8 @@ func TestUpdateClusterConfigChain(t *testing.T) {
 		t.Fatalf("default mode = %s, want CONFIG_MAP", got)
 	}
 	_, err := h.eks.ListAccessEntries(ctx, &eks.ListAccessEntriesInput{ClusterName: aws.String("chain")})
-	checkTyped(t, err, &types.InvalidRequestException{}, "authentication mode must be set to one of [API, API_AND_CONFIG_MAP]")
+	wanterr.Like(t, err, &types.InvalidRequestException{})
+	wanterr.Contains(t, err, "authentication mode must be set to one of [API, API_AND_CONFIG_MAP]")
 
 	var ids []string
 	for _, mode := range []types.AuthenticationMode{types.AuthenticationModeApiAndConfigMap, types.AuthenticationModeApi} {

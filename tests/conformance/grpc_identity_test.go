@@ -45,6 +45,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 	"github.com/saltbush/saltbush/tlsclient"
 )
 
@@ -484,7 +485,7 @@ func TestGRPCIdentityAgentCertificate(t *testing.T) {
 	for _, tc := range calls {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call(gidCall(t, nil))
-			wantGRPCErr(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
+			wanterr.Status(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
 		})
 	}
 
@@ -691,7 +692,7 @@ func TestGRPCIdentityServiceDelegation(t *testing.T) {
 					t.Fatalf("call: %v", err)
 				}
 			} else {
-				wantGRPCErr(t, err, tc.code, tc.reason)
+				wanterr.Status(t, err, tc.code, tc.reason)
 			}
 			if tc.check != nil {
 				tc.check(t, resp)
@@ -726,10 +727,10 @@ func TestGRPCIdentityNotFromMetadata(t *testing.T) {
 			return err
 		}
 		// An agent claiming to be the admin service.
-		wantGRPCErr(t, create(agentConn, claims(srv.Config.DevAccount), "340000000001"), codes.PermissionDenied, errdefs.AccessDeniedException)
+		wanterr.Status(t, create(agentConn, claims(srv.Config.DevAccount), "340000000001"), codes.PermissionDenied, errdefs.AccessDeniedException)
 		gidAccountFree(t, srv, "340000000001")
 		// A service without a policy claiming the same.
-		wantGRPCErr(t, create(d.conns["nopolicy"], claims(srv.Config.DevAccount), "340000000002"), codes.PermissionDenied, errdefs.AccessDeniedException)
+		wanterr.Status(t, create(d.conns["nopolicy"], claims(srv.Config.DevAccount), "340000000002"), codes.PermissionDenied, errdefs.AccessDeniedException)
 		gidAccountFree(t, srv, "340000000002")
 		// The admin claiming to be an agent is still the admin.
 		agentClaims := metadata.Pairs("x-saltbush-caller", identity.AgentID("u", "i"), "x-spiffe-id", identity.AgentID("u", "i"))
@@ -739,7 +740,7 @@ func TestGRPCIdentityNotFromMetadata(t *testing.T) {
 		// An agent with the act-for metadata and claims on an EKS call.
 		md := metadata.Join(gidActFor(d.a), claims(d.a))
 		_, err := eksv1.NewClusterServiceClient(agentConn).ListClusters(gidCall(t, md), &eksv1.ListClustersRequest{})
-		wantGRPCErr(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
+		wanterr.Status(t, err, codes.PermissionDenied, errdefs.AccessDeniedException)
 		// A delegate of A naming B in every other way acts for A.
 		md = metadata.Join(gidActFor(d.a), claims(d.b))
 		list, err := eksv1.NewClusterServiceClient(d.conns["delegate-a"]).ListClusters(gidCall(t, md), &eksv1.ListClustersRequest{})
@@ -948,7 +949,7 @@ func TestGRPCIdentityCARotation(t *testing.T) {
 			{"8badf00d", codes.NotFound, errdefs.ResourceNotFoundException},
 		} {
 			_, err := admin.RemoveCertificateAuthority(gidCall(t, nil), &controlv1.RemoveCertificateAuthorityRequest{Serial: tc.serial})
-			wantGRPCErr(t, err, tc.code, tc.reason)
+			wanterr.Status(t, err, tc.code, tc.reason)
 		}
 		if b, s, err := srv.Authority().BundleFromStore(ctx); err != nil || s != newSerial || len(gidPEMCerts(t, b)) != 2 {
 			t.Errorf("after refused removals: issuing %s, %d CAs; want %s and 2", s, len(gidPEMCerts(t, b)), newSerial)

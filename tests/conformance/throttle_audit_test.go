@@ -10,10 +10,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
-	"github.com/aws/smithy-go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,6 +23,7 @@ import (
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // noRetry makes the SDK show the first answer instead of retrying it.
@@ -43,17 +42,12 @@ func TestThrottlingPerAccount(t *testing.T) {
 		}
 	}
 	_, err := dev.ListClusters(ctx, &eks.ListClustersInput{})
-	var api smithy.APIError
-	var resp *awshttp.ResponseError
-	if !errors.As(err, &api) || api.ErrorCode() != "ThrottlingException" || !errors.As(err, &resp) || resp.HTTPStatusCode() != http.StatusTooManyRequests {
-		t.Fatalf("fourth request: %v, want ThrottlingException 429", err)
-	}
+	wanterr.AWS(t, err, "ThrottlingException", http.StatusTooManyRequests)
 	// A throttled write changes nothing.
-	if _, err := dev.CreateCluster(ctx, &eks.CreateClusterInput{
+	_, err = dev.CreateCluster(ctx, &eks.CreateClusterInput{
 		Name: aws.String("throttled"), RoleArn: aws.String(roleARN), ResourcesVpcConfig: &types.VpcConfigRequest{},
-	}); !errors.As(err, &api) || api.ErrorCode() != "ThrottlingException" {
-		t.Fatalf("throttled create: %v", err)
-	}
+	})
+	wanterr.AWS(t, err, "ThrottlingException", http.StatusTooManyRequests)
 	if _, err := srv.Store(t).Get(ctx, store.ClusterKey(srv.Config.DevAccount, "throttled"), &storagev1.ClusterRecord{}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a throttled CreateCluster left a record: %v", err)
 	}

@@ -3,7 +3,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // TestThreeMemberEtcdMemberLoss runs saltbush on a 3-member etcd cluster,
@@ -78,9 +78,5 @@ func TestThreeMemberEtcdMemberLoss(t *testing.T) {
 
 	// Duplicates are still refused: exclusivity does not depend on which
 	// member answered.
-	err = create("before-0")
-	var riu *types.ResourceInUseException
-	if !errors.As(err, &riu) {
-		t.Errorf("duplicate after member loss: %v, want ResourceInUseException", err)
-	}
+	wanterr.As[*types.ResourceInUseException](t, create("before-0"))
 }
