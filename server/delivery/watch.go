@@ -70,6 +70,9 @@ func (sn *snapshot) serving() bool {
 // cluster's keys (or of its record) triggers one consistent re-read; the
 // streams are told, coalesced: each takes the latest snapshot when it gets
 // to it.
+//
+// One goroutine, run, owns the etcd watches and the reads (trigger asks
+// it for one); what it read reaches the streams under mu (publish).
 type clusterWatch struct {
 	s                  *Service
 	uid, account, name string
@@ -77,11 +80,20 @@ type clusterWatch struct {
 	done               chan struct{}
 
 	trigger chan struct{}
-	// last is run's own latest snapshot: a cluster record that did not
+
+	// run's own, from here on.
+	//
+	// last is run's latest snapshot: a cluster record that did not
 	// change is not read again, add-ons whose incarnation and generation
 	// are unchanged are not rendered again.
 	last *snapshot
+	// children and record are the etcd watches of the cluster's keys and
+	// of its record (nil: not started yet, or broken); stopWatches ends
+	// them (nil: none started).
+	children, record clientv3.WatchChan
+	stopWatches      context.CancelFunc
 
+	// Shared with the streams, under mu.
 	mu    sync.Mutex
 	subs  map[chan struct{}]bool
 	state *snapshot
@@ -205,61 +217,72 @@ func (w *clusterWatch) snapshotAtLeast(ctx context.Context, rev int64) *snapshot
 // broken or compacted watch is started again after the next read.
 func (w *clusterWatch) run(ctx context.Context) {
 	defer close(w.done)
-	var (
-		children, record clientv3.WatchChan
-		stopWatches      = func() {}
-	)
-	defer func() { stopWatches() }()
-	startWatches := func(from int64) {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		stopWatches = cancel
-		children = w.s.client.Watch(wctx, w.s.store.Key(store.ClusterChildrenPrefix(w.uid)), clientv3.WithPrefix(), clientv3.WithRev(from))
-		record = w.s.client.Watch(wctx, w.s.store.Key(store.ClusterKey(w.account, w.name)), clientv3.WithRev(from))
-	}
-	watched := func(resp clientv3.WatchResponse, ok bool) {
-		if !ok || resp.Err() != nil {
-			// Broken (etcd unreachable, compacted, no leader): read
-			// again, then watch from that read.
-			stopWatches()
-			children, record, stopWatches = nil, nil, func() {}
-		}
-		w.poke()
-	}
+	defer w.stopEtcdWatches()
 	w.poke()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case resp, ok := <-children:
-			watched(resp, ok)
-			continue
-		case resp, ok := <-record:
-			watched(resp, ok)
-			continue
+		case resp, ok := <-w.children:
+			w.watched(resp, ok)
+		case resp, ok := <-w.record:
+			w.watched(resp, ok)
 		case <-w.trigger:
+			w.reread(ctx)
 		}
-		sn, err := w.s.read(ctx, w.uid, w.account, w.name, w.last)
-		if err == nil && children == nil {
-			startWatches(sn.revision + 1)
+	}
+}
+
+// watched handles an etcd watch event: any event asks for a re-read; a
+// broken watch (etcd unreachable, compacted, no leader) is stopped, to
+// be started again from the next read.
+func (w *clusterWatch) watched(resp clientv3.WatchResponse, ok bool) {
+	if !ok || resp.Err() != nil {
+		w.stopEtcdWatches()
+	}
+	w.poke()
+}
+
+// startEtcdWatches watches the cluster's keys and its record from
+// revision from on.
+func (w *clusterWatch) startEtcdWatches(ctx context.Context, from int64) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	w.stopWatches = cancel
+	w.children = w.s.client.Watch(wctx, w.s.store.Key(store.ClusterChildrenPrefix(w.uid)), clientv3.WithPrefix(), clientv3.WithRev(from))
+	w.record = w.s.client.Watch(wctx, w.s.store.Key(store.ClusterKey(w.account, w.name)), clientv3.WithRev(from))
+}
+
+func (w *clusterWatch) stopEtcdWatches() {
+	if w.stopWatches != nil {
+		w.stopWatches()
+	}
+	w.children, w.record, w.stopWatches = nil, nil, nil
+}
+
+// reread takes a snapshot, starts the etcd watches after the first one,
+// assigns an executor when one is due, and publishes the snapshot.
+func (w *clusterWatch) reread(ctx context.Context) {
+	sn, err := w.s.read(ctx, w.uid, w.account, w.name, w.last)
+	if err == nil && w.children == nil {
+		w.startEtcdWatches(ctx, sn.revision+1)
+	}
+	if err == nil && sn.serving() {
+		if assigned, aerr := w.s.assign(ctx, sn); aerr != nil {
+			w.s.log.WarnContext(ctx, "executor assignment", "cluster_uid", w.uid, "err", aerr)
+		} else if assigned {
+			// The watch brings the new executor record; read again then.
+			return
 		}
-		if err == nil && sn.serving() {
-			if assigned, aerr := w.s.assign(ctx, sn); aerr != nil {
-				w.s.log.WarnContext(ctx, "executor assignment", "cluster_uid", w.uid, "err", aerr)
-			} else if assigned {
-				// The watch brings the new executor record; read again then.
-				continue
-			}
-		}
-		if err == nil {
-			w.last = sn
-			w.s.observe(w, sn)
-		}
-		w.publish(sn, err)
-		if err != nil && ctx.Err() == nil {
-			// etcd unreachable: try again shortly rather than wait for
-			// an event that a broken watch may not bring.
-			time.AfterFunc(200*time.Millisecond, w.poke)
-		}
+	}
+	if err == nil {
+		w.last = sn
+		w.s.observe(w, sn)
+	}
+	w.publish(sn, err)
+	if err != nil && ctx.Err() == nil {
+		// etcd unreachable: try again shortly rather than wait for an
+		// event that a broken watch may not bring.
+		time.AfterFunc(200*time.Millisecond, w.poke)
 	}
 }
 
