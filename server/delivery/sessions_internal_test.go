@@ -1,9 +1,9 @@
 package delivery
 
 // Sessions on the replica's lease and their retirement (renew.go), the
-// removed member's handover and the executor metrics (stream.go): each
-// test here reproduced a bug an adversarial review found (helper-written),
-// and guards its fix; TestRetiredSessionRunsOutOnTime guards the
+// removed member's handover (fence.go) and the executor metrics
+// (metrics.go): each test here reproduced a bug an adversarial review
+// found (helper-written), and guards its fix; TestRetiredSessionRunsOutOnTime guards the
 // retirement deadline itself.
 
 import (
