@@ -3,8 +3,6 @@ package access
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -59,23 +57,27 @@ func (t TagResource) locate(ctx context.Context, arn tagging.ARN) (string, error
 	return store.AccessEntryKey(c.GetUid(), p.Canonical()), nil
 }
 
+// stored is the access entry record's side of tagging: the ARN's uuid
+// must be the entry's.
+func (t TagResource) stored() tagging.Stored[*storagev1.AccessEntryRecord] {
+	return tagging.Stored[*storagev1.AccessEntryRecord]{
+		Store:   t.svc.store,
+		New:     func() *storagev1.AccessEntryRecord { return &storagev1.AccessEntryRecord{} },
+		Current: func(r *storagev1.AccessEntryRecord, arn tagging.ARN) bool { return r.GetUid() == arn.Path[4] },
+		SetTags: func(r *storagev1.AccessEntryRecord, tags map[string]string) {
+			r.Tags = tags
+			r.ModifiedAt = timestamppb.New(t.svc.cfg.Now())
+		},
+	}
+}
+
 // Tags implements tagging.Resource.
 func (t TagResource) Tags(ctx context.Context, arn tagging.ARN) (map[string]string, error) {
 	key, err := t.locate(ctx, arn)
 	if err != nil {
 		return nil, err
 	}
-	rec := &storagev1.AccessEntryRecord{}
-	if _, err := t.svc.store.Get(ctx, key, rec); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, missing(arn).WithCause(err)
-		}
-		return nil, fmt.Errorf("tags of %s: %w", arn.Raw, err)
-	}
-	if rec.GetUid() != arn.Path[4] {
-		return nil, missing(arn)
-	}
-	return rec.GetTags(), nil
+	return t.stored().Tags(ctx, key, arn, missing(arn), arn.Raw)
 }
 
 // UpdateTags implements tagging.Resource. Tags change the entry's AWS
@@ -85,22 +87,5 @@ func (t TagResource) UpdateTags(ctx context.Context, arn tagging.ARN, set map[st
 	if err != nil {
 		return err
 	}
-	_, err = store.Update(ctx, t.svc.store, key, &storagev1.AccessEntryRecord{}, func(r *storagev1.AccessEntryRecord, _ *store.Txn) error {
-		if r.GetUid() != arn.Path[4] {
-			return missing(arn)
-		}
-		tags, err := tagging.Apply(r.GetTags(), set, remove)
-		if err != nil {
-			return err
-		}
-		if !maps.Equal(tags, r.GetTags()) {
-			r.Tags = tags
-			r.ModifiedAt = timestamppb.New(t.svc.cfg.Now())
-		}
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return missing(arn).WithCause(err)
-	}
-	return wrapUnlessAPI(err, "tag %s", arn.Raw)
+	return t.stored().Update(ctx, key, arn, missing(arn), arn.Raw, set, remove)
 }

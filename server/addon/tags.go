@@ -3,8 +3,6 @@ package addon
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -41,23 +39,27 @@ func (t TagResource) locate(ctx context.Context, arn tagging.ARN) (string, error
 	return store.AddonKey(c.GetUid(), arn.Path[1]), nil
 }
 
+// stored is the add-on record's side of tagging: the ARN's uuid must be
+// the record's.
+func (t TagResource) stored() tagging.Stored[*storagev1.AddonRecord] {
+	return tagging.Stored[*storagev1.AddonRecord]{
+		Store:   t.svc.store,
+		New:     func() *storagev1.AddonRecord { return &storagev1.AddonRecord{} },
+		Current: func(r *storagev1.AddonRecord, arn tagging.ARN) bool { return r.GetUid() == arn.Path[2] },
+		SetTags: func(r *storagev1.AddonRecord, tags map[string]string) {
+			r.Tags = tags
+			r.ModifiedAt = timestamppb.New(t.svc.cfg.Now())
+		},
+	}
+}
+
 // Tags implements tagging.Resource.
 func (t TagResource) Tags(ctx context.Context, arn tagging.ARN) (map[string]string, error) {
 	key, err := t.locate(ctx, arn)
 	if err != nil {
 		return nil, err
 	}
-	rec := &storagev1.AddonRecord{}
-	if _, err := t.svc.store.Get(ctx, key, rec); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, errdefs.MissingResource("No addon found for arn: %s.", arn.Raw).WithCause(err)
-		}
-		return nil, fmt.Errorf("tags of %s: %w", arn.Raw, err)
-	}
-	if rec.GetUid() != arn.Path[2] {
-		return nil, errdefs.MissingResource("No addon found for arn: %s.", arn.Raw)
-	}
-	return rec.GetTags(), nil
+	return t.stored().Tags(ctx, key, arn, errdefs.MissingResource("No addon found for arn: %s.", arn.Raw), arn.Raw)
 }
 
 // UpdateTags implements tagging.Resource. Tags are AWS metadata, not part
@@ -67,22 +69,5 @@ func (t TagResource) UpdateTags(ctx context.Context, arn tagging.ARN, set map[st
 	if err != nil {
 		return err
 	}
-	_, err = store.Update(ctx, t.svc.store, key, &storagev1.AddonRecord{}, func(r *storagev1.AddonRecord, _ *store.Txn) error {
-		if r.GetUid() != arn.Path[2] {
-			return errdefs.MissingResource("No addon found for arn: %s.", arn.Raw)
-		}
-		tags, err := tagging.Apply(r.GetTags(), set, remove)
-		if err != nil {
-			return err
-		}
-		if !maps.Equal(tags, r.GetTags()) {
-			r.Tags = tags
-			r.ModifiedAt = timestamppb.New(t.svc.cfg.Now())
-		}
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.MissingResource("No addon found for arn: %s.", arn.Raw).WithCause(err)
-	}
-	return wrapUnlessAPI(err, "tag %s", arn.Raw)
+	return t.stored().Update(ctx, key, arn, errdefs.MissingResource("No addon found for arn: %s.", arn.Raw), arn.Raw, set, remove)
 }

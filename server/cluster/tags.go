@@ -2,9 +2,7 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -29,20 +27,26 @@ func (t TagResource) key(arn tagging.ARN) (string, error) {
 	return store.ClusterKey(arn.Account, arn.Path[0]), nil
 }
 
+// stored is the cluster record's side of tagging. A cluster's ARN names
+// no incarnation: it tags whichever record has the name.
+func (t TagResource) stored() tagging.Stored[*storagev1.ClusterRecord] {
+	return tagging.Stored[*storagev1.ClusterRecord]{
+		Store: t.svc.store,
+		New:   func() *storagev1.ClusterRecord { return &storagev1.ClusterRecord{} },
+		SetTags: func(c *storagev1.ClusterRecord, tags map[string]string) {
+			c.Tags = tags
+			c.ModifiedAt = timestamppb.New(t.svc.cfg.Now())
+		},
+	}
+}
+
 // Tags implements tagging.Resource.
 func (t TagResource) Tags(ctx context.Context, arn tagging.ARN) (map[string]string, error) {
 	key, err := t.key(arn)
 	if err != nil {
 		return nil, err
 	}
-	rec := &storagev1.ClusterRecord{}
-	if _, err := t.svc.store.Get(ctx, key, rec); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, errdefs.MissingResource("No cluster found for arn: %s.", arn.Raw).WithCause(err)
-		}
-		return nil, fmt.Errorf("tags of cluster %q: %w", arn.Path[0], err)
-	}
-	return rec.GetTags(), nil
+	return t.stored().Tags(ctx, key, arn, errdefs.MissingResource("No cluster found for arn: %s.", arn.Raw), fmt.Sprintf("cluster %q", arn.Path[0]))
 }
 
 // UpdateTags implements tagging.Resource. Tags are metadata: changing them
@@ -52,26 +56,5 @@ func (t TagResource) UpdateTags(ctx context.Context, arn tagging.ARN, set map[st
 	if err != nil {
 		return err
 	}
-	_, err = store.Update(ctx, t.svc.store, key, &storagev1.ClusterRecord{}, func(c *storagev1.ClusterRecord, _ *store.Txn) error {
-		tags, err := tagging.Apply(c.GetTags(), set, remove)
-		if err != nil {
-			return err
-		}
-		if !maps.Equal(tags, c.GetTags()) {
-			c.Tags = tags
-			c.ModifiedAt = timestamppb.New(t.svc.cfg.Now())
-		}
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.MissingResource("No cluster found for arn: %s.", arn.Raw).WithCause(err)
-	}
-	if err != nil {
-		var apiErr *errdefs.Error
-		if errors.As(err, &apiErr) {
-			return err
-		}
-		return fmt.Errorf("tag cluster %q: %w", arn.Path[0], err)
-	}
-	return nil
+	return t.stored().Update(ctx, key, arn, errdefs.MissingResource("No cluster found for arn: %s.", arn.Raw), fmt.Sprintf("cluster %q", arn.Path[0]), set, remove)
 }
