@@ -76,13 +76,11 @@ func TestAccessEntryTenancy(t *testing.T) {
 	before := h.keyspace(t)
 	for _, op := range ops {
 		t.Run("B "+op.name, func(t *testing.T) {
-			ae, _ := wanterr.AWS(t, op.call(ctxT(t), real), "", wanterr.AnyClientError)
-			code, msg := ae.ErrorCode(), ae.ErrorMessage()
+			code, msg := wanterr.AWS(t, op.call(ctxT(t), real), "", wanterr.AnyClientError)
 			if code != "ResourceNotFoundException" && code != "NotFoundException" {
 				t.Errorf("code = %s (%q), want a not-found exception", code, msg)
 			}
-			gae, _ := wanterr.AWS(t, op.call(ctxT(t), ghost), "", wanterr.AnyClientError)
-			gcode, gmsg := gae.ErrorCode(), gae.ErrorMessage()
+			gcode, gmsg := wanterr.AWS(t, op.call(ctxT(t), ghost), "", wanterr.AnyClientError)
 			if code != gcode || ghostify.Replace(msg) != gmsg {
 				t.Errorf("A's resource and a ghost answer differently:\n  A's:   %s %q\n  ghost: %s %q", code, msg, gcode, gmsg)
 			}

@@ -149,8 +149,7 @@ func checkAWSErr(t *testing.T, err error, want awsErr) {
 	if !ok {
 		t.Fatalf("checkAWSErr: no status for %s", want.code)
 	}
-	ae, _ := wanterr.AWS(t, err, want.code, status)
-	msg := ae.ErrorMessage()
+	_, msg := wanterr.AWS(t, err, want.code, status)
 	// The members are the modelled type's.
 	var cluster, addon *string
 	switch want.code {
@@ -167,9 +166,9 @@ func checkAWSErr(t *testing.T, err error, want awsErr) {
 		e := wanterr.As[*types.ResourceInUseException](t, err)
 		cluster, addon = e.ClusterName, e.AddonName
 	case "BadRequestException":
-		wanterr.As[*types.BadRequestException](t, err)
+		wanterr.Type[*types.BadRequestException](t, err)
 	case "NotFoundException":
-		wanterr.As[*types.NotFoundException](t, err)
+		wanterr.Type[*types.NotFoundException](t, err)
 	}
 	if msg == "" {
 		t.Errorf("%s has an empty message", want.code)

@@ -177,7 +177,7 @@ func checkDenied(t *testing.T, err error, who string, d denied) {
 	if msg := authForbidden(t, err, "AccessDeniedException", ""); msg != want {
 		t.Errorf("message = %q\n         want %q", msg, want)
 	}
-	wanterr.As[*types.AccessDeniedException](t, err)
+	wanterr.Type[*types.AccessDeniedException](t, err)
 }
 
 const (

@@ -41,11 +41,11 @@ const (
 // that starts with msgPrefix. It returns the message.
 func authForbidden(t *testing.T, err error, code, msgPrefix string) string {
 	t.Helper()
-	ae, _ := wanterr.AWS(t, err, code, http.StatusForbidden)
-	if msg := ae.ErrorMessage(); !strings.HasPrefix(msg, msgPrefix) || msg == "" {
+	_, msg := wanterr.AWS(t, err, code, http.StatusForbidden)
+	if !strings.HasPrefix(msg, msgPrefix) || msg == "" {
 		t.Errorf("message = %q, want prefix %q", msg, msgPrefix)
 	}
-	return ae.ErrorMessage()
+	return msg
 }
 
 // authRawForbidden is authForbidden for a raw HTTP response.

@@ -97,8 +97,7 @@ func NewSession(instance string, applied *Applied, opts SessionOptions) *Session
 	return &Session{instance: instance, applied: applied, opts: opts, sent: map[reportKey]bool{}}
 }
 
-// Role, Epoch, Assigned and Fenced are the stream's state: the last
-// Assignment, and whether a Fence for its epoch (or a later one) came.
+// Role is the last Assignment's role.
 func (s *Session) Role() deliveryv1.Role { return s.role }
 
 // Epoch is the last Assignment's epoch.
@@ -107,7 +106,8 @@ func (s *Session) Epoch() int64 { return s.epoch }
 // Assigned says whether an Assignment came.
 func (s *Session) Assigned() bool { return s.assigned }
 
-// Fenced says whether a Fence for the assigned epoch came.
+// Fenced says whether a Fence for the assigned epoch (or a later one)
+// came.
 func (s *Session) Fenced() bool { return s.fenced }
 
 // Executing says whether the agent holds the grant to write: the EXECUTOR

@@ -78,5 +78,5 @@ func TestThreeMemberEtcdMemberLoss(t *testing.T) {
 
 	// Duplicates are still refused: exclusivity does not depend on which
 	// member answered.
-	wanterr.As[*types.ResourceInUseException](t, create("before-0"))
+	wanterr.Type[*types.ResourceInUseException](t, create("before-0"))
 }

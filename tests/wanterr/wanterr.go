@@ -19,8 +19,15 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// As fails t unless err unwraps (errors.As) to a T, and returns it:
-// wanterr.As[*types.ResourceNotFoundException](t, err).
+// Type fails t unless err unwraps (errors.As) to a T:
+// wanterr.Type[*types.ResourceNotFoundException](t, err). As returns it,
+// for a test that goes on to its members.
+func Type[T error](t testing.TB, err error) {
+	t.Helper()
+	As[T](t, err)
+}
+
+// As fails t unless err unwraps (errors.As) to a T, and returns it.
 func As[T error](t testing.TB, err error) T {
 	t.Helper()
 	var target T
@@ -33,19 +40,16 @@ func As[T error](t testing.TB, err error) T {
 	return target
 }
 
-// Like is As for tables, where the type is a value: it fails t unless err
-// unwraps to the type of example (e.g. &types.InvalidRequestException{}),
-// and returns what it unwrapped to.
-func Like(t testing.TB, err error, example error) error {
+// Like is Type for tables, where the type is a value: it fails t unless
+// err unwraps to the type of example (e.g. &types.InvalidRequestException{}).
+func Like(t testing.TB, err error, example error) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("call succeeded, want %T", example)
 	}
-	target := reflect.New(reflect.TypeOf(example))
-	if !errors.As(err, target.Interface()) {
+	if !errors.As(err, reflect.New(reflect.TypeOf(example)).Interface()) {
 		t.Fatalf("error %v (%T), want %T", err, err, example)
 	}
-	return target.Elem().Interface().(error)
 }
 
 // Is fails t unless err wraps want (errors.Is).
@@ -89,15 +93,14 @@ func Status(t testing.TB, err error, code codes.Code, reason string) *status.Sta
 	return st
 }
 
-// AnyClientError, as AWS's httpStatus, accepts any 4xx status.
+// AnyClientError is the httpStatus of AWS that accepts any 4xx status.
 const AnyClientError = 0
 
 // AWS fails t unless err is an AWS API error (smithy.APIError, modelled or
 // not) with an HTTP response of httpStatus (AnyClientError: any 4xx) and,
 // when code is set, that error code in both the SDK's error and the
-// X-Amzn-ErrorType header. It returns the API error (its ErrorCode and
-// ErrorMessage) and the response.
-func AWS(t testing.TB, err error, code string, httpStatus int) (smithy.APIError, *awshttp.ResponseError) {
+// X-Amzn-ErrorType header. It returns the error's code and message.
+func AWS(t testing.TB, err error, code string, httpStatus int) (errorCode, message string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("call succeeded, want %s", code)
@@ -124,7 +127,7 @@ func AWS(t testing.TB, err error, code string, httpStatus int) (smithy.APIError,
 			t.Errorf("X-Amzn-ErrorType = %q, want %q", got, code)
 		}
 	}
-	return ae, re
+	return ae.ErrorCode(), ae.ErrorMessage()
 }
 
 // Contains fails t unless err's text contains substr (the SDK's error text

@@ -117,7 +117,7 @@ func (s suite) want(t *testing.T, arn string, want map[string]string) {
 // operations' model), and the tags unchanged.
 func (s suite) badRequest(t *testing.T, arn string, err error, before map[string]string) {
 	t.Helper()
-	wanterr.As[*types.BadRequestException](t, err)
+	wanterr.Type[*types.BadRequestException](t, err)
 	s.want(t, arn, before)
 }
 
@@ -216,9 +216,9 @@ func (s suite) otherAccount(t *testing.T, arn string) {
 func (s suite) unknown(t *testing.T, arn string) {
 	t.Helper()
 	_, err := s.r.EKS.ListTagsForResource(ctxT(t), &eks.ListTagsForResourceInput{ResourceArn: aws.String(arn)})
-	wanterr.As[*types.NotFoundException](t, err)
-	wanterr.As[*types.NotFoundException](t, s.tag(t, arn, map[string]string{"env": "dev"}))
-	wanterr.As[*types.NotFoundException](t, s.untag(t, arn, "env"))
+	wanterr.Type[*types.NotFoundException](t, err)
+	wanterr.Type[*types.NotFoundException](t, s.tag(t, arn, map[string]string{"env": "dev"}))
+	wanterr.Type[*types.NotFoundException](t, s.untag(t, arn, "env"))
 }
 
 // Cluster creates a cluster of the dev account in the given
