@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/store"
 )
 
 // acked records the desired set the agent applied in its session record

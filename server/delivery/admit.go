@@ -6,15 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // session is an admitted stream's session record and the lease it lives on.

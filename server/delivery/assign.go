@@ -5,9 +5,10 @@ import (
 	"errors"
 	"slices"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // assign makes a live member the executor when the cluster has none, or

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"strings"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/proto"
 )
 
 // Status reports a cluster's delivery as etcd holds it: executor, live

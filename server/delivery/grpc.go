@@ -3,11 +3,12 @@ package delivery
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to

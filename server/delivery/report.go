@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/addon"
 	"github.com/saltbush/saltbush/store"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // phases maps the wire phases to the stored ones.

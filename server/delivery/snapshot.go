@@ -2,6 +2,8 @@ package delivery
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -12,9 +14,10 @@ import (
 // sendLoop, and read and write its fields.
 
 // onSnapshot acts on the watch's latest snapshot: it ends the stream
-// (stop fences the agent first) when the agent may no longer be connected, else sends
-// what changed — role, drain fence, desired set — in that order, so an
-// agent hears its role before the set it is to apply.
+// (stop fences the agent first) when the agent may no longer be
+// connected, else sends what changed — role, drain fence, desired set —
+// in that order, so an agent hears its role before the set it is to
+// apply.
 func (a *agentStream) onSnapshot(ctx context.Context) error {
 	sn := a.viewOfSession(ctx)
 	if sn == nil {
@@ -65,7 +68,8 @@ func (a *agentStream) viewOfSession(ctx context.Context) *snapshot {
 }
 
 // mayStayConnected ends the stream when the cluster takes no deliveries
-// or the instance is no longer a member.
+// or the instance is no longer a member: the agent must not apply for a
+// cluster that has no executor, nor for one it no longer belongs to.
 func (a *agentStream) mayStayConnected(sn *snapshot) error {
 	switch {
 	case !sn.serving():
@@ -161,4 +165,11 @@ func (a *agentStream) sendDesiredSet(sn *snapshot) error {
 	}
 	a.digest = set.GetDigest()
 	return nil
+}
+
+// nonce names one desired set sent, for the Ack that answers it.
+func nonce() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -2,8 +2,6 @@ package delivery
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sync/atomic"
 	"time"
 
@@ -257,12 +255,6 @@ func (a *agentStream) put(m *deliveryv1.HostMessage) error {
 	return a.stream.Send(m)
 }
 
-func nonce() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // recvLoop is the stream's receiver, on a goroutine of its own: it hands
 // its end to sendLoop (recvErr), then says it has stopped (received).
 func (a *agentStream) recvLoop(ctx context.Context) {
@@ -289,15 +281,7 @@ func (a *agentStream) receive(ctx context.Context) error {
 func (a *agentStream) handle(ctx context.Context, m *deliveryv1.AgentMessage) error {
 	switch msg := m.GetMessage().(type) {
 	case *deliveryv1.AgentMessage_Report:
-		results, violation := a.report(ctx, msg.Report)
-		for _, r := range results {
-			select {
-			case a.out <- r:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return violation
+		return a.answerReport(ctx, msg.Report)
 	case *deliveryv1.AgentMessage_Ack:
 		if err := a.acked(ctx, msg.Ack); err != nil {
 			a.s.log.WarnContext(ctx, "record ack", "cluster_uid", a.uid, "instance", a.instance, "err", err)
@@ -320,4 +304,20 @@ func (a *agentStream) handle(ctx context.Context, m *deliveryv1.AgentMessage) er
 		return errdefs.InvalidParameter("Hello is only the first message of a stream.")
 	}
 	return nil
+}
+
+// answerReport judges one report and hands its answers (a result, maybe a
+// Fence) to sendLoop, waiting for room on out rather than dropping any:
+// an agent must hear the Fence of a report it sent. A report that breaks
+// the protocol ends the stream once its answers are handed over.
+func (a *agentStream) answerReport(ctx context.Context, r *deliveryv1.Report) error {
+	results, violation := a.report(ctx, r)
+	for _, m := range results {
+		select {
+		case a.out <- m:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return violation
 }

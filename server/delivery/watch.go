@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // snapshot is one consistent read of what a cluster's streams act on, all
