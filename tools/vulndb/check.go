@@ -57,7 +57,7 @@ func mainCheck(args []string) {
 // readAccepted reads lines `GO-YYYY-NNNN module@version reason…`; blank
 // lines and lines starting with # are skipped. A reason is required.
 func readAccepted(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path) // #nosec G304 -- a file the Makefile names
+	b, err := os.ReadFile(path) //nolint:gosec // G304: a file the Makefile names
 	if err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func fetch(goCmd, version string) (*download, error) {
 	defer func() { _ = os.RemoveAll(dir) }() // an empty working directory, nothing to keep
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goCmd, "mod", "download", "-json", modulePath+"@"+version) // #nosec G204 -- the go command and a version from the Makefile
+	cmd := exec.CommandContext(ctx, goCmd, "mod", "download", "-json", modulePath+"@"+version) //nolint:gosec // G204: the go command and a version from the Makefile
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var stdout, stderr bytes.Buffer
@@ -156,7 +156,7 @@ func fetch(goCmd, version string) (*download, error) {
 }
 
 func infoTime(path string) (time.Time, error) {
-	b, err := os.ReadFile(path) // #nosec G304 -- the .info file go mod download named
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the .info file go mod download named
 	if err != nil {
 		return time.Time{}, err
 	}
