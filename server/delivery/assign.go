@@ -33,7 +33,7 @@ func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 	for instance := range sn.sessions {
 		// A drained executor is passed over while anyone else can take
 		// over.
-		if sn.member(instance) && !(e.GetDraining() && instance == e.GetInstanceId()) {
+		if sn.member(instance) && (!e.GetDraining() || instance != e.GetInstanceId()) {
 			candidates = append(candidates, instance)
 		}
 	}

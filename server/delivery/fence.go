@@ -147,7 +147,10 @@ func (a *agentStream) awaitFenceAck(ctx context.Context) {
 			return
 		case <-wait.C:
 			return
-		case <-a.recvErr:
+		case err := <-a.recvErr:
+			// The agent closed its side without acknowledging: the
+			// stream is over either way, so its end is only logged.
+			a.s.log.DebugContext(ctx, "removed member's stream ended before its FenceAck", "cluster_uid", a.uid, "instance", a.instance, "error", err)
 			return
 		case <-ctx.Done():
 			return
