@@ -20,7 +20,7 @@ import (
 func Config(caBundlePEM, certPEM, keyPEM []byte, serverName string) (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caBundlePEM) {
-		return nil, errors.New("pki: the CA bundle holds no PEM certificate")
+		return nil, errors.New("tlsclient: the CA bundle holds no PEM certificate")
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName}
 	if len(certPEM) == 0 && len(keyPEM) == 0 {
@@ -28,7 +28,7 @@ func Config(caBundlePEM, certPEM, keyPEM []byte, serverName string) (*tls.Config
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("pki: client certificate: %w", err)
+		return nil, fmt.Errorf("tlsclient: client certificate: %w", err)
 	}
 	// Always present the certificate. With Certificates, Go's client
 	// withholds one whose issuer is not among the CAs the server lists, and
@@ -45,7 +45,7 @@ func Load(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 	for i, path := range []string{caFile, certFile, keyFile} {
 		b, err := os.ReadFile(path) //nolint:gosec // G304: the CA, certificate and key files the caller configures
 		if err != nil {
-			return nil, fmt.Errorf("pki: %w", err)
+			return nil, fmt.Errorf("tlsclient: %w", err)
 		}
 		pems[i] = b
 	}
