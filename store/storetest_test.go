@@ -45,7 +45,11 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "temp dir:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "remove temp dir:", err)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	srv, err := embedetcd.Start(ctx, serverConfig(dir))
 	cancel()
@@ -59,7 +63,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "etcd client:", err)
 		return 1
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	shared.srv, shared.client = srv, client
 	return m.Run()
 }
@@ -112,7 +116,7 @@ func clientFor(t testing.TB, endpoints ...string) *clientv3.Client {
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 

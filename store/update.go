@@ -100,7 +100,7 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 		// the record moved the update ran on stale state: its creates and
 		// guards may be derived from it (an update log keyed by sequence
 		// number), so retry on the fresh record before blaming them.
-		if elseResp == nil || !(errors.Is(err, ErrConflict) || errors.Is(err, ErrExists)) {
+		if elseResp == nil || (!errors.Is(err, ErrConflict) && !errors.Is(err, ErrExists)) {
 			return 0, err
 		}
 		kvs := elseResp.Responses[0].GetResponseRange().GetKvs()

@@ -15,11 +15,11 @@ import (
 type EventType int
 
 const (
-	// EventPut: Key was created or changed to Value.
+	// EventPut means Key was created or changed to Value.
 	EventPut EventType = iota + 1
-	// EventDelete: Key was removed.
+	// EventDelete means Key was removed.
 	EventDelete
-	// EventSnapshot: the consumer must replace everything it knows under the
+	// EventSnapshot means the consumer must replace everything it knows under the
 	// prefix with Snapshot. Sent first when watching from revision 0, and
 	// again whenever the watch fell behind a compaction and had to re-list.
 	EventSnapshot
@@ -151,7 +151,7 @@ func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	return d/2 + rand.N(d/2+1)
+	return d/2 + rand.N(d/2+1) //nolint:gosec // G404: jitter spreads retries; nothing depends on it being unpredictable
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
