@@ -41,7 +41,7 @@ func (c Config) masterKey() ([]byte, error) {
 		return iam.ParseMasterKey(strings.TrimSpace(string(b)))
 	}
 	path := filepath.Join(c.DataDir, "master.key")
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // G304: master.key in the data directory from saltbush's own configuration
 	if err == nil {
 		return iam.ParseMasterKey(strings.TrimSpace(string(b)))
 	}
@@ -54,7 +54,7 @@ func (c Config) masterKey() ([]byte, error) {
 		return nil, fmt.Errorf("master key: %w", err)
 	}
 	// O_EXCL: two processes on one data dir never write different keys.
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600) //nolint:gosec // G304: master.key in the data directory from saltbush's own configuration
 	if err != nil {
 		return nil, fmt.Errorf("master key: %w", err)
 	}
@@ -90,7 +90,7 @@ func (s *Server) bootstrap(ctx context.Context, keys *iam.Service, ca *pki.Autho
 		if banner == nil {
 			banner = io.Discard
 		}
-		fmt.Fprintf(banner, "\nsaltbush: created development account %s and user %s\n"+
+		_, _ = fmt.Fprintf(banner, "\nsaltbush: created development account %s and user %s\n"+
 			"  aws_access_key_id     = %s\n  aws_secret_access_key = %s\n"+
 			"AWS CLI profile written to %s; use it with:\n"+
 			"  export AWS_CONFIG_FILE=%s AWS_SHARED_CREDENTIALS_FILE=%s AWS_PROFILE=saltbush\n\n",
@@ -134,7 +134,7 @@ func (s *Server) writeAdminCertificate(ctx context.Context, ca *pki.Authority) e
 		return err
 	}
 	bundle, _ := ca.Bundle()
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), bundle, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), bundle, 0o644); err != nil { //nolint:gosec // G306: a CA bundle is public; the admin CLI of any user reads it
 		return err
 	}
 	certPath, keyPath := filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key")
@@ -159,7 +159,7 @@ func (s *Server) writeAdminCertificate(ctx context.Context, ca *pki.Authority) e
 // first half of its life, and signed by a CA the port still trusts (after
 // `cert remove-ca` an old certificate would lock the admin out).
 func fresh(path string, bundle []byte) bool {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // G304: admin.crt in the data directory from saltbush's own configuration
 	if err != nil {
 		return false
 	}

@@ -340,7 +340,7 @@ func (s *Server) startEmbeddedEtcd(ctx context.Context) ([]string, error) {
 	// The embedded etcd listens on a free loopback port; the file says
 	// which, so etcdctl (a snapshot backup, an inspection) can reach it.
 	path := s.cfg.EtcdEndpointsFile()
-	if err := os.WriteFile(path, []byte(strings.Join(endpoints, ",")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(strings.Join(endpoints, ",")+"\n"), 0o644); err != nil { //nolint:gosec // G306: loopback URLs for etcdctl, not a secret
 		return nil, fmt.Errorf("write the embedded etcd's endpoints to %s: %w", path, err)
 	}
 	return endpoints, nil

@@ -83,7 +83,7 @@ func (l *laggingClusters) GetSerializable(ctx context.Context, ref *controlv1.Cl
 // return this version.
 func (l *laggingClusters) freeze(t *testing.T, name string) {
 	t.Helper()
-	rec, rev, err := l.Service.Get(edgeCtx(t), edgeRef(name))
+	rec, rev, err := l.Get(edgeCtx(t), edgeRef(name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,9 @@ func (w *Sweeper) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("election session: %w", err)
 	}
-	defer session.Close()
+	// A lease Close could not revoke expires after sessionTTL, ending the
+	// leadership all the same.
+	defer func() { _ = session.Close() }()
 	election := concurrency.NewElection(session, w.svc.store.Key(electionPrefix))
 	if err := election.Campaign(ctx, w.name); err != nil {
 		return fmt.Errorf("campaign: %w", err)

@@ -268,10 +268,7 @@ func loadVersion(fsys fs.FS, a *Addon, f versionFile) (*Version, error) {
 				return nil, fail("podIdentity %s: %q is not a policy ARN", p.ServiceAccount, arn)
 			}
 		}
-		v.PodIdentity = append(v.PodIdentity, PodIdentity{
-			ServiceAccount:             p.ServiceAccount,
-			RecommendedManagedPolicies: p.RecommendedManagedPolicies,
-		})
+		v.PodIdentity = append(v.PodIdentity, PodIdentity(p))
 	}
 
 	dir := path.Join(a.Name, f.Version)

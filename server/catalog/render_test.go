@@ -342,7 +342,9 @@ func TestRender_ValuesTakeEffect(t *testing.T) {
 					got = cur[p]
 				case []any:
 					var i int
-					fmt.Sscan(p, &i)
+					if _, err := fmt.Sscan(p, &i); err != nil {
+						t.Fatalf("%v: %q is not an index: %v", tc.path, p, err)
+					}
 					if i >= len(cur) {
 						t.Fatalf("%v: index %d out of %d", tc.path, i, len(cur))
 					}

@@ -264,7 +264,9 @@ func TestAWSAuthMemo(t *testing.T) {
 	t.Run("bounded", func(t *testing.T) {
 		var m awsAuthMemo
 		for i := range 2 * awsAuthMemoSize {
-			m.get(fmt.Sprintf("c-%d", i), cm("1", "bob"))
+			if _, err := m.get(fmt.Sprintf("c-%d", i), cm("1", "bob")); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if n := len(m.entries); n > awsAuthMemoSize {
 			t.Errorf("%d entries kept, bound %d", n, awsAuthMemoSize)

@@ -200,7 +200,7 @@ func (s *Server) SweeperLeader(tb testing.TB) bool {
 	if err != nil {
 		tb.Fatalf("GET /metrics: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		tb.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
