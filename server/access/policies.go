@@ -2,7 +2,6 @@ package access
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -60,18 +59,7 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 	}
 	rec := &storagev1.AccessEntryRecord{}
 	err = store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, who, cn, true)
-		if err != nil {
-			return err
-		}
-		key, ok := entryKey(c, req.GetPrincipalArn())
-		if !ok {
-			return entryNotFound(cn)
-		}
-		_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
-			if err := sameEntry(cn, r, req.GetPrincipalArn()); err != nil {
-				return err
-			}
+		return s.updateEntry(ctx, who, cn, req.GetPrincipalArn(), rec, func(r *storagev1.AccessEntryRecord, _ string, _ *store.Txn) error {
 			if err := associable(cn, r.GetType(), req.GetPolicyArn()); err != nil {
 				return err
 			}
@@ -94,13 +82,8 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 					assoc.ScopeType, assoc.Namespaces, assoc.ModifiedAt = scopeType, namespaces, now
 				}
 			}
-			txn.RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
 			return nil
 		})
-		if errors.Is(err, store.ErrNotFound) {
-			return entryNotFound(cn).WithCause(err)
-		}
-		return err
 	})
 	if err != nil {
 		return nil, nil, wrapUnlessAPI(err, "associate %q with access entry %q of cluster %q", req.GetPolicyArn(), req.GetPrincipalArn(), cn)
@@ -132,31 +115,15 @@ func (s *Service) Disassociate(ctx context.Context, cluster, principalArn, polic
 		return err
 	}
 	err = store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, who, cluster, true)
-		if err != nil {
-			return err
-		}
-		key, ok := entryKey(c, principalArn)
-		if !ok {
-			return entryNotFound(cluster)
-		}
-		_, err = store.Update(ctx, s.store, key, &storagev1.AccessEntryRecord{}, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
-			if err := sameEntry(cluster, r, principalArn); err != nil {
-				return err
-			}
+		return s.updateEntry(ctx, who, cluster, principalArn, &storagev1.AccessEntryRecord{}, func(r *storagev1.AccessEntryRecord, _ string, _ *store.Txn) error {
 			i := slices.IndexFunc(r.GetPolicies(), func(p *storagev1.AssociatedPolicyRecord) bool { return p.GetPolicyArn() == policyArn })
 			if i < 0 {
 				return errdefs.NotFound("The policy %s is not associated with the access entry of %s.", clip(policyArn), clip(principalArn)).
 					WithField("clusterName", cluster)
 			}
 			r.Policies = slices.Delete(r.Policies, i, i+1)
-			txn.RequireModRevision(store.ClusterKey(who.AccountID, cluster), clusterRev)
 			return nil
 		})
-		if errors.Is(err, store.ErrNotFound) {
-			return entryNotFound(cluster).WithCause(err)
-		}
-		return err
 	})
 	return wrapUnlessAPI(err, "disassociate %q from access entry %q of cluster %q", policyArn, principalArn, cluster)
 }

@@ -56,18 +56,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 	}
 	rec := &storagev1.AccessEntryRecord{}
 	err = store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, who, cn, true)
-		if err != nil {
-			return err
-		}
-		key, ok := entryKey(c, req.GetPrincipalArn())
-		if !ok {
-			return entryNotFound(cn)
-		}
-		_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
-			if err := sameEntry(cn, r, req.GetPrincipalArn()); err != nil {
-				return err
-			}
+		err := s.updateEntry(ctx, who, cn, req.GetPrincipalArn(), rec, func(r *storagev1.AccessEntryRecord, key string, txn *store.Txn) error {
 			if r.GetType() != storagev1.AccessEntryType_ACCESS_ENTRY_TYPE_STANDARD && (setGroups || req.Username != nil) {
 				return standardOnly(cn)
 			}
@@ -81,14 +70,10 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 			if changed {
 				r.ModifiedAt = timestamppb.New(s.cfg.Now())
 			}
-			txn.RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
 			tok.Remember(txn, key, r.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
 			return nil
 		})
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return entryNotFound(cn).WithCause(err)
-		case errors.Is(err, store.ErrExists):
+		if errors.Is(err, store.ErrExists) {
 			// The token was used a moment ago by a concurrent request.
 			prior, rerr := s.replay(ctx, tok, cn)
 			if prior != nil {
@@ -105,4 +90,36 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 		return nil, wrapUnlessAPI(err, "update access entry %q of cluster %q", req.GetPrincipalArn(), cn)
 	}
 	return rec, nil
+}
+
+// updateEntry is one attempt at changing the entry of principalArn on
+// cluster cn: change edits the current record (read into rec) and may add
+// to the transaction, which is also guarded by the cluster's revision, so
+// an entry of a cluster deleted or replaced meanwhile is never written.
+// A missing entry is ResourceNotFoundException; ErrConflict means try
+// again (store.RetryOnConflict).
+func (s *Service) updateEntry(ctx context.Context, who identity.Caller, cn, principalArn string, rec *storagev1.AccessEntryRecord,
+	change func(r *storagev1.AccessEntryRecord, key string, txn *store.Txn) error) error {
+	c, clusterRev, err := s.cluster(ctx, who, cn, true)
+	if err != nil {
+		return err
+	}
+	key, ok := entryKey(c, principalArn)
+	if !ok {
+		return entryNotFound(cn)
+	}
+	_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
+		if err := sameEntry(cn, r, principalArn); err != nil {
+			return err
+		}
+		if err := change(r, key, txn); err != nil {
+			return err
+		}
+		txn.RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return entryNotFound(cn).WithCause(err)
+	}
+	return err
 }
