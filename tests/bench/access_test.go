@@ -460,7 +460,7 @@ func (w *accessWorld) metrics(b *testing.B) promDelta {
 	if err != nil {
 		b.Fatalf("agent metrics: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	m := promDelta{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -546,7 +546,7 @@ func (w *accessWorld) profileAgent(b *testing.B) func() {
 			fmt.Printf("profile %s: %v\n", file, err)
 			return
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
 			fmt.Printf("profile %s: %s: %s\n", file, resp.Status, body)
@@ -568,19 +568,19 @@ func summarizeAccess(runs map[string][]accessRun) string {
 	fmt.Fprintf(&sb, "Pods(%q).List through the kube-apiserver, one client, sequential, a bearer token per request (fsync off)\n", accessNamespace)
 	fmt.Fprintf(&sb, "agent review caches: webhook-warm TTL %s; webhook-cold off (both: the apiserver's authorization cache off); webhook-shipped as images/k3s ships it\n", accessWarmTTL)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\trun\tops\tops/s\tp50 µs\tp99 µs\tapiserver cpu µs/op\tagent cpu µs/op\tself cpu µs/op\t")
+	_, _ = fmt.Fprintln(tw, "variant\trun\tops\tops/s\tp50 µs\tp99 µs\tapiserver cpu µs/op\tagent cpu µs/op\tself cpu µs/op\t")
 	med := map[string]result{}
 	for _, name := range names {
 		rs := runs[name]
 		for i, r := range rs {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", name, i+1, r.n, r.opsPerS, us(r.p50), us(r.p99),
+			_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", name, i+1, r.n, r.opsPerS, us(r.p50), us(r.p99),
 				us(r.cpu.apiserver), us(r.cpu.agent), us(r.cpu.self))
 		}
 		if len(rs) > 0 {
 			med[name] = medianOf(rs)
 			m := med[name]
 			c := medianCPU(rs)
-			fmt.Fprintf(tw, "%s\tmedian\t\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", name, m.opsPerS, us(m.p50), us(m.p99),
+			_, _ = fmt.Fprintf(tw, "%s\tmedian\t\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", name, m.opsPerS, us(m.p50), us(m.p99),
 				us(c.apiserver), us(c.agent), us(c.self))
 		}
 	}
@@ -592,13 +592,13 @@ func summarizeAccess(runs map[string][]accessRun) string {
 	}
 	sb.WriteString("\nratios to static (same run, medians of the runs): latency x/static (lower is better)\n")
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "ratio\tp50\tp99\tthroughput\tp50 − static µs\tp99 − static µs\t")
+	_, _ = fmt.Fprintln(tw, "ratio\tp50\tp99\tthroughput\tp50 − static µs\tp99 − static µs\t")
 	for _, name := range names[1:] {
 		r, ok := med[name]
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(tw, "%s/static\t%.2f\t%.2f\t%.2f\t%+.0f\t%+.0f\t\n", name, ratio(r.p50, s.p50), ratio(r.p99, s.p99), r.opsPerS/s.opsPerS,
+		_, _ = fmt.Fprintf(tw, "%s/static\t%.2f\t%.2f\t%.2f\t%+.0f\t%+.0f\t\n", name, ratio(r.p50, s.p50), ratio(r.p99, s.p99), r.opsPerS/s.opsPerS,
 			us(r.p50-s.p50), us(r.p99-s.p99))
 	}
 	_ = tw.Flush()
@@ -611,7 +611,7 @@ func summarizeAccess(runs map[string][]accessRun) string {
 
 	sb.WriteString("\nthe agent's own time per review (its duration histogram, mean over the runs)\n")
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\treview\tsource\treviews\tmean µs\t")
+	_, _ = fmt.Fprintln(tw, "variant\treview\tsource\treviews\tmean µs\t")
 	for _, name := range names[1:] {
 		sum := promDelta{}
 		for _, r := range runs[name] {
@@ -622,7 +622,7 @@ func summarizeAccess(runs map[string][]accessRun) string {
 		for _, review := range []string{"token", "access"} {
 			for _, source := range []string{"cache", "saltbush"} {
 				if mean, n := sum.agentMean(review, source); n > 0 {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t\n", name, review, source, n, us(mean))
+					_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t\n", name, review, source, n, us(mean))
 				}
 			}
 		}

@@ -745,11 +745,11 @@ func summarizeAddon(file, op, mode, note string, paths []path, results map[strin
 	}
 	sb.WriteString("\n")
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tc\tops\tops/s\tp50 ms\tp99 ms\tcpu us/op\t")
+	_, _ = fmt.Fprintln(tw, "path\tc\tops\tops/s\tp50 ms\tp99 ms\tcpu us/op\t")
 	for _, p := range paths {
 		for _, c := range concurrencies {
 			if r, ok := results[p.name][c]; ok {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t\n", p.name, c, r.n, r.opsPerS, ms(r.p50), ms(r.p99),
+				_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t\n", p.name, c, r.n, r.opsPerS, ms(r.p50), ms(r.p99),
 					float64(r.cpu)/float64(time.Microsecond))
 			}
 		}
@@ -757,7 +757,7 @@ func summarizeAddon(file, op, mode, note string, paths []path, results map[strin
 	_ = tw.Flush()
 	sb.WriteString("\nratios (same run): throughput x/base and CPU efficiency base-cpu/x-cpu (higher is better), p50 latency x/base (lower is better)\n")
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "ratio\tc\tthroughput\tcpu\tp50\t")
+	_, _ = fmt.Fprintln(tw, "ratio\tc\tthroughput\tcpu\tp50\t")
 	for _, base := range bases {
 		for _, x := range xs {
 			for _, c := range concurrencies {
@@ -766,7 +766,7 @@ func summarizeAddon(file, op, mode, note string, paths []path, results map[strin
 				if !okA || !okR || a.opsPerS == 0 || a.p50 == 0 || r.cpu == 0 {
 					continue
 				}
-				fmt.Fprintf(tw, "%s/%s\t%d\t%.2f\t%.2f\t%.2f\t\n", x, base, c, r.opsPerS/a.opsPerS,
+				_, _ = fmt.Fprintf(tw, "%s/%s\t%d\t%.2f\t%.2f\t%.2f\t\n", x, base, c, r.opsPerS/a.opsPerS,
 					float64(a.cpu)/float64(r.cpu), float64(r.p50)/float64(a.p50))
 			}
 		}

@@ -417,7 +417,7 @@ func saveAgentHeap(b *testing.B, p *agentproc.Process, dir string) {
 		b.Logf("agent heap profile: %v", err)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	_ = os.WriteFile(filepath.Join(dir, "agent-idle-heap.pprof"), body, 0o644)
 }

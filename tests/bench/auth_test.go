@@ -90,7 +90,7 @@ func BenchmarkDescribeClusterAuth(b *testing.B) {
 				return err
 			}
 			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"bench-auth"`) {
 				return fmt.Errorf("DescribeCluster: %d %s", resp.StatusCode, body)
 			}
@@ -136,16 +136,16 @@ func BenchmarkDescribeClusterAuth(b *testing.B) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "DescribeCluster with and without SigV4 (fsync %s), same run, median of %d alternating rounds\n", mode, rounds)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "clients\tsigv4 ops/s\tno-auth ops/s\tthroughput ratio\tsigv4 p50\tno-auth p50\tp50 overhead")
+	_, _ = fmt.Fprintln(tw, "clients\tsigv4 ops/s\tno-auth ops/s\tthroughput ratio\tsigv4 p50\tno-auth p50\tp50 overhead")
 	for _, c := range concurrencies {
 		s, n := results["sigv4"][c], results["no-auth"][c]
 		if s.n == 0 || n.n == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.3f\t%.3fms\t%.3fms\t%+.1f%%\n", c, s.opsPerS, n.opsPerS, s.opsPerS/n.opsPerS,
+		_, _ = fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.3f\t%.3fms\t%.3fms\t%+.1f%%\n", c, s.opsPerS, n.opsPerS, s.opsPerS/n.opsPerS,
 			ms(s.p50), ms(n.p50), 100*(float64(s.p50)/float64(n.p50)-1))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	fmt.Print("\n" + sb.String() + "\n")
 }
 

@@ -380,11 +380,11 @@ func summarize(mode, sizes string, paths []path, results map[string]map[int]resu
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "CreateCluster foundation benchmark, fsync=%s, GOMAXPROCS=%d\n%s\n\n", mode, runtime.GOMAXPROCS(0), sizes)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tc\tops\tops/s\tp50 ms\tp99 ms\t")
+	_, _ = fmt.Fprintln(tw, "path\tc\tops\tops/s\tp50 ms\tp99 ms\t")
 	for _, p := range paths {
 		for _, c := range concurrencies {
 			if r, ok := results[p.name][c]; ok {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t\n", p.name, c, r.n, r.opsPerS, ms(r.p50), ms(r.p99))
+				_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t\n", p.name, c, r.n, r.opsPerS, ms(r.p50), ms(r.p99))
 			}
 		}
 	}
@@ -392,7 +392,7 @@ func summarize(mode, sizes string, paths []path, results map[string]map[int]resu
 
 	sb.WriteString("\nratios (same run): throughput x/raw-etcd (higher is better), p50 latency x/raw-etcd (lower is better)\n")
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "ratio\tc\tthroughput\tp50\t")
+	_, _ = fmt.Fprintln(tw, "ratio\tc\tthroughput\tp50\t")
 	for _, base := range []string{"raw-etcd", "raw-etcd-idem"} {
 		for _, x := range []string{"grpc", "facade", "facade-http"} {
 			for _, c := range concurrencies {
@@ -401,7 +401,7 @@ func summarize(mode, sizes string, paths []path, results map[string]map[int]resu
 				if !okA || !okR || a.opsPerS == 0 || a.p50 == 0 {
 					continue
 				}
-				fmt.Fprintf(tw, "%s/%s\t%d\t%.2f\t%.2f\t\n", x, base, c, r.opsPerS/a.opsPerS, float64(r.p50)/float64(a.p50))
+				_, _ = fmt.Fprintf(tw, "%s/%s\t%d\t%.2f\t%.2f\t\n", x, base, c, r.opsPerS/a.opsPerS, float64(r.p50)/float64(a.p50))
 			}
 		}
 	}

@@ -399,7 +399,7 @@ func summarizeConvergence(mode string, runs []convergence, cpu time.Duration) st
 	fmt.Fprintf(&sb, "Delivery convergence, fsync=%s, GOMAXPROCS=%d, %d create→ACTIVE→delete→gone cycles of %s, process CPU %.0f µs/cycle\n\n",
 		mode, runtime.GOMAXPROCS(0), len(runs), benchAddon, float64(cpu)/float64(time.Microsecond))
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "interval\tp50 ms\tp99 ms\tmax ms\t")
+	_, _ = fmt.Fprintln(tw, "interval\tp50 ms\tp99 ms\tmax ms\t")
 	rows := []struct {
 		name string
 		f    func(convergence) time.Duration
@@ -415,7 +415,7 @@ func summarizeConvergence(mode string, runs []convergence, cpu time.Duration) st
 	}
 	for _, r := range rows {
 		d := col(r.f)
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t\n", r.name, ms(d.p50), ms(d.p99), ms(d.max))
+		_, _ = fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t\n", r.name, ms(d.p50), ms(d.p99), ms(d.max))
 	}
 	_ = tw.Flush()
 	cr, ac, tot := col(rows[0].f), col(rows[3].f), col(rows[4].f)
@@ -667,11 +667,11 @@ func summarizeIngestion(mode string, valueBytes int, results map[string]map[int]
 		mode, runtime.GOMAXPROCS(0), len(ingestAddons), valueBytes)
 	sb.WriteString("c is the reports in flight on the one executor stream, or the raw paths' concurrent workers\n\n")
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tc\tops\tops/s\tp50 ms\tp99 ms\tcpu us/op\t")
+	_, _ = fmt.Fprintln(tw, "path\tc\tops\tops/s\tp50 ms\tp99 ms\tcpu us/op\t")
 	for _, p := range []string{"report", "raw-etcd-txn", "raw-etcd-get-txn"} {
 		for _, c := range ingestDepths {
 			if r, ok := results[p][c]; ok {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t\n", p, c, r.n, r.opsPerS, ms(r.p50), ms(r.p99),
+				_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t\n", p, c, r.n, r.opsPerS, ms(r.p50), ms(r.p99),
 					float64(r.cpu)/float64(time.Microsecond))
 			}
 		}
@@ -679,7 +679,7 @@ func summarizeIngestion(mode string, valueBytes int, results map[string]map[int]
 	_ = tw.Flush()
 	sb.WriteString("\nratios (same run): throughput report/base and CPU base/report (higher is better), p50 report/base (lower is better)\n")
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "ratio\tc\tthroughput\tcpu\tp50\t")
+	_, _ = fmt.Fprintln(tw, "ratio\tc\tthroughput\tcpu\tp50\t")
 	for _, base := range []string{"raw-etcd-txn", "raw-etcd-get-txn"} {
 		for _, c := range ingestDepths {
 			a, okA := results[base][c]
@@ -687,7 +687,7 @@ func summarizeIngestion(mode string, valueBytes int, results map[string]map[int]
 			if !okA || !okR || a.opsPerS == 0 || a.p50 == 0 || r.cpu == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "report/%s\t%d\t%.2f\t%.2f\t%.2f\t\n", base, c, r.opsPerS/a.opsPerS, float64(a.cpu)/float64(r.cpu),
+			_, _ = fmt.Fprintf(tw, "report/%s\t%d\t%.2f\t%.2f\t%.2f\t\n", base, c, r.opsPerS/a.opsPerS, float64(a.cpu)/float64(r.cpu),
 				float64(r.p50)/float64(a.p50))
 		}
 	}
@@ -726,7 +726,7 @@ type fleetMember struct {
 // memSample is one process's memory.
 type memSample struct {
 	rssRaw, rss           int64 // VmRSS before and after a forced GC + scavenge, bytes
-	heapInuse, stackInuse uint64
+	heapInuse, stackInuse int64 // bytes
 	goroutines            int
 }
 
@@ -749,7 +749,8 @@ func sampleMemory() memSample {
 	debug.FreeOSMemory() // a GC, then returns free pages to the OS
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	s.rss, s.heapInuse, s.stackInuse, s.goroutines = vmRSS(), ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()
+	s.rss, s.goroutines = vmRSS(), runtime.NumGoroutine()
+	s.heapInuse, s.stackInuse = int64(ms.HeapInuse), int64(ms.StackInuse) //nolint:gosec // G115: a test process's heap and stacks, far below 2^63 bytes
 	return s
 }
 
@@ -769,7 +770,7 @@ func parseMemSample(f []string) (memSample, error) {
 		}
 		v[i] = n
 	}
-	return memSample{rssRaw: v[0], rss: v[1], heapInuse: uint64(v[2]), stackInuse: uint64(v[3]), goroutines: int(v[4])}, nil
+	return memSample{rssRaw: v[0], rss: v[1], heapInuse: v[2], stackInuse: v[3], goroutines: int(v[4])}, nil
 }
 
 // perStream is (after - before) / n in KiB, and goroutines per stream.
@@ -781,8 +782,8 @@ func memPerStream(before, after memSample, n int) perStream {
 	kib := func(a, b int64) float64 { return float64(a-b) / 1024 / float64(n) }
 	return perStream{
 		rssRaw: kib(after.rssRaw, before.rssRaw), rss: kib(after.rss, before.rss),
-		heap:       kib(int64(after.heapInuse), int64(before.heapInuse)),
-		stack:      kib(int64(after.stackInuse), int64(before.stackInuse)),
+		heap:       kib(after.heapInuse, before.heapInuse),
+		stack:      kib(after.stackInuse, before.stackInuse),
 		goroutines: float64(after.goroutines-before.goroutines) / float64(n),
 	}
 }
@@ -899,8 +900,13 @@ func (f *fleetProc) stop() {
 	}
 	_ = f.stdin.Close()
 	f.stdin = nil
-	done := make(chan error, 1)
-	go func() { done <- f.cmd.Wait() }()
+	done := make(chan struct{})
+	go func() {
+		// However the fleet exits (done, or killed below), it has reported
+		// its failures on its output already.
+		_ = f.cmd.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
@@ -1203,23 +1209,23 @@ func summarizeStreams(mode string, n, nc, perCluster int, connect time.Duration,
 		mode, runtime.GOMAXPROCS(0), n, nc, perCluster, connect.Round(time.Millisecond), float64(n)/connect.Seconds())
 	sb.WriteString("server = this process (saltbush + embedded etcd); client = the agent fleet's own process\n\n")
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "process\tRSS before MiB\tRSS idle MiB\tRSS idle, scavenged MiB\theap in use MiB\tstacks MiB\tgoroutines\t")
+	_, _ = fmt.Fprintln(tw, "process\tRSS before MiB\tRSS idle MiB\tRSS idle, scavenged MiB\theap in use MiB\tstacks MiB\tgoroutines\t")
 	for _, p := range []struct {
 		name string
 		b, a memSample
 	}{{"server", before, after}, {"client", childBefore, childAfter}} {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f → %.1f\t%.1f → %.1f\t%d → %d\t\n", p.name, mib(p.b.rss), mib(p.a.rssRaw), mib(p.a.rss),
-			mib(int64(p.b.heapInuse)), mib(int64(p.a.heapInuse)), mib(int64(p.b.stackInuse)), mib(int64(p.a.stackInuse)), p.b.goroutines, p.a.goroutines)
+		_, _ = fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f → %.1f\t%.1f → %.1f\t%d → %d\t\n", p.name, mib(p.b.rss), mib(p.a.rssRaw), mib(p.a.rss),
+			mib(p.b.heapInuse), mib(p.a.heapInuse), mib(p.b.stackInuse), mib(p.a.stackInuse), p.b.goroutines, p.a.goroutines)
 	}
 	_ = tw.Flush()
 	sb.WriteString("\nper idle stream (after - before) / N:\n")
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "process\tRSS KiB\tRSS scavenged KiB\theap KiB\tstacks KiB\tgoroutines\t")
+	_, _ = fmt.Fprintln(tw, "process\tRSS KiB\tRSS scavenged KiB\theap KiB\tstacks KiB\tgoroutines\t")
 	for _, p := range []struct {
 		name string
 		s    perStream
 	}{{"server", server}, {"client", client}} {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t\n", p.name, p.s.rssRaw, p.s.rss, p.s.heap, p.s.stack, p.s.goroutines)
+		_, _ = fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t\n", p.name, p.s.rssRaw, p.s.rss, p.s.heap, p.s.stack, p.s.goroutines)
 	}
 	_ = tw.Flush()
 	verdict := "met"
@@ -1237,11 +1243,11 @@ func summarizeStreams(mode string, n, nc, perCluster int, connect time.Duration,
 	}
 	fmt.Fprintf(&sb, "\npushes (one CreateAddon per cluster, %d at a time; times from the first call):\n", min(nc, pushClients))
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "push\tall streams ms\tstream p50 ms\tstream p99 ms\tfirst stream ms\tcluster fan-out p50 ms\tcluster fan-out max ms\tlast CreateAddon returned ms\treconnects so far\t")
+	_, _ = fmt.Fprintln(tw, "push\tall streams ms\tstream p50 ms\tstream p99 ms\tfirst stream ms\tcluster fan-out p50 ms\tcluster fan-out max ms\tlast CreateAddon returned ms\treconnects so far\t")
 	worst := time.Duration(0)
 	for i, p := range pushes {
 		worst = max(worst, p.all)
-		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", i+1, ms(p.all), ms(p.arrivals.p50), ms(p.arrivals.p99), ms(p.arrivals.min),
+		_, _ = fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", i+1, ms(p.all), ms(p.arrivals.p50), ms(p.arrivals.p99), ms(p.arrivals.min),
 			ms(p.fanout.p50), ms(p.fanout.max), ms(p.createCall.max), p.reconnects)
 	}
 	_ = tw.Flush()
@@ -1332,7 +1338,9 @@ func (f *fleet) heartbeating(a *fleetAgent) {
 func (f *fleet) say(format string, args ...any) {
 	f.outMu.Lock()
 	defer f.outMu.Unlock()
-	fmt.Fprintf(f.out, format+"\n", args...)
+	// A write fails only once the parent is gone; then stdin closes too,
+	// and the fleet ends.
+	_, _ = fmt.Fprintf(f.out, format+"\n", args...)
 }
 
 func (f *fleet) arm(name string, gone bool) chan struct{} {

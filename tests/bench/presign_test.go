@@ -113,7 +113,7 @@ func (r signedRequest) send(ctx context.Context, client *http.Client, baseURL st
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("%s %s: status %d: %s", r.method, r.path, resp.StatusCode, msg)

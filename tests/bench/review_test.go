@@ -363,7 +363,7 @@ func summarizeReview(mode string, pool, runs int, cases []reviewCase, results ma
 	fmt.Fprintf(&sb, "AccessReviewService, one client, sequential calls, GOMAXPROCS=1 (server, etcd and client on one core), fsync %s\n", mode)
 	fmt.Fprintf(&sb, "%d tokens (%d access keys); %d runs per case in alternating rounds, percentiles over all their calls\n", pool, reviewSessions, runs)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tops\tops/s\tp50 µs\tp99 µs\trun p99s µs\tcpu µs/op\tp99 < 2 ms\t")
+	_, _ = fmt.Fprintln(tw, "case\tops\tops/s\tp50 µs\tp99 µs\trun p99s µs\tcpu µs/op\tp99 < 2 ms\t")
 	for _, c := range cases {
 		r, ok := results[c.name]
 		if !ok || r.n == 0 {
@@ -376,14 +376,14 @@ func summarizeReview(mode string, pool, runs int, cases []reviewCase, results ma
 				goal = "yes"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f–%.0f\t%.0f\t%s\t\n", c.name, r.n, r.opsPerS, us(r.p50), us(r.p99),
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f–%.0f\t%.0f\t%s\t\n", c.name, r.n, r.opsPerS, us(r.p50), us(r.p99),
 			us(r.p99Min), us(r.p99Max), us(r.cpu), goal)
 	}
 	_ = tw.Flush()
 
 	sb.WriteString("\nratios (same run): latency x/base (lower is better), throughput x/base (higher is better)\n")
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "ratio\tp50\tp99\tthroughput\tcpu/op\t")
+	_, _ = fmt.Fprintln(tw, "ratio\tp50\tp99\tthroughput\tcpu/op\t")
 	for _, base := range []string{"health", "etcd-get"} {
 		a, ok := results[base]
 		if !ok || a.n == 0 {
@@ -394,7 +394,7 @@ func summarizeReview(mode string, pool, runs int, cases []reviewCase, results ma
 			if !strings.HasPrefix(c.name, "review-") || !ok || r.n == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.name, base,
+			_, _ = fmt.Fprintf(tw, "%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.name, base,
 				float64(r.p50)/float64(a.p50), float64(r.p99)/float64(a.p99), r.opsPerS/a.opsPerS, float64(r.cpu)/float64(a.cpu))
 		}
 	}
