@@ -94,7 +94,7 @@ func etcdLeader(t *testing.T, ctx context.Context, endpoints []string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	for i, ep := range endpoints {
 		st, err := cli.Status(ctx, ep)
 		if err == nil && st.Leader == st.Header.MemberId {

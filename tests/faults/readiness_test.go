@@ -36,7 +36,7 @@ func TestReadinessFollowsEtcd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
 	waitFor := func(want healthpb.HealthCheckResponse_ServingStatus, readyz int) {

@@ -76,7 +76,7 @@ func startServe(t *testing.T, bin, dataDir string) *process {
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			<-p.done //nolint:errcheck // the exit error of a process just killed
 		}
 	})
 	select {
@@ -91,7 +91,7 @@ func startServe(t *testing.T, bin, dataDir string) *process {
 	for time.Now().Before(deadline) {
 		resp, err := http.Get("http://" + p.httpAddr + "/readyz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return p
 			}
