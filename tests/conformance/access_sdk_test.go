@@ -409,7 +409,7 @@ func TestAccessEntryRulesWithSDK(t *testing.T) {
 		{"associate without scope (the SDK refuses to send it; sent by hand)", func() error {
 			resp := h.srv.Do(t, "POST", "/clusters/access-1/access-entries/"+url.PathEscape(teamRoleARN)+"/access-policies",
 				[]byte(`{"policyArn":"`+viewPolicy+`"}`))
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != 400 || resp.Header.Get("X-Amzn-ErrorType") != "InvalidParameterException" {
 				return fmt.Errorf("status %d %s: %s", resp.StatusCode, resp.Header.Get("X-Amzn-ErrorType"), body)

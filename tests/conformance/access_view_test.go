@@ -29,7 +29,7 @@ func viewReads(t *testing.T, srv *servertest.Server, record, source string) floa
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	prefix := `saltbush_review_view_reads_total{record="` + record + `",source="` + source + `"} `
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

@@ -203,7 +203,7 @@ func addonReportsTotal(t *testing.T, h *addonHarness, result string) float64 {
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	prefix := `saltbush_addon_reports_total{result="` + result + `"} `
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

@@ -179,7 +179,7 @@ func TestAddonDescribeVersions(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				got, _ := describeAllVersions(t, h, tc.in)
-				if names := addonInfoNames(got); !slices.Equal(names, tc.want) && !(len(names) == 0 && len(tc.want) == 0) {
+				if names := addonInfoNames(got); !slices.Equal(names, tc.want) && (len(names) != 0 || len(tc.want) != 0) {
 					t.Errorf("names = %v, want %v", names, tc.want)
 				}
 			})

@@ -51,7 +51,7 @@ func authForbidden(t *testing.T, err error, code, msgPrefix string) string {
 // authRawForbidden is authForbidden for a raw HTTP response.
 func authRawForbidden(t *testing.T, resp *http.Response, code, msgPrefix string) {
 	t.Helper()
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestAuthSigV4EndToEnd(t *testing.T) {
 			t.Errorf("clusters = %v, want %v", got, wantClusters)
 		}
 		resp := srv.DoAs(t, dev, http.MethodGet, "/clusters/sig-1", nil)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("raw signed DescribeCluster: %d, want 200", resp.StatusCode)
 		}
@@ -332,7 +332,7 @@ func TestAuthSigV4EndToEnd(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/clusters?maxResults=5", nil)
 		authSignRaw(t, srv, req, nil, dev, time.Now())
 		resp := authSend(t, req)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("signed ListClusters?maxResults=5: %d, want 200", resp.StatusCode)
 		}
@@ -341,7 +341,7 @@ func TestAuthSigV4EndToEnd(t *testing.T) {
 		req.Header.Set("X-Amz-Content-Sha256", authSHA256(createA))
 		authSignRaw(t, srv, req, createA, dev, time.Now())
 		resp = authSend(t, req)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("signed CreateCluster tamper-a: %d, want 200", resp.StatusCode)
 		}
@@ -352,7 +352,7 @@ func TestAuthSigV4EndToEnd(t *testing.T) {
 
 	t.Run("presigned within expiry", func(t *testing.T) {
 		resp := authSend(t, authRequest(t, http.MethodGet, authPresign(t, srv, dev, http.MethodGet, "/clusters/sig-1", "60", time.Now())))
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var body struct {
 			Cluster struct{ Name, Arn string }
 		}
@@ -367,7 +367,7 @@ func TestAuthSigV4EndToEnd(t *testing.T) {
 		arn := url.PathEscape("arn:aws:eks:" + srv.Config.Cluster.Region + ":" + dev.AccountID + ":cluster/sig-1")
 		arn = strings.ReplaceAll(arn, ":", "%3A")
 		resp = authSend(t, authRequest(t, http.MethodGet, authPresign(t, srv, dev, http.MethodGet, "/tags/"+arn, "60", time.Now())))
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("presigned ListTagsForResource: %d, want 200", resp.StatusCode)
 		}

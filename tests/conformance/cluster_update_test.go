@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -96,7 +97,7 @@ func TestUpdateClusterConfigAuthenticationMode(t *testing.T) {
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxT(t)
-			name := "modes-" + string(rune('a'+i))
+			name := fmt.Sprintf("modes-%c", 'a'+i)
 			h.cluster(t, name, tc.from, controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE)
 			before, keys := h.describe(t, name), h.access(name).keyspace(t)
 

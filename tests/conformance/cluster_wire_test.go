@@ -34,7 +34,7 @@ func rawCall(t *testing.T, srv *servertest.Server, method, url, body string) (in
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -118,12 +118,12 @@ func TestClusterWireBodies(t *testing.T) {
 	srv := servertest.Start(t)
 
 	// AWS sends an empty list as [], not as an absent member.
-	status, hdr, body := rawCall(t, srv, "GET", srv.URL+"/clusters", "")
+	status, _, body := rawCall(t, srv, "GET", srv.URL+"/clusters", "")
 	if status != http.StatusOK || !reflect.DeepEqual(body, map[string]any{"clusters": []any{}}) {
 		t.Errorf("ListClusters with no clusters: %d %v, want {\"clusters\": []}", status, body)
 	}
 
-	status, hdr, body = rawCall(t, srv, "POST", srv.URL+"/clusters", createBody)
+	status, hdr, body := rawCall(t, srv, "POST", srv.URL+"/clusters", createBody)
 	if status != http.StatusOK || hdr.Get("Content-Type") != "application/json" {
 		t.Fatalf("CreateCluster: %d %s %v", status, hdr.Get("Content-Type"), body)
 	}
@@ -260,7 +260,7 @@ func TestWireErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("X-Amzn-ErrorType") != "RequestEntityTooLargeException" {
 			t.Errorf("chunked oversize body: %d %s", resp.StatusCode, resp.Header.Get("X-Amzn-ErrorType"))
 		}
@@ -299,7 +299,7 @@ func TestOperationalEndpoints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != 200 {
 			t.Errorf("%s = %d", path, resp.StatusCode)
 		}
@@ -311,7 +311,7 @@ func TestOperationalEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if !bytes.Contains(b, []byte(`saltbush_http_requests_total{code="404",method="GET"}`)) {
 		t.Errorf("/metrics lacks the façade request counter:\n%s", b)
 	}
@@ -323,7 +323,7 @@ func TestOperationalEndpoints(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		t.Fatalf("openapi.json: %v", err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if paths, _ := doc["paths"].(map[string]any); paths["/clusters/{name}"] == nil {
 		t.Errorf("openapi.json has no /clusters/{name} path")
 	}

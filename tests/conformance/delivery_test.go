@@ -549,7 +549,7 @@ func scrapeMetric(t *testing.T, baseURL, series string) (float64, bool) {
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -604,7 +604,7 @@ func TestDeliveryNewerStreamOfAnInstance(t *testing.T) {
 	// older of its two streams of the instance at once, or the old
 	// stream's next session renewal finds the session the newer one's
 	// (on a busy machine the renewal can win).
-	if r := f.GetReason(); f.GetEpoch() != 1 || !(strings.Contains(r, "newer stream") || strings.Contains(r, "no longer this stream's")) {
+	if r := f.GetReason(); f.GetEpoch() != 1 || (!strings.Contains(r, "newer stream") && !strings.Contains(r, "no longer this stream's")) {
 		t.Errorf("old stream's fence: %v, want epoch 1, the session taken by the newer stream", f)
 	}
 	if got := old.ended(5 * time.Second); got != codes.Aborted {

@@ -24,7 +24,7 @@ func FuzzCreateClusterBody(f *testing.F) {
 	srv := servertest.Start(f)
 	f.Fuzz(func(t *testing.T, body string) {
 		resp := srv.Do(t, "POST", "/clusters", []byte(body))
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode >= 500 {
 			t.Fatalf("status %d for %q: %s", resp.StatusCode, body, b)
@@ -57,7 +57,7 @@ func FuzzAccessEntryBodies(f *testing.F) {
 	}
 	srv := servertest.Start(f)
 	resp := srv.Do(f, "POST", "/clusters", []byte(`{"name":"fuzz","roleArn":"arn:aws:iam::000000000000:role/x","resourcesVpcConfig":{},"accessConfig":{"authenticationMode":"API"}}`))
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if _, err := srv.IAM().CreatePrincipal(f.Context(), "arn:aws:iam::000000000000:role/fuzz"); err != nil {
 		f.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func FuzzAccessEntryBodies(f *testing.F) {
 	paths := []string{"/clusters/fuzz/access-entries", entry, entry + "/access-policies"}
 	f.Fuzz(func(t *testing.T, op uint8, body string) {
 		resp := srv.Do(t, "POST", paths[int(op)%len(paths)], []byte(body))
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode >= 500 {
 			t.Fatalf("status %d for %q: %s", resp.StatusCode, body, b)

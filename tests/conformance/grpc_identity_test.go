@@ -132,7 +132,7 @@ func gidHandshake(addr string, cfg *tls.Config) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	_, err = conn.Read(make([]byte, 1))
 	return err
@@ -794,7 +794,7 @@ func TestGRPCIdentityNotFromMetadata(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			b, _ := io.ReadAll(resp.Body)
 			var parsed map[string]any
 			if len(b) > 0 {

@@ -84,7 +84,7 @@ func TestAuditRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if _, err := controlv1.NewClusterControlServiceClient(srv.GRPC(t)).SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: &controlv1.ClusterRef{AccountId: srv.Config.DevAccount, Name: "audited"},
 		Status:  controlv1.ClusterStatus_CLUSTER_STATUS_FAILED, Reason: "test",
@@ -129,7 +129,7 @@ func readAudit(t *testing.T, path string) []audit.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []audit.Record
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
