@@ -37,110 +37,138 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 		created bool
 	)
 	err := store.RetryOnConflict(ctx, func(quick bool) error {
-		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), true, quick)
-		if err != nil {
-			return err
-		}
-		a, err := s.lookupAddon(c.GetName(), req.GetAddonName())
-		if err != nil {
-			return err
-		}
-		key := store.AddonKey(c.GetUid(), a.Name)
-		clusterKey := store.ClusterKey(c.GetAccountId(), c.GetName())
-		cur, rev, err := s.get(ctx, c, a.Name)
-		if errdefs.IsException(err, errdefs.ResourceNotFoundException) {
-			v, err := lookupVersion(c, a, req.GetAddonVersion())
-			if err != nil {
-				return err
-			}
-			if err := parseConfiguration(c, v, req.GetConfigurationValues()); err != nil {
-				return err
-			}
-			now := s.cfg.Now()
-			uid := uuid.NewString()
-			rec = &storagev1.AddonRecord{
-				ClusterUid: c.GetUid(), AccountId: c.GetAccountId(), ClusterName: c.GetName(),
-				Name: a.Name, Uid: uid, Arn: s.ARN(c.GetAccountId(), c.GetName(), a.Name, uid),
-				Generation: 1, Status: storagev1.AddonStatus_ADDON_STATUS_CREATING,
-				Spec: &storagev1.AddonSpec{
-					Version: v.Version, ConfigurationValues: req.GetConfigurationValues(), Namespace: a.DefaultNamespace,
-				},
-				CreatedAt: timestamppb.New(now), ModifiedAt: timestamppb.New(now),
-				Deadline:             timestamppb.New(now.Add(s.cfg.CreateTimeout)),
-				References:           []string{req.GetReference()},
-				CreatedForReferences: true,
-			}
-			txn := store.NewTxn().Create(key, rec).RequireModRevision(clusterKey, clusterRev)
-			hintDeadline(txn, rec)
-			_, err = s.store.Commit(ctx, txn)
-			if errors.Is(err, store.ErrExists) {
-				// Someone created it in between: ensure it as existing.
-				return store.ErrConflict
-			}
-			created = err == nil
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		next := proto.Clone(cur).(*storagev1.AddonRecord)
-		redrivable := next.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_CREATE_FAILED ||
-			next.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED
-		// What the reference asks for is checked for an existing add-on
-		// too (errors are returned, never dropped): a re-drive takes it;
-		// a working add-on that differs is not changed behind its owner's
-		// back, so the caller is told.
-		if want, err := s.ensureSpec(c, a, cur, req); err != nil {
-			return err
-		} else if !proto.Equal(want, cur.GetSpec()) {
-			if !redrivable {
-				return errdefs.InvalidRequest(
-					"Addon %s exists at version %s with other configuration values than %s asks for; update it, or ensure it without a version and values.",
-					a.Name, cur.GetSpec().GetVersion(), req.GetReference()).
-					WithField("clusterName", c.GetName()).WithField("addonName", a.Name)
-			}
-			next.Spec = want
-		}
-		switch next.GetStatus() {
-		case storagev1.AddonStatus_ADDON_STATUS_DELETING:
-			return errdefs.ResourceInUse("Addon %s is being deleted; ensure it again once it is gone.", a.Name).
-				WithField("clusterName", c.GetName()).WithField("addonName", a.Name)
-		case storagev1.AddonStatus_ADDON_STATUS_CREATE_FAILED, storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED:
-			// Re-drive: the same desired add-on (no longer deleted), as a
-			// new generation. A DELETE_FAILED add-on that a reference needs
-			// is wanted again, not half-removed.
-			now := s.cfg.Now()
-			next.Spec.Deleted, next.Spec.Preserve = false, false
-			next.Generation++
-			next.Status = storagev1.AddonStatus_ADDON_STATUS_CREATING
-			next.Issues = nil
-			next.Deadline = timestamppb.New(now.Add(s.cfg.CreateTimeout))
-			next.ModifiedAt = timestamppb.New(now)
-			created = true
-		}
-		if !slices.Contains(next.References, req.GetReference()) {
-			next.References = append(next.References, req.GetReference())
-			slices.Sort(next.References)
-		}
-		rec = next
-		if proto.Equal(cur, next) {
-			created = false
-			return nil
-		}
-		txn := store.NewTxn().Update(key, next, rev).RequireModRevision(clusterKey, clusterRev)
-		if created {
-			hintDeadline(txn, next)
-		}
-		_, err = s.store.Commit(ctx, txn)
-		if err != nil {
-			created = false
-		}
+		var err error
+		rec, created, err = s.ensureOnce(ctx, req, quick)
 		return err
 	})
 	if err != nil {
 		return nil, false, wrapUnlessAPI(err, "ensure add-on %q for %q", req.GetAddonName(), req.GetReference())
 	}
 	return rec, created, nil
+}
+
+// ensureOnce is one attempt of Ensure: the add-on is created when absent,
+// else the record it should become is written, guarded by its own and
+// the cluster's revisions. It reports whether the add-on was created or
+// re-driven; ErrConflict means try again.
+func (s *Service) ensureOnce(ctx context.Context, req *controlv1.EnsureAddonRequest, quick bool) (*storagev1.AddonRecord, bool, error) {
+	c, clusterRev, err := s.cluster(ctx, req.GetCluster(), true, quick)
+	if err != nil {
+		return nil, false, err
+	}
+	a, err := s.lookupAddon(c.GetName(), req.GetAddonName())
+	if err != nil {
+		return nil, false, err
+	}
+	cur, rev, err := s.get(ctx, c, a.Name)
+	if errdefs.IsException(err, errdefs.ResourceNotFoundException) {
+		return s.createForReference(ctx, c, clusterRev, a, req)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	next, redriven, err := s.ensured(c, a, cur, req)
+	if err != nil {
+		return nil, false, err
+	}
+	if proto.Equal(cur, next) {
+		return next, false, nil
+	}
+	txn := store.NewTxn().Update(store.AddonKey(c.GetUid(), a.Name), next, rev).
+		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev)
+	if redriven {
+		hintDeadline(txn, next)
+	}
+	if _, err := s.store.Commit(ctx, txn); err != nil {
+		return nil, false, err
+	}
+	return next, redriven, nil
+}
+
+// createForReference creates an absent add-on for a reference, marked as
+// created for references (so that releasing the last one deletes it).
+func (s *Service) createForReference(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, a *catalog.Addon, req *controlv1.EnsureAddonRequest) (*storagev1.AddonRecord, bool, error) {
+	v, err := lookupVersion(c, a, req.GetAddonVersion())
+	if err != nil {
+		return nil, false, err
+	}
+	if err := parseConfiguration(c, v, req.GetConfigurationValues()); err != nil {
+		return nil, false, err
+	}
+	now := s.cfg.Now()
+	uid := uuid.NewString()
+	rec := &storagev1.AddonRecord{
+		ClusterUid: c.GetUid(), AccountId: c.GetAccountId(), ClusterName: c.GetName(),
+		Name: a.Name, Uid: uid, Arn: s.ARN(c.GetAccountId(), c.GetName(), a.Name, uid),
+		Generation: 1, Status: storagev1.AddonStatus_ADDON_STATUS_CREATING,
+		Spec: &storagev1.AddonSpec{
+			Version: v.Version, ConfigurationValues: req.GetConfigurationValues(), Namespace: a.DefaultNamespace,
+		},
+		CreatedAt: timestamppb.New(now), ModifiedAt: timestamppb.New(now),
+		Deadline:             timestamppb.New(now.Add(s.cfg.CreateTimeout)),
+		References:           []string{req.GetReference()},
+		CreatedForReferences: true,
+	}
+	txn := store.NewTxn().Create(store.AddonKey(c.GetUid(), a.Name), rec).
+		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev)
+	hintDeadline(txn, rec)
+	_, err = s.store.Commit(ctx, txn)
+	if errors.Is(err, store.ErrExists) {
+		// Someone created it in between: ensure it as existing.
+		return nil, false, store.ErrConflict
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, true, nil
+}
+
+// ensured is the record an existing add-on becomes when reference ensures
+// it: the reference recorded, and a CREATE_FAILED or DELETE_FAILED add-on
+// re-driven as a new CREATING generation (reported as true). It writes
+// nothing.
+func (s *Service) ensured(c *storagev1.ClusterRecord, a *catalog.Addon, cur *storagev1.AddonRecord, req *controlv1.EnsureAddonRequest) (*storagev1.AddonRecord, bool, error) {
+	next := proto.Clone(cur).(*storagev1.AddonRecord)
+	redrivable := next.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_CREATE_FAILED ||
+		next.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED
+	// What the reference asks for is checked for an existing add-on
+	// too (errors are returned, never dropped): a re-drive takes it;
+	// a working add-on that differs is not changed behind its owner's
+	// back, so the caller is told.
+	if want, err := s.ensureSpec(c, a, cur, req); err != nil {
+		return nil, false, err
+	} else if !proto.Equal(want, cur.GetSpec()) {
+		if !redrivable {
+			return nil, false, errdefs.InvalidRequest(
+				"Addon %s exists at version %s with other configuration values than %s asks for; update it, or ensure it without a version and values.",
+				a.Name, cur.GetSpec().GetVersion(), req.GetReference()).
+				WithField("clusterName", c.GetName()).WithField("addonName", a.Name)
+		}
+		next.Spec = want
+	}
+	redriven := false
+	switch next.GetStatus() {
+	case storagev1.AddonStatus_ADDON_STATUS_DELETING:
+		return nil, false, errdefs.ResourceInUse("Addon %s is being deleted; ensure it again once it is gone.", a.Name).
+			WithField("clusterName", c.GetName()).WithField("addonName", a.Name)
+	case storagev1.AddonStatus_ADDON_STATUS_CREATE_FAILED, storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED:
+		// Re-drive: the same desired add-on (no longer deleted), as a
+		// new generation. A DELETE_FAILED add-on that a reference needs
+		// is wanted again, not half-removed.
+		now := s.cfg.Now()
+		next.Spec.Deleted, next.Spec.Preserve = false, false
+		next.Generation++
+		next.Status = storagev1.AddonStatus_ADDON_STATUS_CREATING
+		next.Issues = nil
+		next.Deadline = timestamppb.New(now.Add(s.cfg.CreateTimeout))
+		next.ModifiedAt = timestamppb.New(now)
+		redriven = true
+	}
+	if !slices.Contains(next.References, req.GetReference()) {
+		next.References = append(next.References, req.GetReference())
+		slices.Sort(next.References)
+	}
+	return next, redriven, nil
 }
 
 // Release drops reference from the add-on. When it was the last reference
