@@ -69,7 +69,7 @@ type Addon struct {
 	// namespaceConfig.
 	DefaultNamespace string
 	// Hidden add-ons exist and can be created, but DescribeAddonVersions
-	// omits them unless asked for by name (the seeds' GPU device plugin and
+	// omits them unless asked for by name (the GPU device plugin and the
 	// no-op test add-on).
 	Hidden bool
 	// Versions is newest first, the order DescribeAddonVersions lists them.
