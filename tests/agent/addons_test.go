@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -71,8 +72,48 @@ func (e *env) waitDeleted(name string) {
 		o.MinDelay, o.MaxDelay = 200*time.Millisecond, time.Second
 	})
 	if err := w.Wait(context.Background(), &eks.DescribeAddonInput{ClusterName: aws.String(e.cluster), AddonName: aws.String(name)}, waitDeleted); err != nil {
-		e.t.Fatalf("add-on %s not deleted: %v (last: %s)", name, err, e.describe(name))
+		e.t.Fatalf("add-on %s not deleted: %v (last: %s)\nstill being deleted in the cluster:\n%s", name, err, e.describe(name), e.terminating())
 	}
+}
+
+// terminating describes the add-on objects the cluster is still deleting
+// (their finalizers say who holds them) and the controller manager's
+// garbage collector lines, which a foreground deletion waits on: what a
+// stuck deletion needs to be understood.
+func (e *env) terminating() string {
+	var b strings.Builder
+	dyn := dynamic.NewForConfigOrDie(e.adminConfig())
+	for _, gvr := range e.deletable() {
+		l, err := dyn.Resource(gvr).List(e.ctx(time.Minute), metav1.ListOptions{LabelSelector: apply.AddonLabel})
+		if err != nil {
+			continue
+		}
+		for _, u := range l.Items {
+			if ts := u.GetDeletionTimestamp(); ts != nil {
+				fmt.Fprintf(&b, "  %s %s/%s since %s, finalizers %v\n", gvr.Resource, u.GetNamespace(), u.GetName(),
+					ts.UTC().Format(time.RFC3339), u.GetFinalizers())
+			}
+		}
+	}
+	log, err := os.ReadFile(e.kube.ControllerManagerLog())
+	if err != nil {
+		fmt.Fprintf(&b, "  controller manager log: %v\n", err)
+		return b.String()
+	}
+	var gc []string
+	for line := range strings.Lines(string(log)) {
+		if strings.Contains(line, "garbage") || strings.Contains(line, "garbagecollector") {
+			gc = append(gc, line)
+		}
+	}
+	if len(gc) > 30 {
+		gc = gc[len(gc)-30:]
+	}
+	b.WriteString("  controller manager, garbage collector lines (end):\n")
+	for _, line := range gc {
+		b.WriteString("    " + line)
+	}
+	return b.String()
 }
 
 // waitStatus polls DescribeAddon until the add-on has status (bounded).

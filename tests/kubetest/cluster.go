@@ -611,6 +611,13 @@ func (c *Cluster) writeKubeconfig(label, user string, groups ...string) (string,
 // deletecollection) at Metadata level.
 func (c *Cluster) AuditLog() string { return c.auditLog }
 
+// ControllerManagerLog is the path of kube-controller-manager's log (the
+// garbage collector and the namespace controller log there): a test that
+// waits on a deletion quotes it when the wait fails.
+func (c *Cluster) ControllerManagerLog() string {
+	return filepath.Join(c.dir, controllerManagerBinary+".log")
+}
+
 // AuditEvents parses the audit log: the completed write requests so far, in
 // the order the apiserver logged them.
 func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
