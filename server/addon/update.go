@@ -116,18 +116,14 @@ func (s *Service) replayUpdate(ctx context.Context, tok idempotency.Token, c *st
 }
 
 // applyUpdate validates req against the current record r and mutates r to
-// the next generation; it returns the update record to create.
+// the next generation; it returns the update record to create. The
+// checks run in AWS's order: the status, the version, the configuration
+// against the (new or kept) version, the role, resolveConflicts, the pod
+// identity associations.
 func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *catalog.Addon, r *storagev1.AddonRecord, req *eksv1.UpdateAddonRequest) (*storagev1.UpdateRecord, error) {
 	cn, name := c.GetName(), r.GetName()
-	switch st := r.GetStatus(); st {
-	case storagev1.AddonStatus_ADDON_STATUS_CREATING, storagev1.AddonStatus_ADDON_STATUS_UPDATING,
-		storagev1.AddonStatus_ADDON_STATUS_DELETING:
-		return nil, errdefs.ResourceInUse("Addon %s cannot be updated as it is currently in %s state", name, StatusName(st)).
-			WithField("clusterName", cn).WithField("addonName", name)
-	case storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED:
-		return nil, errdefs.InvalidRequest(
-			"Addon %s cannot be updated as it is currently in DELETE_FAILED state; delete it again.", name).
-			WithField("clusterName", cn).WithField("addonName", name)
+	if err := updatable(cn, r); err != nil {
+		return nil, err
 	}
 	spec := proto.Clone(r.GetSpec()).(*storagev1.AddonSpec)
 	var params []*storagev1.UpdateParam
@@ -135,27 +131,11 @@ func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *cat
 		params = append(params, &storagev1.UpdateParam{Type: typ, Value: value})
 	}
 
-	changesVersion := req.AddonVersion != nil && req.GetAddonVersion() != spec.GetVersion()
-	target, err := lookupVersion(c, a, spec.GetVersion())
-	if err != nil && !changesVersion {
-		// The current version is no longer compatible (the cluster was
-		// upgraded) or no longer offered; an update that keeps it cannot
-		// proceed.
+	target, changed, err := updatedVersion(c, a, name, spec.GetVersion(), req)
+	if err != nil {
 		return nil, err
 	}
-	if changesVersion {
-		if req.GetAddonVersion() == "" {
-			return nil, invalid(cn, name, "addonVersion must not be empty.")
-		}
-		if target, err = lookupVersion(c, a, req.GetAddonVersion()); err != nil {
-			return nil, err
-		}
-		// No downgrades, as in AWS. A current version the catalogue no
-		// longer lists may move to any offered version.
-		if cur := versionIndex(a, spec.GetVersion()); cur >= 0 && versionIndex(a, target.Version) > cur {
-			return nil, invalid(cn, name, "Updating addon %s from version %s to the older version %s is not supported.",
-				name, spec.GetVersion(), target.Version)
-		}
+	if changed {
 		spec.Version = target.Version
 		param("AddonVersion", target.Version)
 	}
@@ -187,16 +167,11 @@ func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *cat
 	if rc := req.GetResolveConflicts(); rc != "" {
 		param("ResolveConflicts", rc)
 	}
-	requested, err := podIdentityList(cn, name, req.GetPodIdentityAssociations())
+	pia, replaced, err := updatedPodIdentity(account, c, target, name, spec, req)
 	if err != nil {
 		return nil, err
 	}
-	if requested != nil {
-		// Present, possibly empty: replace (an empty list removes all).
-		pia, err := podIdentity(c, target, account, requested, spec.GetPodIdentityAssociations(), newAssociationID)
-		if err != nil {
-			return nil, err
-		}
+	if replaced {
 		spec.PodIdentityAssociations = pia
 		arns := make([]string, 0, len(pia))
 		for _, p := range pia {
@@ -204,15 +179,6 @@ func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *cat
 		}
 		b, _ := json.Marshal(arns)
 		param("PodIdentityAssociations", string(b))
-	} else if len(spec.GetPodIdentityAssociations()) > 0 {
-		// Kept associations must still be valid for the target version.
-		kept := make([]*eksv1.AddonPodIdentityAssociations, 0, len(spec.GetPodIdentityAssociations()))
-		for _, p := range spec.GetPodIdentityAssociations() {
-			kept = append(kept, &eksv1.AddonPodIdentityAssociations{ServiceAccount: p.GetServiceAccount(), RoleArn: p.GetRoleArn()})
-		}
-		if _, err := podIdentity(c, target, account, kept, spec.GetPodIdentityAssociations(), newAssociationID); err != nil {
-			return nil, err
-		}
 	}
 
 	now := s.cfg.Now()
@@ -236,4 +202,84 @@ func (s *Service) applyUpdate(account string, c *storagev1.ClusterRecord, a *cat
 		CreatedAt:  timestamppb.New(now),
 		ModifiedAt: timestamppb.New(now),
 	}, nil
+}
+
+// updatable refuses an update of an add-on that is busy (CREATING,
+// UPDATING, DELETING) or half deleted (DELETE_FAILED: only deleting it
+// again can settle it).
+func updatable(cn string, r *storagev1.AddonRecord) error {
+	name := r.GetName()
+	switch st := r.GetStatus(); st {
+	case storagev1.AddonStatus_ADDON_STATUS_CREATING, storagev1.AddonStatus_ADDON_STATUS_UPDATING,
+		storagev1.AddonStatus_ADDON_STATUS_DELETING:
+		return errdefs.ResourceInUse("Addon %s cannot be updated as it is currently in %s state", name, StatusName(st)).
+			WithField("clusterName", cn).WithField("addonName", name)
+	case storagev1.AddonStatus_ADDON_STATUS_DELETE_FAILED:
+		return errdefs.InvalidRequest(
+			"Addon %s cannot be updated as it is currently in DELETE_FAILED state; delete it again.", name).
+			WithField("clusterName", cn).WithField("addonName", name)
+	}
+	return nil
+}
+
+// updatedVersion is the catalogue version the update targets: the
+// current one, or the one req names (changed). The kept version must
+// still be offered for the cluster; a named one must be, and no older
+// than the current.
+func updatedVersion(c *storagev1.ClusterRecord, a *catalog.Addon, name, current string, req *eksv1.UpdateAddonRequest) (*catalog.Version, bool, error) {
+	cn := c.GetName()
+	changesVersion := req.AddonVersion != nil && req.GetAddonVersion() != current
+	target, err := lookupVersion(c, a, current)
+	if err != nil && !changesVersion {
+		// The current version is no longer compatible (the cluster was
+		// upgraded) or no longer offered; an update that keeps it cannot
+		// proceed.
+		return nil, false, err
+	}
+	if !changesVersion {
+		return target, false, nil
+	}
+	if req.GetAddonVersion() == "" {
+		return nil, false, invalid(cn, name, "addonVersion must not be empty.")
+	}
+	if target, err = lookupVersion(c, a, req.GetAddonVersion()); err != nil {
+		return nil, false, err
+	}
+	// No downgrades, as in AWS. A current version the catalogue no
+	// longer lists may move to any offered version.
+	if cur := versionIndex(a, current); cur >= 0 && versionIndex(a, target.Version) > cur {
+		return nil, false, invalid(cn, name, "Updating addon %s from version %s to the older version %s is not supported.",
+			name, current, target.Version)
+	}
+	return target, true, nil
+}
+
+// updatedPodIdentity checks the pod identity associations against the
+// target version: a list req carries (possibly empty) replaces the
+// current ones (replaced), and kept ones must still be valid for it.
+func updatedPodIdentity(account string, c *storagev1.ClusterRecord, target *catalog.Version, name string,
+	spec *storagev1.AddonSpec, req *eksv1.UpdateAddonRequest) ([]*storagev1.PodIdentityAssociation, bool, error) {
+	requested, err := podIdentityList(c.GetName(), name, req.GetPodIdentityAssociations())
+	if err != nil {
+		return nil, false, err
+	}
+	if requested != nil {
+		// Present, possibly empty: replace (an empty list removes all).
+		pia, err := podIdentity(c, target, account, requested, spec.GetPodIdentityAssociations(), newAssociationID)
+		if err != nil {
+			return nil, false, err
+		}
+		return pia, true, nil
+	}
+	if len(spec.GetPodIdentityAssociations()) > 0 {
+		// Kept associations must still be valid for the target version.
+		kept := make([]*eksv1.AddonPodIdentityAssociations, 0, len(spec.GetPodIdentityAssociations()))
+		for _, p := range spec.GetPodIdentityAssociations() {
+			kept = append(kept, &eksv1.AddonPodIdentityAssociations{ServiceAccount: p.GetServiceAccount(), RoleArn: p.GetRoleArn()})
+		}
+		if _, err := podIdentity(c, target, account, kept, spec.GetPodIdentityAssociations(), newAssociationID); err != nil {
+			return nil, false, err
+		}
+	}
+	return nil, false, nil
 }
