@@ -125,37 +125,9 @@ func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch i
 	if err != nil {
 		return Outcome{}, errTransient{err}
 	}
-	rec := &inventory.Record{Addon: d.GetName(), UID: d.GetUid(), Generation: d.GetGeneration(), Epoch: epoch}
-	if prev != nil {
-		rec.Objects = slices.Clone(prev.Objects)
-		rec.CreatedNamespaces = slices.Clone(prev.CreatedNamespaces)
-		if prev.UID == d.GetUid() {
-			rec.ReadyGeneration = prev.ReadyGeneration
-		}
-	}
-	refs := make([]inventory.Ref, 0, len(objs))
-	for _, o := range objs {
-		ref := inventory.RefOf(o)
-		refs = append(refs, ref)
-		if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" && !rec.Has(ref) {
-			created, err := a.absent(ctx, ref)
-			if err != nil {
-				return Outcome{}, err
-			}
-			if created && !slices.Contains(rec.CreatedNamespaces, o.GetName()) {
-				rec.CreatedNamespaces = append(rec.CreatedNamespaces, o.GetName())
-			}
-		}
-	}
-	// Written first when the apply may create what the record does not
-	// list yet: whatever the apply gets to, the record covers it.
-	grows := prev == nil || prev.UID != rec.UID || prev.Generation != rec.Generation ||
-		!slices.Equal(prev.CreatedNamespaces, rec.CreatedNamespaces)
-	for _, r := range refs {
-		if !rec.Has(r) {
-			rec.Objects = append(rec.Objects, r)
-			grows = true
-		}
+	rec, refs, grows, err := a.recordAhead(ctx, d, epoch, prev, objs)
+	if err != nil {
+		return Outcome{}, err
 	}
 	if grows {
 		rec.Complete = false
@@ -165,8 +137,82 @@ func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch i
 	}
 
 	ctx = withMode(ctx, mode)
-	opts := ssa.ApplyOptions{WaitInterval: 500 * time.Millisecond, WaitTimeout: crdWait}
 	out := Outcome{Record: rec}
+	verdict, err := a.applyStaged(ctx, d.GetName(), objs, &out)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if verdict != nil {
+		return *verdict, nil // the apply failed
+	}
+	kept, err := a.prune(ctx, d.GetName(), rec, refs, &out)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if out.Generations, err = a.generations(ctx, objs); err != nil {
+		return Outcome{}, err
+	}
+	rec.Objects = append(slices.Clone(refs), kept...)
+	rec.Complete = len(kept) == 0
+	if !grows && sameRecord(prev, rec) {
+		return out, nil // in place already: nothing to record
+	}
+	if err := a.inventory.Put(ctx, rec); err != nil {
+		return a.failed(out, err, inventoryRef(d.GetName()))
+	}
+	if out.Changed > 0 {
+		a.log.Info("add-on applied", "addon", d.GetName(), "generation", d.GetGeneration(), "mode", mode, "changed", out.Changed)
+	}
+	return out, nil
+}
+
+// recordAhead is the inventory record for this generation before it is
+// applied: the previous record's objects and the namespaces the add-on
+// created (a namespace the cluster did not have yet is noted as created),
+// plus every object of objs. grows says the record lists something the
+// stored one does not: it must be written before the apply, so that
+// whatever the apply gets to, the record covers it.
+func (a *Applier) recordAhead(ctx context.Context, d *deliveryv1.DesiredAddon, epoch int64, prev *inventory.Record,
+	objs []*unstructured.Unstructured) (rec *inventory.Record, refs []inventory.Ref, grows bool, err error) {
+	rec = &inventory.Record{Addon: d.GetName(), UID: d.GetUid(), Generation: d.GetGeneration(), Epoch: epoch}
+	if prev != nil {
+		rec.Objects = slices.Clone(prev.Objects)
+		rec.CreatedNamespaces = slices.Clone(prev.CreatedNamespaces)
+		if prev.UID == d.GetUid() {
+			rec.ReadyGeneration = prev.ReadyGeneration
+		}
+	}
+	refs = make([]inventory.Ref, 0, len(objs))
+	for _, o := range objs {
+		ref := inventory.RefOf(o)
+		refs = append(refs, ref)
+		if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" && !rec.Has(ref) {
+			created, err := a.absent(ctx, ref)
+			if err != nil {
+				return nil, nil, false, err
+			}
+			if created && !slices.Contains(rec.CreatedNamespaces, o.GetName()) {
+				rec.CreatedNamespaces = append(rec.CreatedNamespaces, o.GetName())
+			}
+		}
+	}
+	grows = prev == nil || prev.UID != rec.UID || prev.Generation != rec.Generation ||
+		!slices.Equal(prev.CreatedNamespaces, rec.CreatedNamespaces)
+	for _, r := range refs {
+		if !rec.Has(r) {
+			rec.Objects = append(rec.Objects, r)
+			grows = true
+		}
+	}
+	return rec, refs, grows, nil
+}
+
+// applyStaged server-side applies objs in two stages: namespaces and CRDs
+// first, waiting until the CRDs are established, then the rest, which may
+// be of their kinds. It counts the changes in out. A verdict (the apply
+// failed: out with the issue) or an error (no verdict) is Apply's answer.
+func (a *Applier) applyStaged(ctx context.Context, addon string, objs []*unstructured.Unstructured, out *Outcome) (verdict *Outcome, err error) {
+	opts := ssa.ApplyOptions{WaitInterval: 500 * time.Millisecond, WaitTimeout: crdWait}
 	var definitions, rest []*unstructured.Unstructured
 	for _, o := range objs {
 		if ssautils.IsCRD(o) || ssautils.IsNamespace(o) {
@@ -181,49 +227,67 @@ func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch i
 		}
 		cs, err := a.manager.ApplyAll(ctx, stage, opts)
 		if err != nil {
-			return a.failed(out, err, involved(err, stage))
+			o, ferr := a.failed(*out, err, involved(err, stage))
+			if ferr != nil {
+				return nil, ferr
+			}
+			return &o, nil
 		}
 		out.Changed += changed(cs)
-		if i == 0 {
-			var crds object.ObjMetadataSet
-			for _, e := range cs.Entries {
-				if e.ObjMetadata.GroupKind.Kind == "CustomResourceDefinition" {
-					crds = append(crds, e.ObjMetadata)
-				}
-			}
-			if len(crds) > 0 {
-				wctx, cancel := context.WithTimeout(ctx, crdWait)
-				err := a.manager.WaitForSetWithContext(wctx, crds, ssa.WaitOptions{Interval: opts.WaitInterval, Timeout: crdWait})
-				cancel()
-				if err != nil {
-					if ctx.Err() != nil {
-						return Outcome{}, ctx.Err()
-					}
-					return Outcome{}, errTransient{fmt.Errorf("add-on %s: CRDs not established: %w", d.GetName(), err)}
-				}
+		if i > 0 {
+			continue
+		}
+		var crds object.ObjMetadataSet
+		for _, e := range cs.Entries {
+			if e.ObjMetadata.GroupKind.Kind == "CustomResourceDefinition" {
+				crds = append(crds, e.ObjMetadata)
 			}
 		}
+		if len(crds) == 0 {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, crdWait)
+		err = a.manager.WaitForSetWithContext(wctx, crds, ssa.WaitOptions{Interval: opts.WaitInterval, Timeout: crdWait})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, errTransient{fmt.Errorf("add-on %s: CRDs not established: %w", addon, err)}
+		}
 	}
+	return nil, nil
+}
 
-	// Prune what the generation no longer has.
+// prune deletes the objects rec lists that this generation (refs) no
+// longer has, counting changes and issues in out. It returns those still
+// being deleted: they stay listed until they are gone.
+func (a *Applier) prune(ctx context.Context, addon string, rec *inventory.Record, refs []inventory.Ref, out *Outcome) ([]inventory.Ref, error) {
 	var kept []inventory.Ref
 	for _, old := range rec.Objects {
 		if slices.ContainsFunc(refs, func(r inventory.Ref) bool { return r.Key() == old.Key() }) {
 			continue
 		}
-		n, pending, issue, err := a.remove(ctx, d.GetName(), old, false)
+		n, pending, issue, err := a.remove(ctx, addon, old, false)
 		if err != nil {
-			return Outcome{}, err
+			return nil, err
 		}
 		if issue != nil {
 			out.Issues = append(out.Issues, issue)
 		}
 		if pending {
-			kept = append(kept, old) // still going: keep it listed
+			kept = append(kept, old)
 		}
 		out.Changed += n
 	}
-	out.Generations = map[string]int64{}
+	return kept, nil
+}
+
+// generations reads the live metadata.generation of every object of objs
+// that runs pods: readiness is judged against what the controllers saw
+// after this apply.
+func (a *Applier) generations(ctx context.Context, objs []*unstructured.Unstructured) (map[string]int64, error) {
+	gens := map[string]int64{}
 	for _, o := range objs {
 		if !runsPods(o) {
 			continue
@@ -231,22 +295,11 @@ func (a *Applier) Apply(ctx context.Context, d *deliveryv1.DesiredAddon, epoch i
 		ref := inventory.RefOf(o)
 		live := ref.Object()
 		if err := a.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, live); err != nil {
-			return Outcome{}, errTransient{fmt.Errorf("%s: %w", ref, err)}
+			return nil, errTransient{fmt.Errorf("%s: %w", ref, err)}
 		}
-		out.Generations[ref.Key()] = live.GetGeneration()
+		gens[ref.Key()] = live.GetGeneration()
 	}
-	rec.Objects = append(slices.Clone(refs), kept...)
-	rec.Complete = len(kept) == 0
-	if !grows && sameRecord(prev, rec) {
-		return out, nil // in place already: nothing to record
-	}
-	if err := a.inventory.Put(ctx, rec); err != nil {
-		return a.failed(out, err, inventoryRef(d.GetName()))
-	}
-	if out.Changed > 0 {
-		a.log.Info("add-on applied", "addon", d.GetName(), "generation", d.GetGeneration(), "mode", mode, "changed", out.Changed)
-	}
-	return out, nil
+	return gens, nil
 }
 
 // MarkReady records in the inventory that generation was seen ready, so
