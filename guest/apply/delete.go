@@ -145,7 +145,7 @@ func (a *Applier) remove(ctx context.Context, addon string, ref inventory.Ref, w
 		return 0, wait, nil, nil
 	}
 	policy := metav1.DeletePropagationBackground
-	if wait {
+	if wait && !definesResources(ref) {
 		policy = metav1.DeletePropagationForeground
 	}
 	// Preconditioned on the object read, so a same-named object created
@@ -162,6 +162,18 @@ func (a *Applier) remove(ctx context.Context, addon string, ref inventory.Ref, w
 		return 0, false, issue, err
 	}
 	return 1, wait, nil, nil
+}
+
+// definesResources says ref is a CustomResourceDefinition. One is deleted
+// in the background even when the deletion is waited on (it still counts
+// as pending until it is gone): nothing depends on a CRD through owner
+// references, and the apiextensions server deletes its custom resources
+// itself, behind its own finalizer. A foreground deletion would add the
+// garbage collector's finalizer, and with it a second writer racing that
+// finalizer's updates: a CRD was seen to stay terminating for minutes,
+// held by the cleanup finalizer alone, after the collector had let go.
+func definesResources(ref inventory.Ref) bool {
+	return ref.Group == "apiextensions.k8s.io" && ref.Kind == "CustomResourceDefinition"
 }
 
 // ignoredInNamespace are kinds whose objects do not make a namespace the
