@@ -75,6 +75,30 @@ func AccessEntryKey(clusterUID, principal string) string {
 	return AccessEntriesPrefix(clusterUID) + hex.EncodeToString(sum[:])
 }
 
+// PodIdentityAssociationsPrefix is the prefix of a cluster incarnation's
+// pod identity association records (key order is association id order).
+func PodIdentityAssociationsPrefix(clusterUID string) string {
+	return ClusterChildrenPrefix(clusterUID) + "podidentity/associations/"
+}
+
+// PodIdentityAssociationKey is where one pod identity association lives.
+func PodIdentityAssociationKey(clusterUID, associationID string) string {
+	return PodIdentityAssociationsPrefix(clusterUID) + associationID
+}
+
+// PodIdentityServiceAccountsPrefix is the prefix of a cluster incarnation's
+// pod identity exclusivity keys.
+func PodIdentityServiceAccountsPrefix(clusterUID string) string {
+	return ClusterChildrenPrefix(clusterUID) + "podidentity/serviceaccounts/"
+}
+
+// PodIdentityServiceAccountKey is the exclusivity key of one (namespace,
+// service account): it names the one association that holds the pair.
+// Both are Kubernetes names, which hold no "/".
+func PodIdentityServiceAccountKey(clusterUID, namespace, serviceAccount string) string {
+	return PodIdentityServiceAccountsPrefix(clusterUID) + namespace + "/" + serviceAccount
+}
+
 // ExecutorKey is where a cluster incarnation's delivery executor
 // {instance, epoch} lives.
 func ExecutorKey(clusterUID string) string { return ClusterChildrenPrefix(clusterUID) + "executor" }
