@@ -149,19 +149,25 @@ func (x *ClusterRef) GetUid() string {
 
 // ClusterInfo is the internal view of a cluster.
 type ClusterInfo struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Uid               string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	AccountId         string                 `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	Name              string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Arn               string                 `protobuf:"bytes,4,opt,name=arn,proto3" json:"arn,omitempty"`
-	Status            ClusterStatus          `protobuf:"varint,5,opt,name=status,proto3,enum=saltbush.control.v1.ClusterStatus" json:"status,omitempty"`
-	KubernetesVersion string                 `protobuf:"bytes,6,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
-	Members           []string               `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
-	StatusReason      string                 `protobuf:"bytes,8,opt,name=status_reason,json=statusReason,proto3" json:"status_reason,omitempty"`
-	Endpoint          string                 `protobuf:"bytes,9,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	PlatformVersion   string                 `protobuf:"bytes,10,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Uid                    string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	AccountId              string                 `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Name                   string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Arn                    string                 `protobuf:"bytes,4,opt,name=arn,proto3" json:"arn,omitempty"`
+	Status                 ClusterStatus          `protobuf:"varint,5,opt,name=status,proto3,enum=saltbush.control.v1.ClusterStatus" json:"status,omitempty"`
+	KubernetesVersion      string                 `protobuf:"bytes,6,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
+	Members                []string               `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
+	StatusReason           string                 `protobuf:"bytes,8,opt,name=status_reason,json=statusReason,proto3" json:"status_reason,omitempty"`
+	Endpoint               string                 `protobuf:"bytes,9,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	PlatformVersion        string                 `protobuf:"bytes,10,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
+	OidcIssuer             string                 `protobuf:"bytes,11,opt,name=oidc_issuer,json=oidcIssuer,proto3" json:"oidc_issuer,omitempty"`
+	VpcId                  string                 `protobuf:"bytes,12,opt,name=vpc_id,json=vpcId,proto3" json:"vpc_id,omitempty"`
+	ClusterSecurityGroupId string                 `protobuf:"bytes,13,opt,name=cluster_security_group_id,json=clusterSecurityGroupId,proto3" json:"cluster_security_group_id,omitempty"`
+	HealthIssues           []*ClusterIssue        `protobuf:"bytes,14,rep,name=health_issues,json=healthIssues,proto3" json:"health_issues,omitempty"`
+	// Whether certificate authority data is recorded.
+	HasCertificateAuthority bool `protobuf:"varint,15,opt,name=has_certificate_authority,json=hasCertificateAuthority,proto3" json:"has_certificate_authority,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *ClusterInfo) Reset() {
@@ -264,6 +270,110 @@ func (x *ClusterInfo) GetPlatformVersion() string {
 	return ""
 }
 
+func (x *ClusterInfo) GetOidcIssuer() string {
+	if x != nil {
+		return x.OidcIssuer
+	}
+	return ""
+}
+
+func (x *ClusterInfo) GetVpcId() string {
+	if x != nil {
+		return x.VpcId
+	}
+	return ""
+}
+
+func (x *ClusterInfo) GetClusterSecurityGroupId() string {
+	if x != nil {
+		return x.ClusterSecurityGroupId
+	}
+	return ""
+}
+
+func (x *ClusterInfo) GetHealthIssues() []*ClusterIssue {
+	if x != nil {
+		return x.HealthIssues
+	}
+	return nil
+}
+
+func (x *ClusterInfo) GetHasCertificateAuthority() bool {
+	if x != nil {
+		return x.HasCertificateAuthority
+	}
+	return false
+}
+
+// ClusterIssue is one health issue of a cluster, AWS's ClusterIssue.
+type ClusterIssue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One of AWS's ClusterIssueCode values: AccessDenied, ClusterUnreachable,
+	// ConfigurationConflict, InternalFailure, ResourceLimitExceeded,
+	// ResourceNotFound, IamRoleNotFound, VpcNotFound,
+	// InsufficientFreeAddresses, Ec2ServiceNotSubscribed, Ec2SubnetNotFound,
+	// Ec2SecurityGroupNotFound, KmsGrantRevoked, KmsKeyNotFound,
+	// KmsKeyMarkedForDeletion, KmsKeyDisabled, StsRegionalEndpointDisabled,
+	// UnsupportedVersion or Other.
+	Code    string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The resources the issue concerns (at most 100).
+	ResourceIds   []string `protobuf:"bytes,3,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterIssue) Reset() {
+	*x = ClusterIssue{}
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterIssue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterIssue) ProtoMessage() {}
+
+func (x *ClusterIssue) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterIssue.ProtoReflect.Descriptor instead.
+func (*ClusterIssue) Descriptor() ([]byte, []int) {
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ClusterIssue) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ClusterIssue) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ClusterIssue) GetResourceIds() []string {
+	if x != nil {
+		return x.ResourceIds
+	}
+	return nil
+}
+
 // GetClusterRequest names the cluster to return.
 type GetClusterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -274,7 +384,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[2]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +396,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[2]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +409,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetClusterRequest) GetCluster() *ClusterRef {
@@ -319,7 +429,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[3]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +441,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[3]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +454,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetClusterResponse) GetCluster() *ClusterInfo {
@@ -365,7 +475,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[4]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +487,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[4]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +500,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddMemberRequest) GetCluster() *ClusterRef {
@@ -417,7 +527,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[5]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +539,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[5]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +552,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{5}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddMemberResponse) GetCluster() *ClusterInfo {
@@ -463,7 +573,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[6]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +585,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[6]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +598,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{6}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveMemberRequest) GetCluster() *ClusterRef {
@@ -515,7 +625,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[7]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +637,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[7]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +650,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{7}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveMemberResponse) GetCluster() *ClusterInfo {
@@ -565,13 +675,33 @@ type SetStatusRequest struct {
 	Endpoint                 string `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	CertificateAuthorityData string `protobuf:"bytes,5,opt,name=certificate_authority_data,json=certificateAuthorityData,proto3" json:"certificate_authority_data,omitempty"`
 	PlatformVersion          string `protobuf:"bytes,6,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// The service-account token issuer of the cluster's Kubernetes API (an
+	// https URL); DescribeCluster returns it as identity.oidc.issuer. Empty
+	// keeps what is recorded.
+	OidcIssuer string `protobuf:"bytes,7,opt,name=oidc_issuer,json=oidcIssuer,proto3" json:"oidc_issuer,omitempty"`
+	// The control plane's VPC (vpc-…) and cluster security group (sg-…);
+	// DescribeCluster returns them in resourcesVpcConfig. Empty keeps what is
+	// recorded.
+	VpcId                  string `protobuf:"bytes,8,opt,name=vpc_id,json=vpcId,proto3" json:"vpc_id,omitempty"`
+	ClusterSecurityGroupId string `protobuf:"bytes,9,opt,name=cluster_security_group_id,json=clusterSecurityGroupId,proto3" json:"cluster_security_group_id,omitempty"`
+	// The subnets (subnet-…) and security groups (sg-…) of the control
+	// plane's network interfaces. Empty keeps what is recorded (what
+	// CreateCluster was given); a non-empty list replaces it.
+	SubnetIds        []string `protobuf:"bytes,10,rep,name=subnet_ids,json=subnetIds,proto3" json:"subnet_ids,omitempty"`
+	SecurityGroupIds []string `protobuf:"bytes,11,rep,name=security_group_ids,json=securityGroupIds,proto3" json:"security_group_ids,omitempty"`
+	// The cluster's health issues (DescribeCluster's health.issues). A
+	// non-empty list replaces the recorded issues; an empty list keeps them,
+	// unless clear_health_issues is set, which records none. Setting both is
+	// refused.
+	HealthIssues      []*ClusterIssue `protobuf:"bytes,12,rep,name=health_issues,json=healthIssues,proto3" json:"health_issues,omitempty"`
+	ClearHealthIssues bool            `protobuf:"varint,13,opt,name=clear_health_issues,json=clearHealthIssues,proto3" json:"clear_health_issues,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SetStatusRequest) Reset() {
 	*x = SetStatusRequest{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[8]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +713,7 @@ func (x *SetStatusRequest) String() string {
 func (*SetStatusRequest) ProtoMessage() {}
 
 func (x *SetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[8]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +726,7 @@ func (x *SetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{8}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetStatusRequest) GetCluster() *ClusterRef {
@@ -641,6 +771,55 @@ func (x *SetStatusRequest) GetPlatformVersion() string {
 	return ""
 }
 
+func (x *SetStatusRequest) GetOidcIssuer() string {
+	if x != nil {
+		return x.OidcIssuer
+	}
+	return ""
+}
+
+func (x *SetStatusRequest) GetVpcId() string {
+	if x != nil {
+		return x.VpcId
+	}
+	return ""
+}
+
+func (x *SetStatusRequest) GetClusterSecurityGroupId() string {
+	if x != nil {
+		return x.ClusterSecurityGroupId
+	}
+	return ""
+}
+
+func (x *SetStatusRequest) GetSubnetIds() []string {
+	if x != nil {
+		return x.SubnetIds
+	}
+	return nil
+}
+
+func (x *SetStatusRequest) GetSecurityGroupIds() []string {
+	if x != nil {
+		return x.SecurityGroupIds
+	}
+	return nil
+}
+
+func (x *SetStatusRequest) GetHealthIssues() []*ClusterIssue {
+	if x != nil {
+		return x.HealthIssues
+	}
+	return nil
+}
+
+func (x *SetStatusRequest) GetClearHealthIssues() bool {
+	if x != nil {
+		return x.ClearHealthIssues
+	}
+	return false
+}
+
 // SetStatusResponse carries the cluster after the change.
 type SetStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -651,7 +830,7 @@ type SetStatusResponse struct {
 
 func (x *SetStatusResponse) Reset() {
 	*x = SetStatusResponse{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[9]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +842,7 @@ func (x *SetStatusResponse) String() string {
 func (*SetStatusResponse) ProtoMessage() {}
 
 func (x *SetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[9]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +855,7 @@ func (x *SetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{9}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetStatusResponse) GetCluster() *ClusterInfo {
@@ -696,7 +875,7 @@ type FinalizeDeletionRequest struct {
 
 func (x *FinalizeDeletionRequest) Reset() {
 	*x = FinalizeDeletionRequest{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[10]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +887,7 @@ func (x *FinalizeDeletionRequest) String() string {
 func (*FinalizeDeletionRequest) ProtoMessage() {}
 
 func (x *FinalizeDeletionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[10]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +900,7 @@ func (x *FinalizeDeletionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeDeletionRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeDeletionRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{10}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FinalizeDeletionRequest) GetCluster() *ClusterRef {
@@ -741,7 +920,7 @@ type FinalizeDeletionResponse struct {
 
 func (x *FinalizeDeletionResponse) Reset() {
 	*x = FinalizeDeletionResponse{}
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[11]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +932,7 @@ func (x *FinalizeDeletionResponse) String() string {
 func (*FinalizeDeletionResponse) ProtoMessage() {}
 
 func (x *FinalizeDeletionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[11]
+	mi := &file_saltbush_control_v1_cluster_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +945,7 @@ func (x *FinalizeDeletionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeDeletionResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeDeletionResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{11}
+	return file_saltbush_control_v1_cluster_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FinalizeDeletionResponse) GetDeletedKeys() int64 {
@@ -786,7 +965,7 @@ const file_saltbush_control_v1_cluster_control_proto_rawDesc = "" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xd5\x02\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xcc\x04\n" +
 	"\vClusterInfo\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1d\n" +
 	"\n" +
@@ -799,7 +978,17 @@ const file_saltbush_control_v1_cluster_control_proto_rawDesc = "" +
 	"\rstatus_reason\x18\b \x01(\tR\fstatusReason\x12\x1a\n" +
 	"\bendpoint\x18\t \x01(\tR\bendpoint\x12)\n" +
 	"\x10platform_version\x18\n" +
-	" \x01(\tR\x0fplatformVersion\"N\n" +
+	" \x01(\tR\x0fplatformVersion\x12\x1f\n" +
+	"\voidc_issuer\x18\v \x01(\tR\n" +
+	"oidcIssuer\x12\x15\n" +
+	"\x06vpc_id\x18\f \x01(\tR\x05vpcId\x129\n" +
+	"\x19cluster_security_group_id\x18\r \x01(\tR\x16clusterSecurityGroupId\x12F\n" +
+	"\rhealth_issues\x18\x0e \x03(\v2!.saltbush.control.v1.ClusterIssueR\fhealthIssues\x12:\n" +
+	"\x19has_certificate_authority\x18\x0f \x01(\bR\x17hasCertificateAuthority\"_\n" +
+	"\fClusterIssue\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12!\n" +
+	"\fresource_ids\x18\x03 \x03(\tR\vresourceIds\"N\n" +
 	"\x11GetClusterRequest\x129\n" +
 	"\acluster\x18\x01 \x01(\v2\x1f.saltbush.control.v1.ClusterRefR\acluster\"P\n" +
 	"\x12GetClusterResponse\x12:\n" +
@@ -815,14 +1004,24 @@ const file_saltbush_control_v1_cluster_control_proto_rawDesc = "" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
 	"instanceId\"R\n" +
 	"\x14RemoveMemberResponse\x12:\n" +
-	"\acluster\x18\x01 \x01(\v2 .saltbush.control.v1.ClusterInfoR\acluster\"\xa6\x02\n" +
+	"\acluster\x18\x01 \x01(\v2 .saltbush.control.v1.ClusterInfoR\acluster\"\xde\x04\n" +
 	"\x10SetStatusRequest\x129\n" +
 	"\acluster\x18\x01 \x01(\v2\x1f.saltbush.control.v1.ClusterRefR\acluster\x12:\n" +
 	"\x06status\x18\x02 \x01(\x0e2\".saltbush.control.v1.ClusterStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12<\n" +
 	"\x1acertificate_authority_data\x18\x05 \x01(\tR\x18certificateAuthorityData\x12)\n" +
-	"\x10platform_version\x18\x06 \x01(\tR\x0fplatformVersion\"O\n" +
+	"\x10platform_version\x18\x06 \x01(\tR\x0fplatformVersion\x12\x1f\n" +
+	"\voidc_issuer\x18\a \x01(\tR\n" +
+	"oidcIssuer\x12\x15\n" +
+	"\x06vpc_id\x18\b \x01(\tR\x05vpcId\x129\n" +
+	"\x19cluster_security_group_id\x18\t \x01(\tR\x16clusterSecurityGroupId\x12\x1d\n" +
+	"\n" +
+	"subnet_ids\x18\n" +
+	" \x03(\tR\tsubnetIds\x12,\n" +
+	"\x12security_group_ids\x18\v \x03(\tR\x10securityGroupIds\x12F\n" +
+	"\rhealth_issues\x18\f \x03(\v2!.saltbush.control.v1.ClusterIssueR\fhealthIssues\x12.\n" +
+	"\x13clear_health_issues\x18\r \x01(\bR\x11clearHealthIssues\"O\n" +
 	"\x11SetStatusResponse\x12:\n" +
 	"\acluster\x18\x01 \x01(\v2 .saltbush.control.v1.ClusterInfoR\acluster\"T\n" +
 	"\x17FinalizeDeletionRequest\x129\n" +
@@ -858,49 +1057,52 @@ func file_saltbush_control_v1_cluster_control_proto_rawDescGZIP() []byte {
 }
 
 var file_saltbush_control_v1_cluster_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_saltbush_control_v1_cluster_control_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_saltbush_control_v1_cluster_control_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_saltbush_control_v1_cluster_control_proto_goTypes = []any{
 	(ClusterStatus)(0),               // 0: saltbush.control.v1.ClusterStatus
 	(*ClusterRef)(nil),               // 1: saltbush.control.v1.ClusterRef
 	(*ClusterInfo)(nil),              // 2: saltbush.control.v1.ClusterInfo
-	(*GetClusterRequest)(nil),        // 3: saltbush.control.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),       // 4: saltbush.control.v1.GetClusterResponse
-	(*AddMemberRequest)(nil),         // 5: saltbush.control.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),        // 6: saltbush.control.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),      // 7: saltbush.control.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),     // 8: saltbush.control.v1.RemoveMemberResponse
-	(*SetStatusRequest)(nil),         // 9: saltbush.control.v1.SetStatusRequest
-	(*SetStatusResponse)(nil),        // 10: saltbush.control.v1.SetStatusResponse
-	(*FinalizeDeletionRequest)(nil),  // 11: saltbush.control.v1.FinalizeDeletionRequest
-	(*FinalizeDeletionResponse)(nil), // 12: saltbush.control.v1.FinalizeDeletionResponse
+	(*ClusterIssue)(nil),             // 3: saltbush.control.v1.ClusterIssue
+	(*GetClusterRequest)(nil),        // 4: saltbush.control.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),       // 5: saltbush.control.v1.GetClusterResponse
+	(*AddMemberRequest)(nil),         // 6: saltbush.control.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),        // 7: saltbush.control.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),      // 8: saltbush.control.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),     // 9: saltbush.control.v1.RemoveMemberResponse
+	(*SetStatusRequest)(nil),         // 10: saltbush.control.v1.SetStatusRequest
+	(*SetStatusResponse)(nil),        // 11: saltbush.control.v1.SetStatusResponse
+	(*FinalizeDeletionRequest)(nil),  // 12: saltbush.control.v1.FinalizeDeletionRequest
+	(*FinalizeDeletionResponse)(nil), // 13: saltbush.control.v1.FinalizeDeletionResponse
 }
 var file_saltbush_control_v1_cluster_control_proto_depIdxs = []int32{
 	0,  // 0: saltbush.control.v1.ClusterInfo.status:type_name -> saltbush.control.v1.ClusterStatus
-	1,  // 1: saltbush.control.v1.GetClusterRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
-	2,  // 2: saltbush.control.v1.GetClusterResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
-	1,  // 3: saltbush.control.v1.AddMemberRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
-	2,  // 4: saltbush.control.v1.AddMemberResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
-	1,  // 5: saltbush.control.v1.RemoveMemberRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
-	2,  // 6: saltbush.control.v1.RemoveMemberResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
-	1,  // 7: saltbush.control.v1.SetStatusRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
-	0,  // 8: saltbush.control.v1.SetStatusRequest.status:type_name -> saltbush.control.v1.ClusterStatus
-	2,  // 9: saltbush.control.v1.SetStatusResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
-	1,  // 10: saltbush.control.v1.FinalizeDeletionRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
-	3,  // 11: saltbush.control.v1.ClusterControlService.GetCluster:input_type -> saltbush.control.v1.GetClusterRequest
-	5,  // 12: saltbush.control.v1.ClusterControlService.AddMember:input_type -> saltbush.control.v1.AddMemberRequest
-	7,  // 13: saltbush.control.v1.ClusterControlService.RemoveMember:input_type -> saltbush.control.v1.RemoveMemberRequest
-	9,  // 14: saltbush.control.v1.ClusterControlService.SetStatus:input_type -> saltbush.control.v1.SetStatusRequest
-	11, // 15: saltbush.control.v1.ClusterControlService.FinalizeDeletion:input_type -> saltbush.control.v1.FinalizeDeletionRequest
-	4,  // 16: saltbush.control.v1.ClusterControlService.GetCluster:output_type -> saltbush.control.v1.GetClusterResponse
-	6,  // 17: saltbush.control.v1.ClusterControlService.AddMember:output_type -> saltbush.control.v1.AddMemberResponse
-	8,  // 18: saltbush.control.v1.ClusterControlService.RemoveMember:output_type -> saltbush.control.v1.RemoveMemberResponse
-	10, // 19: saltbush.control.v1.ClusterControlService.SetStatus:output_type -> saltbush.control.v1.SetStatusResponse
-	12, // 20: saltbush.control.v1.ClusterControlService.FinalizeDeletion:output_type -> saltbush.control.v1.FinalizeDeletionResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 1: saltbush.control.v1.ClusterInfo.health_issues:type_name -> saltbush.control.v1.ClusterIssue
+	1,  // 2: saltbush.control.v1.GetClusterRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
+	2,  // 3: saltbush.control.v1.GetClusterResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
+	1,  // 4: saltbush.control.v1.AddMemberRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
+	2,  // 5: saltbush.control.v1.AddMemberResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
+	1,  // 6: saltbush.control.v1.RemoveMemberRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
+	2,  // 7: saltbush.control.v1.RemoveMemberResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
+	1,  // 8: saltbush.control.v1.SetStatusRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
+	0,  // 9: saltbush.control.v1.SetStatusRequest.status:type_name -> saltbush.control.v1.ClusterStatus
+	3,  // 10: saltbush.control.v1.SetStatusRequest.health_issues:type_name -> saltbush.control.v1.ClusterIssue
+	2,  // 11: saltbush.control.v1.SetStatusResponse.cluster:type_name -> saltbush.control.v1.ClusterInfo
+	1,  // 12: saltbush.control.v1.FinalizeDeletionRequest.cluster:type_name -> saltbush.control.v1.ClusterRef
+	4,  // 13: saltbush.control.v1.ClusterControlService.GetCluster:input_type -> saltbush.control.v1.GetClusterRequest
+	6,  // 14: saltbush.control.v1.ClusterControlService.AddMember:input_type -> saltbush.control.v1.AddMemberRequest
+	8,  // 15: saltbush.control.v1.ClusterControlService.RemoveMember:input_type -> saltbush.control.v1.RemoveMemberRequest
+	10, // 16: saltbush.control.v1.ClusterControlService.SetStatus:input_type -> saltbush.control.v1.SetStatusRequest
+	12, // 17: saltbush.control.v1.ClusterControlService.FinalizeDeletion:input_type -> saltbush.control.v1.FinalizeDeletionRequest
+	5,  // 18: saltbush.control.v1.ClusterControlService.GetCluster:output_type -> saltbush.control.v1.GetClusterResponse
+	7,  // 19: saltbush.control.v1.ClusterControlService.AddMember:output_type -> saltbush.control.v1.AddMemberResponse
+	9,  // 20: saltbush.control.v1.ClusterControlService.RemoveMember:output_type -> saltbush.control.v1.RemoveMemberResponse
+	11, // 21: saltbush.control.v1.ClusterControlService.SetStatus:output_type -> saltbush.control.v1.SetStatusResponse
+	13, // 22: saltbush.control.v1.ClusterControlService.FinalizeDeletion:output_type -> saltbush.control.v1.FinalizeDeletionResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_control_v1_cluster_control_proto_init() }
@@ -914,7 +1116,7 @@ func file_saltbush_control_v1_cluster_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_control_v1_cluster_control_proto_rawDesc), len(file_saltbush_control_v1_cluster_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

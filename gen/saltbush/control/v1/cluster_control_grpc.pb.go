@@ -43,8 +43,10 @@ type ClusterControlServiceClient interface {
 	// RemoveMember forgets a control-plane instance. Removing an absent
 	// member changes nothing.
 	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
-	// SetStatus marks a cluster ACTIVE or FAILED. A DELETING cluster cannot
-	// be moved.
+	// SetStatus marks a cluster ACTIVE or FAILED and records what the
+	// provisioner knows of its control plane. A DELETING cluster cannot be
+	// moved. ACTIVE is refused (FailedPrecondition) unless the cluster has an
+	// endpoint and certificate authority data after the call.
 	SetStatus(ctx context.Context, in *SetStatusRequest, opts ...grpc.CallOption) (*SetStatusResponse, error)
 	// FinalizeDeletion purges a DELETING cluster and everything under its uid
 	// in one transaction, once the provisioner has torn it down.
@@ -126,8 +128,10 @@ type ClusterControlServiceServer interface {
 	// RemoveMember forgets a control-plane instance. Removing an absent
 	// member changes nothing.
 	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
-	// SetStatus marks a cluster ACTIVE or FAILED. A DELETING cluster cannot
-	// be moved.
+	// SetStatus marks a cluster ACTIVE or FAILED and records what the
+	// provisioner knows of its control plane. A DELETING cluster cannot be
+	// moved. ACTIVE is refused (FailedPrecondition) unless the cluster has an
+	// endpoint and certificate authority data after the call.
 	SetStatus(context.Context, *SetStatusRequest) (*SetStatusResponse, error)
 	// FinalizeDeletion purges a DELETING cluster and everything under its uid
 	// in one transaction, once the provisioner has torn it down.

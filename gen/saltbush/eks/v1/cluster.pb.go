@@ -54,8 +54,11 @@ type Cluster struct {
 	StorageConfig             *StorageConfig             `protobuf:"bytes,23,opt,name=storage_config,json=storageConfig,proto3" json:"storage_config,omitempty"`
 	RemoteNetworkConfig       *RemoteNetworkConfig       `protobuf:"bytes,24,opt,name=remote_network_config,json=remoteNetworkConfig,proto3" json:"remote_network_config,omitempty"`
 	ControlPlaneScalingConfig *ControlPlaneScalingConfig `protobuf:"bytes,25,opt,name=control_plane_scaling_config,json=controlPlaneScalingConfig,proto3" json:"control_plane_scaling_config,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// The cluster's OpenID Connect issuer, as the provisioner reports it
+	// (saltbush.control.v1.ClusterControlService.SetStatus).
+	Identity      *Identity `protobuf:"bytes,26,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
@@ -263,6 +266,103 @@ func (x *Cluster) GetControlPlaneScalingConfig() *ControlPlaneScalingConfig {
 	return nil
 }
 
+func (x *Cluster) GetIdentity() *Identity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+// Identity is AWS's Identity.
+type Identity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Oidc          *OIDC                  `protobuf:"bytes,1,opt,name=oidc,proto3" json:"oidc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Identity) Reset() {
+	*x = Identity{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Identity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Identity) ProtoMessage() {}
+
+func (x *Identity) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Identity.ProtoReflect.Descriptor instead.
+func (*Identity) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Identity) GetOidc() *OIDC {
+	if x != nil {
+		return x.Oidc
+	}
+	return nil
+}
+
+// OIDC is AWS's OIDC.
+type OIDC struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Issuer        string                 `protobuf:"bytes,1,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OIDC) Reset() {
+	*x = OIDC{}
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OIDC) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OIDC) ProtoMessage() {}
+
+func (x *OIDC) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OIDC.ProtoReflect.Descriptor instead.
+func (*OIDC) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OIDC) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
 // VpcConfigRequest is AWS's VpcConfigRequest.
 type VpcConfigRequest struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
@@ -278,7 +378,7 @@ type VpcConfigRequest struct {
 
 func (x *VpcConfigRequest) Reset() {
 	*x = VpcConfigRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[1]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +390,7 @@ func (x *VpcConfigRequest) String() string {
 func (*VpcConfigRequest) ProtoMessage() {}
 
 func (x *VpcConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[1]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +403,7 @@ func (x *VpcConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VpcConfigRequest.ProtoReflect.Descriptor instead.
 func (*VpcConfigRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VpcConfigRequest) GetSubnetIds() []string {
@@ -366,7 +466,7 @@ type VpcConfigResponse struct {
 
 func (x *VpcConfigResponse) Reset() {
 	*x = VpcConfigResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[2]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +478,7 @@ func (x *VpcConfigResponse) String() string {
 func (*VpcConfigResponse) ProtoMessage() {}
 
 func (x *VpcConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[2]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +491,7 @@ func (x *VpcConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VpcConfigResponse.ProtoReflect.Descriptor instead.
 func (*VpcConfigResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *VpcConfigResponse) GetSubnetIds() []string {
@@ -463,7 +563,7 @@ type KubernetesNetworkConfigRequest struct {
 
 func (x *KubernetesNetworkConfigRequest) Reset() {
 	*x = KubernetesNetworkConfigRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[3]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +575,7 @@ func (x *KubernetesNetworkConfigRequest) String() string {
 func (*KubernetesNetworkConfigRequest) ProtoMessage() {}
 
 func (x *KubernetesNetworkConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[3]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +588,7 @@ func (x *KubernetesNetworkConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesNetworkConfigRequest.ProtoReflect.Descriptor instead.
 func (*KubernetesNetworkConfigRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KubernetesNetworkConfigRequest) GetServiceIpv4Cidr() string {
@@ -525,7 +625,7 @@ type KubernetesNetworkConfigResponse struct {
 
 func (x *KubernetesNetworkConfigResponse) Reset() {
 	*x = KubernetesNetworkConfigResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[4]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +637,7 @@ func (x *KubernetesNetworkConfigResponse) String() string {
 func (*KubernetesNetworkConfigResponse) ProtoMessage() {}
 
 func (x *KubernetesNetworkConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[4]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +650,7 @@ func (x *KubernetesNetworkConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesNetworkConfigResponse.ProtoReflect.Descriptor instead.
 func (*KubernetesNetworkConfigResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KubernetesNetworkConfigResponse) GetServiceIpv4Cidr() string {
@@ -591,7 +691,7 @@ type ElasticLoadBalancing struct {
 
 func (x *ElasticLoadBalancing) Reset() {
 	*x = ElasticLoadBalancing{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[5]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +703,7 @@ func (x *ElasticLoadBalancing) String() string {
 func (*ElasticLoadBalancing) ProtoMessage() {}
 
 func (x *ElasticLoadBalancing) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[5]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +716,7 @@ func (x *ElasticLoadBalancing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElasticLoadBalancing.ProtoReflect.Descriptor instead.
 func (*ElasticLoadBalancing) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ElasticLoadBalancing) GetEnabled() bool {
@@ -636,7 +736,7 @@ type Logging struct {
 
 func (x *Logging) Reset() {
 	*x = Logging{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[6]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +748,7 @@ func (x *Logging) String() string {
 func (*Logging) ProtoMessage() {}
 
 func (x *Logging) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[6]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +761,7 @@ func (x *Logging) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Logging.ProtoReflect.Descriptor instead.
 func (*Logging) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Logging) GetClusterLogging() []*LogSetup {
@@ -683,7 +783,7 @@ type LogSetup struct {
 
 func (x *LogSetup) Reset() {
 	*x = LogSetup{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[7]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +795,7 @@ func (x *LogSetup) String() string {
 func (*LogSetup) ProtoMessage() {}
 
 func (x *LogSetup) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[7]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +808,7 @@ func (x *LogSetup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogSetup.ProtoReflect.Descriptor instead.
 func (*LogSetup) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LogSetup) GetTypes() []string {
@@ -736,7 +836,7 @@ type EncryptionConfig struct {
 
 func (x *EncryptionConfig) Reset() {
 	*x = EncryptionConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[8]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +848,7 @@ func (x *EncryptionConfig) String() string {
 func (*EncryptionConfig) ProtoMessage() {}
 
 func (x *EncryptionConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[8]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +861,7 @@ func (x *EncryptionConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EncryptionConfig.ProtoReflect.Descriptor instead.
 func (*EncryptionConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EncryptionConfig) GetResources() []string {
@@ -788,7 +888,7 @@ type Provider struct {
 
 func (x *Provider) Reset() {
 	*x = Provider{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[9]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +900,7 @@ func (x *Provider) String() string {
 func (*Provider) ProtoMessage() {}
 
 func (x *Provider) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[9]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +913,7 @@ func (x *Provider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Provider.ProtoReflect.Descriptor instead.
 func (*Provider) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Provider) GetKeyArn() string {
@@ -833,7 +933,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[10]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +945,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[10]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +958,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Certificate) GetData() string {
@@ -880,7 +980,7 @@ type CreateAccessConfigRequest struct {
 
 func (x *CreateAccessConfigRequest) Reset() {
 	*x = CreateAccessConfigRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[11]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +992,7 @@ func (x *CreateAccessConfigRequest) String() string {
 func (*CreateAccessConfigRequest) ProtoMessage() {}
 
 func (x *CreateAccessConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[11]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1005,7 @@ func (x *CreateAccessConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAccessConfigRequest.ProtoReflect.Descriptor instead.
 func (*CreateAccessConfigRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateAccessConfigRequest) GetAuthenticationMode() string {
@@ -933,7 +1033,7 @@ type AccessConfigResponse struct {
 
 func (x *AccessConfigResponse) Reset() {
 	*x = AccessConfigResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[12]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1045,7 @@ func (x *AccessConfigResponse) String() string {
 func (*AccessConfigResponse) ProtoMessage() {}
 
 func (x *AccessConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[12]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1058,7 @@ func (x *AccessConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessConfigResponse.ProtoReflect.Descriptor instead.
 func (*AccessConfigResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AccessConfigResponse) GetBootstrapClusterCreatorAdminPermissions() bool {
@@ -986,7 +1086,7 @@ type UpdateAccessConfigRequest struct {
 
 func (x *UpdateAccessConfigRequest) Reset() {
 	*x = UpdateAccessConfigRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1098,7 @@ func (x *UpdateAccessConfigRequest) String() string {
 func (*UpdateAccessConfigRequest) ProtoMessage() {}
 
 func (x *UpdateAccessConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[13]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1111,7 @@ func (x *UpdateAccessConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAccessConfigRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAccessConfigRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateAccessConfigRequest) GetAuthenticationMode() string {
@@ -1032,7 +1132,7 @@ type UpgradePolicy struct {
 
 func (x *UpgradePolicy) Reset() {
 	*x = UpgradePolicy{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1144,7 @@ func (x *UpgradePolicy) String() string {
 func (*UpgradePolicy) ProtoMessage() {}
 
 func (x *UpgradePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[14]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1157,7 @@ func (x *UpgradePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpgradePolicy.ProtoReflect.Descriptor instead.
 func (*UpgradePolicy) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpgradePolicy) GetSupportType() string {
@@ -1077,7 +1177,7 @@ type ZonalShiftConfig struct {
 
 func (x *ZonalShiftConfig) Reset() {
 	*x = ZonalShiftConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1189,7 @@ func (x *ZonalShiftConfig) String() string {
 func (*ZonalShiftConfig) ProtoMessage() {}
 
 func (x *ZonalShiftConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[15]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1202,7 @@ func (x *ZonalShiftConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZonalShiftConfig.ProtoReflect.Descriptor instead.
 func (*ZonalShiftConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ZonalShiftConfig) GetEnabled() bool {
@@ -1125,7 +1225,7 @@ type ComputeConfig struct {
 
 func (x *ComputeConfig) Reset() {
 	*x = ComputeConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1237,7 @@ func (x *ComputeConfig) String() string {
 func (*ComputeConfig) ProtoMessage() {}
 
 func (x *ComputeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[16]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1250,7 @@ func (x *ComputeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComputeConfig.ProtoReflect.Descriptor instead.
 func (*ComputeConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ComputeConfig) GetEnabled() bool {
@@ -1184,7 +1284,7 @@ type StorageConfig struct {
 
 func (x *StorageConfig) Reset() {
 	*x = StorageConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1296,7 @@ func (x *StorageConfig) String() string {
 func (*StorageConfig) ProtoMessage() {}
 
 func (x *StorageConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[17]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1309,7 @@ func (x *StorageConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageConfig.ProtoReflect.Descriptor instead.
 func (*StorageConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StorageConfig) GetBlockStorage() *BlockStorage {
@@ -1229,7 +1329,7 @@ type BlockStorage struct {
 
 func (x *BlockStorage) Reset() {
 	*x = BlockStorage{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1341,7 @@ func (x *BlockStorage) String() string {
 func (*BlockStorage) ProtoMessage() {}
 
 func (x *BlockStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[18]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1354,7 @@ func (x *BlockStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStorage.ProtoReflect.Descriptor instead.
 func (*BlockStorage) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BlockStorage) GetEnabled() bool {
@@ -1276,7 +1376,7 @@ type RemoteNetworkConfig struct {
 
 func (x *RemoteNetworkConfig) Reset() {
 	*x = RemoteNetworkConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1388,7 @@ func (x *RemoteNetworkConfig) String() string {
 func (*RemoteNetworkConfig) ProtoMessage() {}
 
 func (x *RemoteNetworkConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[19]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1401,7 @@ func (x *RemoteNetworkConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteNetworkConfig.ProtoReflect.Descriptor instead.
 func (*RemoteNetworkConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoteNetworkConfig) GetRemoteNodeNetworks() []*RemoteNetwork {
@@ -1328,7 +1428,7 @@ type RemoteNetwork struct {
 
 func (x *RemoteNetwork) Reset() {
 	*x = RemoteNetwork{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1440,7 @@ func (x *RemoteNetwork) String() string {
 func (*RemoteNetwork) ProtoMessage() {}
 
 func (x *RemoteNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[20]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1453,7 @@ func (x *RemoteNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteNetwork.ProtoReflect.Descriptor instead.
 func (*RemoteNetwork) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoteNetwork) GetCidrs() []string {
@@ -1374,7 +1474,7 @@ type ControlPlaneScalingConfig struct {
 
 func (x *ControlPlaneScalingConfig) Reset() {
 	*x = ControlPlaneScalingConfig{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1486,7 @@ func (x *ControlPlaneScalingConfig) String() string {
 func (*ControlPlaneScalingConfig) ProtoMessage() {}
 
 func (x *ControlPlaneScalingConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[21]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1499,7 @@ func (x *ControlPlaneScalingConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlPlaneScalingConfig.ProtoReflect.Descriptor instead.
 func (*ControlPlaneScalingConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ControlPlaneScalingConfig) GetTier() string {
@@ -1419,7 +1519,7 @@ type ClusterHealth struct {
 
 func (x *ClusterHealth) Reset() {
 	*x = ClusterHealth{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1531,7 @@ func (x *ClusterHealth) String() string {
 func (*ClusterHealth) ProtoMessage() {}
 
 func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[22]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1544,7 @@ func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterHealth.ProtoReflect.Descriptor instead.
 func (*ClusterHealth) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClusterHealth) GetIssues() []*ClusterIssue {
@@ -1466,7 +1566,7 @@ type ClusterIssue struct {
 
 func (x *ClusterIssue) Reset() {
 	*x = ClusterIssue{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1578,7 @@ func (x *ClusterIssue) String() string {
 func (*ClusterIssue) ProtoMessage() {}
 
 func (x *ClusterIssue) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[23]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1591,7 @@ func (x *ClusterIssue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterIssue.ProtoReflect.Descriptor instead.
 func (*ClusterIssue) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClusterIssue) GetCode() string {
@@ -1543,7 +1643,7 @@ type CreateClusterRequest struct {
 
 func (x *CreateClusterRequest) Reset() {
 	*x = CreateClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1655,7 @@ func (x *CreateClusterRequest) String() string {
 func (*CreateClusterRequest) ProtoMessage() {}
 
 func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[24]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1668,7 @@ func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClusterRequest.ProtoReflect.Descriptor instead.
 func (*CreateClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateClusterRequest) GetName() string {
@@ -1707,7 +1807,7 @@ type CreateClusterResponse struct {
 
 func (x *CreateClusterResponse) Reset() {
 	*x = CreateClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1819,7 @@ func (x *CreateClusterResponse) String() string {
 func (*CreateClusterResponse) ProtoMessage() {}
 
 func (x *CreateClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[25]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1832,7 @@ func (x *CreateClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClusterResponse.ProtoReflect.Descriptor instead.
 func (*CreateClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{25}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateClusterResponse) GetCluster() *Cluster {
@@ -1752,7 +1852,7 @@ type DescribeClusterRequest struct {
 
 func (x *DescribeClusterRequest) Reset() {
 	*x = DescribeClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1864,7 @@ func (x *DescribeClusterRequest) String() string {
 func (*DescribeClusterRequest) ProtoMessage() {}
 
 func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[26]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1877,7 @@ func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{26}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DescribeClusterRequest) GetName() string {
@@ -1797,7 +1897,7 @@ type DescribeClusterResponse struct {
 
 func (x *DescribeClusterResponse) Reset() {
 	*x = DescribeClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1909,7 @@ func (x *DescribeClusterResponse) String() string {
 func (*DescribeClusterResponse) ProtoMessage() {}
 
 func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[27]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1922,7 @@ func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{27}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DescribeClusterResponse) GetCluster() *Cluster {
@@ -1846,7 +1946,7 @@ type ListClustersRequest struct {
 
 func (x *ListClustersRequest) Reset() {
 	*x = ListClustersRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1958,7 @@ func (x *ListClustersRequest) String() string {
 func (*ListClustersRequest) ProtoMessage() {}
 
 func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[28]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1971,7 @@ func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListClustersRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{28}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListClustersRequest) GetMaxResults() int32 {
@@ -1906,7 +2006,7 @@ type ListClustersResponse struct {
 
 func (x *ListClustersResponse) Reset() {
 	*x = ListClustersResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2018,7 @@ func (x *ListClustersResponse) String() string {
 func (*ListClustersResponse) ProtoMessage() {}
 
 func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[29]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2031,7 @@ func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListClustersResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{29}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListClustersResponse) GetClusters() []string {
@@ -1958,7 +2058,7 @@ type DeleteClusterRequest struct {
 
 func (x *DeleteClusterRequest) Reset() {
 	*x = DeleteClusterRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2070,7 @@ func (x *DeleteClusterRequest) String() string {
 func (*DeleteClusterRequest) ProtoMessage() {}
 
 func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[30]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2083,7 @@ func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterRequest.ProtoReflect.Descriptor instead.
 func (*DeleteClusterRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{30}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteClusterRequest) GetName() string {
@@ -2003,7 +2103,7 @@ type DeleteClusterResponse struct {
 
 func (x *DeleteClusterResponse) Reset() {
 	*x = DeleteClusterResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[31]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2115,7 @@ func (x *DeleteClusterResponse) String() string {
 func (*DeleteClusterResponse) ProtoMessage() {}
 
 func (x *DeleteClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[31]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2128,7 @@ func (x *DeleteClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterResponse.ProtoReflect.Descriptor instead.
 func (*DeleteClusterResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{31}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteClusterResponse) GetCluster() *Cluster {
@@ -2062,7 +2162,7 @@ type UpdateClusterConfigRequest struct {
 
 func (x *UpdateClusterConfigRequest) Reset() {
 	*x = UpdateClusterConfigRequest{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[32]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2174,7 @@ func (x *UpdateClusterConfigRequest) String() string {
 func (*UpdateClusterConfigRequest) ProtoMessage() {}
 
 func (x *UpdateClusterConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[32]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2187,7 @@ func (x *UpdateClusterConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateClusterConfigRequest.ProtoReflect.Descriptor instead.
 func (*UpdateClusterConfigRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{32}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdateClusterConfigRequest) GetName() string {
@@ -2191,7 +2291,7 @@ type UpdateClusterConfigResponse struct {
 
 func (x *UpdateClusterConfigResponse) Reset() {
 	*x = UpdateClusterConfigResponse{}
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[33]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2303,7 @@ func (x *UpdateClusterConfigResponse) String() string {
 func (*UpdateClusterConfigResponse) ProtoMessage() {}
 
 func (x *UpdateClusterConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[33]
+	mi := &file_saltbush_eks_v1_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2316,7 @@ func (x *UpdateClusterConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateClusterConfigResponse.ProtoReflect.Descriptor instead.
 func (*UpdateClusterConfigResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{33}
+	return file_saltbush_eks_v1_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateClusterConfigResponse) GetUpdate() *Update {
@@ -2230,7 +2330,7 @@ var File_saltbush_eks_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsaltbush/eks/v1/cluster.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1csaltbush/eks/v1/update.proto\"\xef\v\n" +
+	"\x1dsaltbush/eks/v1/cluster.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1csaltbush/eks/v1/update.proto\"\xa6\f\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03arn\x18\x02 \x01(\tR\x03arn\x12\x1d\n" +
@@ -2258,11 +2358,16 @@ const file_saltbush_eks_v1_cluster_proto_rawDesc = "" +
 	"\x0ecompute_config\x18\x16 \x01(\v2\x1e.saltbush.eks.v1.ComputeConfigR\rcomputeConfig\x12E\n" +
 	"\x0estorage_config\x18\x17 \x01(\v2\x1e.saltbush.eks.v1.StorageConfigR\rstorageConfig\x12X\n" +
 	"\x15remote_network_config\x18\x18 \x01(\v2$.saltbush.eks.v1.RemoteNetworkConfigR\x13remoteNetworkConfig\x12k\n" +
-	"\x1ccontrol_plane_scaling_config\x18\x19 \x01(\v2*.saltbush.eks.v1.ControlPlaneScalingConfigR\x19controlPlaneScalingConfig\x1a7\n" +
+	"\x1ccontrol_plane_scaling_config\x18\x19 \x01(\v2*.saltbush.eks.v1.ControlPlaneScalingConfigR\x19controlPlaneScalingConfig\x125\n" +
+	"\bidentity\x18\x1a \x01(\v2\x19.saltbush.eks.v1.IdentityR\bidentity\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
-	"\x14_deletion_protection\"\xf9\x02\n" +
+	"\x14_deletion_protection\"5\n" +
+	"\bIdentity\x12)\n" +
+	"\x04oidc\x18\x01 \x01(\v2\x15.saltbush.eks.v1.OIDCR\x04oidc\"\x1e\n" +
+	"\x04OIDC\x12\x16\n" +
+	"\x06issuer\x18\x01 \x01(\tR\x06issuer\"\xf9\x02\n" +
 	"\x10VpcConfigRequest\x12\x1d\n" +
 	"\n" +
 	"subnet_ids\x18\x01 \x03(\tR\tsubnetIds\x12,\n" +
@@ -2438,110 +2543,114 @@ func file_saltbush_eks_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_saltbush_eks_v1_cluster_proto_rawDescData
 }
 
-var file_saltbush_eks_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_saltbush_eks_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_saltbush_eks_v1_cluster_proto_goTypes = []any{
 	(*Cluster)(nil),                         // 0: saltbush.eks.v1.Cluster
-	(*VpcConfigRequest)(nil),                // 1: saltbush.eks.v1.VpcConfigRequest
-	(*VpcConfigResponse)(nil),               // 2: saltbush.eks.v1.VpcConfigResponse
-	(*KubernetesNetworkConfigRequest)(nil),  // 3: saltbush.eks.v1.KubernetesNetworkConfigRequest
-	(*KubernetesNetworkConfigResponse)(nil), // 4: saltbush.eks.v1.KubernetesNetworkConfigResponse
-	(*ElasticLoadBalancing)(nil),            // 5: saltbush.eks.v1.ElasticLoadBalancing
-	(*Logging)(nil),                         // 6: saltbush.eks.v1.Logging
-	(*LogSetup)(nil),                        // 7: saltbush.eks.v1.LogSetup
-	(*EncryptionConfig)(nil),                // 8: saltbush.eks.v1.EncryptionConfig
-	(*Provider)(nil),                        // 9: saltbush.eks.v1.Provider
-	(*Certificate)(nil),                     // 10: saltbush.eks.v1.Certificate
-	(*CreateAccessConfigRequest)(nil),       // 11: saltbush.eks.v1.CreateAccessConfigRequest
-	(*AccessConfigResponse)(nil),            // 12: saltbush.eks.v1.AccessConfigResponse
-	(*UpdateAccessConfigRequest)(nil),       // 13: saltbush.eks.v1.UpdateAccessConfigRequest
-	(*UpgradePolicy)(nil),                   // 14: saltbush.eks.v1.UpgradePolicy
-	(*ZonalShiftConfig)(nil),                // 15: saltbush.eks.v1.ZonalShiftConfig
-	(*ComputeConfig)(nil),                   // 16: saltbush.eks.v1.ComputeConfig
-	(*StorageConfig)(nil),                   // 17: saltbush.eks.v1.StorageConfig
-	(*BlockStorage)(nil),                    // 18: saltbush.eks.v1.BlockStorage
-	(*RemoteNetworkConfig)(nil),             // 19: saltbush.eks.v1.RemoteNetworkConfig
-	(*RemoteNetwork)(nil),                   // 20: saltbush.eks.v1.RemoteNetwork
-	(*ControlPlaneScalingConfig)(nil),       // 21: saltbush.eks.v1.ControlPlaneScalingConfig
-	(*ClusterHealth)(nil),                   // 22: saltbush.eks.v1.ClusterHealth
-	(*ClusterIssue)(nil),                    // 23: saltbush.eks.v1.ClusterIssue
-	(*CreateClusterRequest)(nil),            // 24: saltbush.eks.v1.CreateClusterRequest
-	(*CreateClusterResponse)(nil),           // 25: saltbush.eks.v1.CreateClusterResponse
-	(*DescribeClusterRequest)(nil),          // 26: saltbush.eks.v1.DescribeClusterRequest
-	(*DescribeClusterResponse)(nil),         // 27: saltbush.eks.v1.DescribeClusterResponse
-	(*ListClustersRequest)(nil),             // 28: saltbush.eks.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),            // 29: saltbush.eks.v1.ListClustersResponse
-	(*DeleteClusterRequest)(nil),            // 30: saltbush.eks.v1.DeleteClusterRequest
-	(*DeleteClusterResponse)(nil),           // 31: saltbush.eks.v1.DeleteClusterResponse
-	(*UpdateClusterConfigRequest)(nil),      // 32: saltbush.eks.v1.UpdateClusterConfigRequest
-	(*UpdateClusterConfigResponse)(nil),     // 33: saltbush.eks.v1.UpdateClusterConfigResponse
-	nil,                                     // 34: saltbush.eks.v1.Cluster.TagsEntry
-	nil,                                     // 35: saltbush.eks.v1.CreateClusterRequest.TagsEntry
-	(*Update)(nil),                          // 36: saltbush.eks.v1.Update
+	(*Identity)(nil),                        // 1: saltbush.eks.v1.Identity
+	(*OIDC)(nil),                            // 2: saltbush.eks.v1.OIDC
+	(*VpcConfigRequest)(nil),                // 3: saltbush.eks.v1.VpcConfigRequest
+	(*VpcConfigResponse)(nil),               // 4: saltbush.eks.v1.VpcConfigResponse
+	(*KubernetesNetworkConfigRequest)(nil),  // 5: saltbush.eks.v1.KubernetesNetworkConfigRequest
+	(*KubernetesNetworkConfigResponse)(nil), // 6: saltbush.eks.v1.KubernetesNetworkConfigResponse
+	(*ElasticLoadBalancing)(nil),            // 7: saltbush.eks.v1.ElasticLoadBalancing
+	(*Logging)(nil),                         // 8: saltbush.eks.v1.Logging
+	(*LogSetup)(nil),                        // 9: saltbush.eks.v1.LogSetup
+	(*EncryptionConfig)(nil),                // 10: saltbush.eks.v1.EncryptionConfig
+	(*Provider)(nil),                        // 11: saltbush.eks.v1.Provider
+	(*Certificate)(nil),                     // 12: saltbush.eks.v1.Certificate
+	(*CreateAccessConfigRequest)(nil),       // 13: saltbush.eks.v1.CreateAccessConfigRequest
+	(*AccessConfigResponse)(nil),            // 14: saltbush.eks.v1.AccessConfigResponse
+	(*UpdateAccessConfigRequest)(nil),       // 15: saltbush.eks.v1.UpdateAccessConfigRequest
+	(*UpgradePolicy)(nil),                   // 16: saltbush.eks.v1.UpgradePolicy
+	(*ZonalShiftConfig)(nil),                // 17: saltbush.eks.v1.ZonalShiftConfig
+	(*ComputeConfig)(nil),                   // 18: saltbush.eks.v1.ComputeConfig
+	(*StorageConfig)(nil),                   // 19: saltbush.eks.v1.StorageConfig
+	(*BlockStorage)(nil),                    // 20: saltbush.eks.v1.BlockStorage
+	(*RemoteNetworkConfig)(nil),             // 21: saltbush.eks.v1.RemoteNetworkConfig
+	(*RemoteNetwork)(nil),                   // 22: saltbush.eks.v1.RemoteNetwork
+	(*ControlPlaneScalingConfig)(nil),       // 23: saltbush.eks.v1.ControlPlaneScalingConfig
+	(*ClusterHealth)(nil),                   // 24: saltbush.eks.v1.ClusterHealth
+	(*ClusterIssue)(nil),                    // 25: saltbush.eks.v1.ClusterIssue
+	(*CreateClusterRequest)(nil),            // 26: saltbush.eks.v1.CreateClusterRequest
+	(*CreateClusterResponse)(nil),           // 27: saltbush.eks.v1.CreateClusterResponse
+	(*DescribeClusterRequest)(nil),          // 28: saltbush.eks.v1.DescribeClusterRequest
+	(*DescribeClusterResponse)(nil),         // 29: saltbush.eks.v1.DescribeClusterResponse
+	(*ListClustersRequest)(nil),             // 30: saltbush.eks.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),            // 31: saltbush.eks.v1.ListClustersResponse
+	(*DeleteClusterRequest)(nil),            // 32: saltbush.eks.v1.DeleteClusterRequest
+	(*DeleteClusterResponse)(nil),           // 33: saltbush.eks.v1.DeleteClusterResponse
+	(*UpdateClusterConfigRequest)(nil),      // 34: saltbush.eks.v1.UpdateClusterConfigRequest
+	(*UpdateClusterConfigResponse)(nil),     // 35: saltbush.eks.v1.UpdateClusterConfigResponse
+	nil,                                     // 36: saltbush.eks.v1.Cluster.TagsEntry
+	nil,                                     // 37: saltbush.eks.v1.CreateClusterRequest.TagsEntry
+	(*Update)(nil),                          // 38: saltbush.eks.v1.Update
 }
 var file_saltbush_eks_v1_cluster_proto_depIdxs = []int32{
-	2,  // 0: saltbush.eks.v1.Cluster.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigResponse
-	4,  // 1: saltbush.eks.v1.Cluster.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigResponse
-	6,  // 2: saltbush.eks.v1.Cluster.logging:type_name -> saltbush.eks.v1.Logging
-	10, // 3: saltbush.eks.v1.Cluster.certificate_authority:type_name -> saltbush.eks.v1.Certificate
-	34, // 4: saltbush.eks.v1.Cluster.tags:type_name -> saltbush.eks.v1.Cluster.TagsEntry
-	8,  // 5: saltbush.eks.v1.Cluster.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
-	12, // 6: saltbush.eks.v1.Cluster.access_config:type_name -> saltbush.eks.v1.AccessConfigResponse
-	14, // 7: saltbush.eks.v1.Cluster.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
-	15, // 8: saltbush.eks.v1.Cluster.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
-	22, // 9: saltbush.eks.v1.Cluster.health:type_name -> saltbush.eks.v1.ClusterHealth
-	16, // 10: saltbush.eks.v1.Cluster.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
-	17, // 11: saltbush.eks.v1.Cluster.storage_config:type_name -> saltbush.eks.v1.StorageConfig
-	19, // 12: saltbush.eks.v1.Cluster.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
-	21, // 13: saltbush.eks.v1.Cluster.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
-	5,  // 14: saltbush.eks.v1.KubernetesNetworkConfigRequest.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
-	5,  // 15: saltbush.eks.v1.KubernetesNetworkConfigResponse.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
-	7,  // 16: saltbush.eks.v1.Logging.cluster_logging:type_name -> saltbush.eks.v1.LogSetup
-	9,  // 17: saltbush.eks.v1.EncryptionConfig.provider:type_name -> saltbush.eks.v1.Provider
-	18, // 18: saltbush.eks.v1.StorageConfig.block_storage:type_name -> saltbush.eks.v1.BlockStorage
-	20, // 19: saltbush.eks.v1.RemoteNetworkConfig.remote_node_networks:type_name -> saltbush.eks.v1.RemoteNetwork
-	20, // 20: saltbush.eks.v1.RemoteNetworkConfig.remote_pod_networks:type_name -> saltbush.eks.v1.RemoteNetwork
-	23, // 21: saltbush.eks.v1.ClusterHealth.issues:type_name -> saltbush.eks.v1.ClusterIssue
-	1,  // 22: saltbush.eks.v1.CreateClusterRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
-	3,  // 23: saltbush.eks.v1.CreateClusterRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
-	6,  // 24: saltbush.eks.v1.CreateClusterRequest.logging:type_name -> saltbush.eks.v1.Logging
-	35, // 25: saltbush.eks.v1.CreateClusterRequest.tags:type_name -> saltbush.eks.v1.CreateClusterRequest.TagsEntry
-	8,  // 26: saltbush.eks.v1.CreateClusterRequest.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
-	11, // 27: saltbush.eks.v1.CreateClusterRequest.access_config:type_name -> saltbush.eks.v1.CreateAccessConfigRequest
-	14, // 28: saltbush.eks.v1.CreateClusterRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
-	15, // 29: saltbush.eks.v1.CreateClusterRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
-	16, // 30: saltbush.eks.v1.CreateClusterRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
-	17, // 31: saltbush.eks.v1.CreateClusterRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
-	19, // 32: saltbush.eks.v1.CreateClusterRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
-	21, // 33: saltbush.eks.v1.CreateClusterRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
-	0,  // 34: saltbush.eks.v1.CreateClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
-	0,  // 35: saltbush.eks.v1.DescribeClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
-	0,  // 36: saltbush.eks.v1.DeleteClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
-	1,  // 37: saltbush.eks.v1.UpdateClusterConfigRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
-	6,  // 38: saltbush.eks.v1.UpdateClusterConfigRequest.logging:type_name -> saltbush.eks.v1.Logging
-	13, // 39: saltbush.eks.v1.UpdateClusterConfigRequest.access_config:type_name -> saltbush.eks.v1.UpdateAccessConfigRequest
-	14, // 40: saltbush.eks.v1.UpdateClusterConfigRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
-	15, // 41: saltbush.eks.v1.UpdateClusterConfigRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
-	16, // 42: saltbush.eks.v1.UpdateClusterConfigRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
-	3,  // 43: saltbush.eks.v1.UpdateClusterConfigRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
-	17, // 44: saltbush.eks.v1.UpdateClusterConfigRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
-	19, // 45: saltbush.eks.v1.UpdateClusterConfigRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
-	21, // 46: saltbush.eks.v1.UpdateClusterConfigRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
-	36, // 47: saltbush.eks.v1.UpdateClusterConfigResponse.update:type_name -> saltbush.eks.v1.Update
-	24, // 48: saltbush.eks.v1.ClusterService.CreateCluster:input_type -> saltbush.eks.v1.CreateClusterRequest
-	26, // 49: saltbush.eks.v1.ClusterService.DescribeCluster:input_type -> saltbush.eks.v1.DescribeClusterRequest
-	28, // 50: saltbush.eks.v1.ClusterService.ListClusters:input_type -> saltbush.eks.v1.ListClustersRequest
-	30, // 51: saltbush.eks.v1.ClusterService.DeleteCluster:input_type -> saltbush.eks.v1.DeleteClusterRequest
-	32, // 52: saltbush.eks.v1.ClusterService.UpdateClusterConfig:input_type -> saltbush.eks.v1.UpdateClusterConfigRequest
-	25, // 53: saltbush.eks.v1.ClusterService.CreateCluster:output_type -> saltbush.eks.v1.CreateClusterResponse
-	27, // 54: saltbush.eks.v1.ClusterService.DescribeCluster:output_type -> saltbush.eks.v1.DescribeClusterResponse
-	29, // 55: saltbush.eks.v1.ClusterService.ListClusters:output_type -> saltbush.eks.v1.ListClustersResponse
-	31, // 56: saltbush.eks.v1.ClusterService.DeleteCluster:output_type -> saltbush.eks.v1.DeleteClusterResponse
-	33, // 57: saltbush.eks.v1.ClusterService.UpdateClusterConfig:output_type -> saltbush.eks.v1.UpdateClusterConfigResponse
-	53, // [53:58] is the sub-list for method output_type
-	48, // [48:53] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	4,  // 0: saltbush.eks.v1.Cluster.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigResponse
+	6,  // 1: saltbush.eks.v1.Cluster.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigResponse
+	8,  // 2: saltbush.eks.v1.Cluster.logging:type_name -> saltbush.eks.v1.Logging
+	12, // 3: saltbush.eks.v1.Cluster.certificate_authority:type_name -> saltbush.eks.v1.Certificate
+	36, // 4: saltbush.eks.v1.Cluster.tags:type_name -> saltbush.eks.v1.Cluster.TagsEntry
+	10, // 5: saltbush.eks.v1.Cluster.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
+	14, // 6: saltbush.eks.v1.Cluster.access_config:type_name -> saltbush.eks.v1.AccessConfigResponse
+	16, // 7: saltbush.eks.v1.Cluster.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
+	17, // 8: saltbush.eks.v1.Cluster.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
+	24, // 9: saltbush.eks.v1.Cluster.health:type_name -> saltbush.eks.v1.ClusterHealth
+	18, // 10: saltbush.eks.v1.Cluster.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	19, // 11: saltbush.eks.v1.Cluster.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	21, // 12: saltbush.eks.v1.Cluster.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	23, // 13: saltbush.eks.v1.Cluster.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	1,  // 14: saltbush.eks.v1.Cluster.identity:type_name -> saltbush.eks.v1.Identity
+	2,  // 15: saltbush.eks.v1.Identity.oidc:type_name -> saltbush.eks.v1.OIDC
+	7,  // 16: saltbush.eks.v1.KubernetesNetworkConfigRequest.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
+	7,  // 17: saltbush.eks.v1.KubernetesNetworkConfigResponse.elastic_load_balancing:type_name -> saltbush.eks.v1.ElasticLoadBalancing
+	9,  // 18: saltbush.eks.v1.Logging.cluster_logging:type_name -> saltbush.eks.v1.LogSetup
+	11, // 19: saltbush.eks.v1.EncryptionConfig.provider:type_name -> saltbush.eks.v1.Provider
+	20, // 20: saltbush.eks.v1.StorageConfig.block_storage:type_name -> saltbush.eks.v1.BlockStorage
+	22, // 21: saltbush.eks.v1.RemoteNetworkConfig.remote_node_networks:type_name -> saltbush.eks.v1.RemoteNetwork
+	22, // 22: saltbush.eks.v1.RemoteNetworkConfig.remote_pod_networks:type_name -> saltbush.eks.v1.RemoteNetwork
+	25, // 23: saltbush.eks.v1.ClusterHealth.issues:type_name -> saltbush.eks.v1.ClusterIssue
+	3,  // 24: saltbush.eks.v1.CreateClusterRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
+	5,  // 25: saltbush.eks.v1.CreateClusterRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
+	8,  // 26: saltbush.eks.v1.CreateClusterRequest.logging:type_name -> saltbush.eks.v1.Logging
+	37, // 27: saltbush.eks.v1.CreateClusterRequest.tags:type_name -> saltbush.eks.v1.CreateClusterRequest.TagsEntry
+	10, // 28: saltbush.eks.v1.CreateClusterRequest.encryption_config:type_name -> saltbush.eks.v1.EncryptionConfig
+	13, // 29: saltbush.eks.v1.CreateClusterRequest.access_config:type_name -> saltbush.eks.v1.CreateAccessConfigRequest
+	16, // 30: saltbush.eks.v1.CreateClusterRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
+	17, // 31: saltbush.eks.v1.CreateClusterRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
+	18, // 32: saltbush.eks.v1.CreateClusterRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	19, // 33: saltbush.eks.v1.CreateClusterRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	21, // 34: saltbush.eks.v1.CreateClusterRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	23, // 35: saltbush.eks.v1.CreateClusterRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	0,  // 36: saltbush.eks.v1.CreateClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
+	0,  // 37: saltbush.eks.v1.DescribeClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
+	0,  // 38: saltbush.eks.v1.DeleteClusterResponse.cluster:type_name -> saltbush.eks.v1.Cluster
+	3,  // 39: saltbush.eks.v1.UpdateClusterConfigRequest.resources_vpc_config:type_name -> saltbush.eks.v1.VpcConfigRequest
+	8,  // 40: saltbush.eks.v1.UpdateClusterConfigRequest.logging:type_name -> saltbush.eks.v1.Logging
+	15, // 41: saltbush.eks.v1.UpdateClusterConfigRequest.access_config:type_name -> saltbush.eks.v1.UpdateAccessConfigRequest
+	16, // 42: saltbush.eks.v1.UpdateClusterConfigRequest.upgrade_policy:type_name -> saltbush.eks.v1.UpgradePolicy
+	17, // 43: saltbush.eks.v1.UpdateClusterConfigRequest.zonal_shift_config:type_name -> saltbush.eks.v1.ZonalShiftConfig
+	18, // 44: saltbush.eks.v1.UpdateClusterConfigRequest.compute_config:type_name -> saltbush.eks.v1.ComputeConfig
+	5,  // 45: saltbush.eks.v1.UpdateClusterConfigRequest.kubernetes_network_config:type_name -> saltbush.eks.v1.KubernetesNetworkConfigRequest
+	19, // 46: saltbush.eks.v1.UpdateClusterConfigRequest.storage_config:type_name -> saltbush.eks.v1.StorageConfig
+	21, // 47: saltbush.eks.v1.UpdateClusterConfigRequest.remote_network_config:type_name -> saltbush.eks.v1.RemoteNetworkConfig
+	23, // 48: saltbush.eks.v1.UpdateClusterConfigRequest.control_plane_scaling_config:type_name -> saltbush.eks.v1.ControlPlaneScalingConfig
+	38, // 49: saltbush.eks.v1.UpdateClusterConfigResponse.update:type_name -> saltbush.eks.v1.Update
+	26, // 50: saltbush.eks.v1.ClusterService.CreateCluster:input_type -> saltbush.eks.v1.CreateClusterRequest
+	28, // 51: saltbush.eks.v1.ClusterService.DescribeCluster:input_type -> saltbush.eks.v1.DescribeClusterRequest
+	30, // 52: saltbush.eks.v1.ClusterService.ListClusters:input_type -> saltbush.eks.v1.ListClustersRequest
+	32, // 53: saltbush.eks.v1.ClusterService.DeleteCluster:input_type -> saltbush.eks.v1.DeleteClusterRequest
+	34, // 54: saltbush.eks.v1.ClusterService.UpdateClusterConfig:input_type -> saltbush.eks.v1.UpdateClusterConfigRequest
+	27, // 55: saltbush.eks.v1.ClusterService.CreateCluster:output_type -> saltbush.eks.v1.CreateClusterResponse
+	29, // 56: saltbush.eks.v1.ClusterService.DescribeCluster:output_type -> saltbush.eks.v1.DescribeClusterResponse
+	31, // 57: saltbush.eks.v1.ClusterService.ListClusters:output_type -> saltbush.eks.v1.ListClustersResponse
+	33, // 58: saltbush.eks.v1.ClusterService.DeleteCluster:output_type -> saltbush.eks.v1.DeleteClusterResponse
+	35, // 59: saltbush.eks.v1.ClusterService.UpdateClusterConfig:output_type -> saltbush.eks.v1.UpdateClusterConfigResponse
+	55, // [55:60] is the sub-list for method output_type
+	50, // [50:55] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_eks_v1_cluster_proto_init() }
@@ -2551,25 +2660,25 @@ func file_saltbush_eks_v1_cluster_proto_init() {
 	}
 	file_saltbush_eks_v1_update_proto_init()
 	file_saltbush_eks_v1_cluster_proto_msgTypes[0].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[1].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[2].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[5].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[4].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[11].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[12].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[15].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[16].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[9].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[13].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[14].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[17].OneofWrappers = []any{}
 	file_saltbush_eks_v1_cluster_proto_msgTypes[18].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[24].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[28].OneofWrappers = []any{}
-	file_saltbush_eks_v1_cluster_proto_msgTypes[32].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[20].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[26].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[30].OneofWrappers = []any{}
+	file_saltbush_eks_v1_cluster_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_eks_v1_cluster_proto_rawDesc), len(file_saltbush_eks_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

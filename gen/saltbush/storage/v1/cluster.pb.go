@@ -111,8 +111,18 @@ type ClusterRecord struct {
 	// Base64 PEM of the cluster CA.
 	CertificateAuthorityData string `protobuf:"bytes,16,opt,name=certificate_authority_data,json=certificateAuthorityData,proto3" json:"certificate_authority_data,omitempty"`
 	PlatformVersion          string `protobuf:"bytes,17,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// The service-account token issuer (https URL) of the cluster's
+	// Kubernetes API, as the provisioner reports it; DescribeCluster returns
+	// it as identity.oidc.issuer.
+	OidcIssuer string `protobuf:"bytes,18,opt,name=oidc_issuer,json=oidcIssuer,proto3" json:"oidc_issuer,omitempty"`
+	// The VPC and the cluster security group of the control plane, as the
+	// provisioner reports them.
+	VpcId                  string `protobuf:"bytes,19,opt,name=vpc_id,json=vpcId,proto3" json:"vpc_id,omitempty"`
+	ClusterSecurityGroupId string `protobuf:"bytes,20,opt,name=cluster_security_group_id,json=clusterSecurityGroupId,proto3" json:"cluster_security_group_id,omitempty"`
+	// The cluster's health issues, as the provisioner last reported them.
+	HealthIssues  []*ClusterHealthIssue `protobuf:"bytes,21,rep,name=health_issues,json=healthIssues,proto3" json:"health_issues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterRecord) Reset() {
@@ -264,6 +274,96 @@ func (x *ClusterRecord) GetPlatformVersion() string {
 	return ""
 }
 
+func (x *ClusterRecord) GetOidcIssuer() string {
+	if x != nil {
+		return x.OidcIssuer
+	}
+	return ""
+}
+
+func (x *ClusterRecord) GetVpcId() string {
+	if x != nil {
+		return x.VpcId
+	}
+	return ""
+}
+
+func (x *ClusterRecord) GetClusterSecurityGroupId() string {
+	if x != nil {
+		return x.ClusterSecurityGroupId
+	}
+	return ""
+}
+
+func (x *ClusterRecord) GetHealthIssues() []*ClusterHealthIssue {
+	if x != nil {
+		return x.HealthIssues
+	}
+	return nil
+}
+
+// ClusterHealthIssue is one health issue of a cluster.
+type ClusterHealthIssue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One of AWS's ClusterIssueCode values.
+	Code          string   `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string   `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	ResourceIds   []string `protobuf:"bytes,3,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterHealthIssue) Reset() {
+	*x = ClusterHealthIssue{}
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterHealthIssue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterHealthIssue) ProtoMessage() {}
+
+func (x *ClusterHealthIssue) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterHealthIssue.ProtoReflect.Descriptor instead.
+func (*ClusterHealthIssue) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ClusterHealthIssue) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ClusterHealthIssue) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ClusterHealthIssue) GetResourceIds() []string {
+	if x != nil {
+		return x.ResourceIds
+	}
+	return nil
+}
+
 // ClusterMember is one control-plane VM of a cluster.
 type ClusterMember struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -275,7 +375,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[1]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +387,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[1]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +400,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ClusterMember) GetInstanceId() string {
@@ -329,7 +429,7 @@ type ClusterAccessConfig struct {
 
 func (x *ClusterAccessConfig) Reset() {
 	*x = ClusterAccessConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +441,7 @@ func (x *ClusterAccessConfig) String() string {
 func (*ClusterAccessConfig) ProtoMessage() {}
 
 func (x *ClusterAccessConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +454,7 @@ func (x *ClusterAccessConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterAccessConfig.ProtoReflect.Descriptor instead.
 func (*ClusterAccessConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClusterAccessConfig) GetAuthenticationMode() string {
@@ -395,7 +495,7 @@ type ClusterSpec struct {
 
 func (x *ClusterSpec) Reset() {
 	*x = ClusterSpec{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[3]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +507,7 @@ func (x *ClusterSpec) String() string {
 func (*ClusterSpec) ProtoMessage() {}
 
 func (x *ClusterSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[3]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +520,7 @@ func (x *ClusterSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSpec.ProtoReflect.Descriptor instead.
 func (*ClusterSpec) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClusterSpec) GetRoleArn() string {
@@ -533,7 +633,7 @@ type ClusterComputeConfig struct {
 
 func (x *ClusterComputeConfig) Reset() {
 	*x = ClusterComputeConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +645,7 @@ func (x *ClusterComputeConfig) String() string {
 func (*ClusterComputeConfig) ProtoMessage() {}
 
 func (x *ClusterComputeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[4]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +658,7 @@ func (x *ClusterComputeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterComputeConfig.ProtoReflect.Descriptor instead.
 func (*ClusterComputeConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterComputeConfig) GetEnabled() bool {
@@ -592,7 +692,7 @@ type ClusterRemoteNetwork struct {
 
 func (x *ClusterRemoteNetwork) Reset() {
 	*x = ClusterRemoteNetwork{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +704,7 @@ func (x *ClusterRemoteNetwork) String() string {
 func (*ClusterRemoteNetwork) ProtoMessage() {}
 
 func (x *ClusterRemoteNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[5]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +717,7 @@ func (x *ClusterRemoteNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRemoteNetwork.ProtoReflect.Descriptor instead.
 func (*ClusterRemoteNetwork) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClusterRemoteNetwork) GetCidrs() []string {
@@ -642,7 +742,7 @@ type ClusterVpcConfig struct {
 
 func (x *ClusterVpcConfig) Reset() {
 	*x = ClusterVpcConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +754,7 @@ func (x *ClusterVpcConfig) String() string {
 func (*ClusterVpcConfig) ProtoMessage() {}
 
 func (x *ClusterVpcConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[6]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +767,7 @@ func (x *ClusterVpcConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterVpcConfig.ProtoReflect.Descriptor instead.
 func (*ClusterVpcConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClusterVpcConfig) GetSubnetIds() []string {
@@ -724,7 +824,7 @@ type ClusterNetworkConfig struct {
 
 func (x *ClusterNetworkConfig) Reset() {
 	*x = ClusterNetworkConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +836,7 @@ func (x *ClusterNetworkConfig) String() string {
 func (*ClusterNetworkConfig) ProtoMessage() {}
 
 func (x *ClusterNetworkConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[7]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +849,7 @@ func (x *ClusterNetworkConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterNetworkConfig.ProtoReflect.Descriptor instead.
 func (*ClusterNetworkConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClusterNetworkConfig) GetServiceIpv4Cidr() string {
@@ -784,7 +884,7 @@ type ClusterLogSetup struct {
 
 func (x *ClusterLogSetup) Reset() {
 	*x = ClusterLogSetup{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[8]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +896,7 @@ func (x *ClusterLogSetup) String() string {
 func (*ClusterLogSetup) ProtoMessage() {}
 
 func (x *ClusterLogSetup) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[8]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +909,7 @@ func (x *ClusterLogSetup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterLogSetup.ProtoReflect.Descriptor instead.
 func (*ClusterLogSetup) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClusterLogSetup) GetTypes() []string {
@@ -837,7 +937,7 @@ type ClusterEncryptionConfig struct {
 
 func (x *ClusterEncryptionConfig) Reset() {
 	*x = ClusterEncryptionConfig{}
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[9]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +949,7 @@ func (x *ClusterEncryptionConfig) String() string {
 func (*ClusterEncryptionConfig) ProtoMessage() {}
 
 func (x *ClusterEncryptionConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[9]
+	mi := &file_saltbush_storage_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +962,7 @@ func (x *ClusterEncryptionConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEncryptionConfig.ProtoReflect.Descriptor instead.
 func (*ClusterEncryptionConfig) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_saltbush_storage_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterEncryptionConfig) GetResources() []string {
@@ -883,7 +983,7 @@ var File_saltbush_storage_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"!saltbush/storage/v1/cluster.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x06\n" +
+	"!saltbush/storage/v1/cluster.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\b\n" +
 	"\rClusterRecord\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1d\n" +
 	"\n" +
@@ -905,10 +1005,19 @@ const file_saltbush_storage_v1_cluster_proto_rawDesc = "" +
 	"\rstatus_reason\x18\x0e \x01(\tR\fstatusReason\x12\x1a\n" +
 	"\bendpoint\x18\x0f \x01(\tR\bendpoint\x12<\n" +
 	"\x1acertificate_authority_data\x18\x10 \x01(\tR\x18certificateAuthorityData\x12)\n" +
-	"\x10platform_version\x18\x11 \x01(\tR\x0fplatformVersion\x1a7\n" +
+	"\x10platform_version\x18\x11 \x01(\tR\x0fplatformVersion\x12\x1f\n" +
+	"\voidc_issuer\x18\x12 \x01(\tR\n" +
+	"oidcIssuer\x12\x15\n" +
+	"\x06vpc_id\x18\x13 \x01(\tR\x05vpcId\x129\n" +
+	"\x19cluster_security_group_id\x18\x14 \x01(\tR\x16clusterSecurityGroupId\x12L\n" +
+	"\rhealth_issues\x18\x15 \x03(\v2'.saltbush.storage.v1.ClusterHealthIssueR\fhealthIssues\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"g\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
+	"\x12ClusterHealthIssue\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12!\n" +
+	"\fresource_ids\x18\x03 \x03(\tR\vresourceIds\"g\n" +
 	"\rClusterMember\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x125\n" +
@@ -985,43 +1094,45 @@ func file_saltbush_storage_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_saltbush_storage_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_saltbush_storage_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_saltbush_storage_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_saltbush_storage_v1_cluster_proto_goTypes = []any{
 	(ClusterStatus)(0),              // 0: saltbush.storage.v1.ClusterStatus
 	(*ClusterRecord)(nil),           // 1: saltbush.storage.v1.ClusterRecord
-	(*ClusterMember)(nil),           // 2: saltbush.storage.v1.ClusterMember
-	(*ClusterAccessConfig)(nil),     // 3: saltbush.storage.v1.ClusterAccessConfig
-	(*ClusterSpec)(nil),             // 4: saltbush.storage.v1.ClusterSpec
-	(*ClusterComputeConfig)(nil),    // 5: saltbush.storage.v1.ClusterComputeConfig
-	(*ClusterRemoteNetwork)(nil),    // 6: saltbush.storage.v1.ClusterRemoteNetwork
-	(*ClusterVpcConfig)(nil),        // 7: saltbush.storage.v1.ClusterVpcConfig
-	(*ClusterNetworkConfig)(nil),    // 8: saltbush.storage.v1.ClusterNetworkConfig
-	(*ClusterLogSetup)(nil),         // 9: saltbush.storage.v1.ClusterLogSetup
-	(*ClusterEncryptionConfig)(nil), // 10: saltbush.storage.v1.ClusterEncryptionConfig
-	nil,                             // 11: saltbush.storage.v1.ClusterRecord.TagsEntry
-	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
+	(*ClusterHealthIssue)(nil),      // 2: saltbush.storage.v1.ClusterHealthIssue
+	(*ClusterMember)(nil),           // 3: saltbush.storage.v1.ClusterMember
+	(*ClusterAccessConfig)(nil),     // 4: saltbush.storage.v1.ClusterAccessConfig
+	(*ClusterSpec)(nil),             // 5: saltbush.storage.v1.ClusterSpec
+	(*ClusterComputeConfig)(nil),    // 6: saltbush.storage.v1.ClusterComputeConfig
+	(*ClusterRemoteNetwork)(nil),    // 7: saltbush.storage.v1.ClusterRemoteNetwork
+	(*ClusterVpcConfig)(nil),        // 8: saltbush.storage.v1.ClusterVpcConfig
+	(*ClusterNetworkConfig)(nil),    // 9: saltbush.storage.v1.ClusterNetworkConfig
+	(*ClusterLogSetup)(nil),         // 10: saltbush.storage.v1.ClusterLogSetup
+	(*ClusterEncryptionConfig)(nil), // 11: saltbush.storage.v1.ClusterEncryptionConfig
+	nil,                             // 12: saltbush.storage.v1.ClusterRecord.TagsEntry
+	(*timestamppb.Timestamp)(nil),   // 13: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: saltbush.storage.v1.ClusterRecord.status:type_name -> saltbush.storage.v1.ClusterStatus
-	12, // 1: saltbush.storage.v1.ClusterRecord.created_at:type_name -> google.protobuf.Timestamp
-	12, // 2: saltbush.storage.v1.ClusterRecord.modified_at:type_name -> google.protobuf.Timestamp
-	2,  // 3: saltbush.storage.v1.ClusterRecord.members:type_name -> saltbush.storage.v1.ClusterMember
-	3,  // 4: saltbush.storage.v1.ClusterRecord.access_config:type_name -> saltbush.storage.v1.ClusterAccessConfig
-	11, // 5: saltbush.storage.v1.ClusterRecord.tags:type_name -> saltbush.storage.v1.ClusterRecord.TagsEntry
-	4,  // 6: saltbush.storage.v1.ClusterRecord.spec:type_name -> saltbush.storage.v1.ClusterSpec
-	12, // 7: saltbush.storage.v1.ClusterMember.added_at:type_name -> google.protobuf.Timestamp
-	7,  // 8: saltbush.storage.v1.ClusterSpec.vpc_config:type_name -> saltbush.storage.v1.ClusterVpcConfig
-	8,  // 9: saltbush.storage.v1.ClusterSpec.network_config:type_name -> saltbush.storage.v1.ClusterNetworkConfig
-	9,  // 10: saltbush.storage.v1.ClusterSpec.logging:type_name -> saltbush.storage.v1.ClusterLogSetup
-	10, // 11: saltbush.storage.v1.ClusterSpec.encryption_config:type_name -> saltbush.storage.v1.ClusterEncryptionConfig
-	5,  // 12: saltbush.storage.v1.ClusterSpec.compute_config:type_name -> saltbush.storage.v1.ClusterComputeConfig
-	6,  // 13: saltbush.storage.v1.ClusterSpec.remote_node_networks:type_name -> saltbush.storage.v1.ClusterRemoteNetwork
-	6,  // 14: saltbush.storage.v1.ClusterSpec.remote_pod_networks:type_name -> saltbush.storage.v1.ClusterRemoteNetwork
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	13, // 1: saltbush.storage.v1.ClusterRecord.created_at:type_name -> google.protobuf.Timestamp
+	13, // 2: saltbush.storage.v1.ClusterRecord.modified_at:type_name -> google.protobuf.Timestamp
+	3,  // 3: saltbush.storage.v1.ClusterRecord.members:type_name -> saltbush.storage.v1.ClusterMember
+	4,  // 4: saltbush.storage.v1.ClusterRecord.access_config:type_name -> saltbush.storage.v1.ClusterAccessConfig
+	12, // 5: saltbush.storage.v1.ClusterRecord.tags:type_name -> saltbush.storage.v1.ClusterRecord.TagsEntry
+	5,  // 6: saltbush.storage.v1.ClusterRecord.spec:type_name -> saltbush.storage.v1.ClusterSpec
+	2,  // 7: saltbush.storage.v1.ClusterRecord.health_issues:type_name -> saltbush.storage.v1.ClusterHealthIssue
+	13, // 8: saltbush.storage.v1.ClusterMember.added_at:type_name -> google.protobuf.Timestamp
+	8,  // 9: saltbush.storage.v1.ClusterSpec.vpc_config:type_name -> saltbush.storage.v1.ClusterVpcConfig
+	9,  // 10: saltbush.storage.v1.ClusterSpec.network_config:type_name -> saltbush.storage.v1.ClusterNetworkConfig
+	10, // 11: saltbush.storage.v1.ClusterSpec.logging:type_name -> saltbush.storage.v1.ClusterLogSetup
+	11, // 12: saltbush.storage.v1.ClusterSpec.encryption_config:type_name -> saltbush.storage.v1.ClusterEncryptionConfig
+	6,  // 13: saltbush.storage.v1.ClusterSpec.compute_config:type_name -> saltbush.storage.v1.ClusterComputeConfig
+	7,  // 14: saltbush.storage.v1.ClusterSpec.remote_node_networks:type_name -> saltbush.storage.v1.ClusterRemoteNetwork
+	7,  // 15: saltbush.storage.v1.ClusterSpec.remote_pod_networks:type_name -> saltbush.storage.v1.ClusterRemoteNetwork
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_storage_v1_cluster_proto_init() }
@@ -1029,16 +1140,16 @@ func file_saltbush_storage_v1_cluster_proto_init() {
 	if File_saltbush_storage_v1_cluster_proto != nil {
 		return
 	}
-	file_saltbush_storage_v1_cluster_proto_msgTypes[3].OneofWrappers = []any{}
 	file_saltbush_storage_v1_cluster_proto_msgTypes[4].OneofWrappers = []any{}
-	file_saltbush_storage_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{}
+	file_saltbush_storage_v1_cluster_proto_msgTypes[5].OneofWrappers = []any{}
+	file_saltbush_storage_v1_cluster_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_cluster_proto_rawDesc), len(file_saltbush_storage_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
