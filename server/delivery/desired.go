@@ -30,18 +30,25 @@ import (
 // reports and acknowledgements, which change no spec. When no add-on
 // changed, the digest is previous's too. It also returns when the latest
 // accepted report of any add-on was made.
-func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs []*mvccpb.KeyValue, rev int64, previous *deliveryv1.DesiredSet) (*deliveryv1.DesiredSet, time.Time, error) {
+//
+// The set also holds every pod identity association of the cluster
+// (associations, read in the same transaction), so that a created,
+// updated or deleted association is a new set: the executor records them
+// on the service accounts they name (docs/agent.md, "Pod identity").
+func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs, associations []*mvccpb.KeyValue, rev int64, previous *deliveryv1.DesiredSet) (*deliveryv1.DesiredSet, time.Time, error) {
 	var lastReport time.Time
 	set := &deliveryv1.DesiredSet{Version: rev, Addons: make([]*deliveryv1.DesiredAddon, 0, len(kvs))}
 	known := make(map[string]*deliveryv1.DesiredAddon, len(previous.GetAddons()))
 	for _, a := range previous.GetAddons() {
 		known[a.GetName()] = a
 	}
+	owners := make(map[string]string, len(kvs)) // add-on ARN → name
 	for _, kv := range kvs {
 		rec := &storagev1.AddonRecord{}
 		if err := store.Decode(kv.Value, rec); err != nil {
 			return nil, time.Time{}, fmt.Errorf("add-on %s: %w", kv.Key, err)
 		}
+		owners[rec.GetArn()] = rec.GetName()
 		if at := rec.GetObserved().GetObservedAt(); at != nil && at.AsTime().After(lastReport) {
 			lastReport = at.AsTime()
 		}
@@ -60,11 +67,19 @@ func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs []*mvccpb.KeyValue,
 		}
 		set.Addons = append(set.Addons, a)
 	}
-	if previous != nil && slices.Equal(set.Addons, previous.GetAddons()) {
+	var err error
+	if set.PodIdentityAssociations, err = desiredAssociations(associations, owners, previous.GetPodIdentityAssociations()); err != nil {
+		return nil, time.Time{}, err
+	}
+	if previous != nil && slices.Equal(set.Addons, previous.GetAddons()) &&
+		slices.Equal(set.PodIdentityAssociations, previous.GetPodIdentityAssociations()) {
 		set.Digest = previous.GetDigest()
 		return set, lastReport, nil
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&deliveryv1.DesiredSet{Addons: set.Addons})
+	// A set without associations has the digest it had before they
+	// existed: an empty repeated field encodes to nothing.
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&deliveryv1.DesiredSet{
+		Addons: set.Addons, PodIdentityAssociations: set.PodIdentityAssociations})
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -111,4 +126,44 @@ func (s *Service) desiredAddon(c *storagev1.ClusterRecord, rec *storagev1.AddonR
 	}
 	a.Manifest = manifest
 	return a, nil
+}
+
+// desiredAssociations are the cluster's pod identity associations (kvs, in
+// key order: association id order) as the agent gets them; owners maps an
+// add-on ARN to the add-on's name. An association equal to one of previous
+// is previous's, so that an unchanged set is recognised by identity.
+func desiredAssociations(kvs []*mvccpb.KeyValue, owners map[string]string, previous []*deliveryv1.DesiredPodIdentityAssociation) ([]*deliveryv1.DesiredPodIdentityAssociation, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	known := make(map[string]*deliveryv1.DesiredPodIdentityAssociation, len(previous))
+	for _, p := range previous {
+		known[p.GetAssociationId()] = p
+	}
+	out := make([]*deliveryv1.DesiredPodIdentityAssociation, 0, len(kvs))
+	for _, kv := range kvs {
+		rec := &storagev1.PodIdentityAssociationRecord{}
+		if err := store.Decode(kv.Value, rec); err != nil {
+			return nil, fmt.Errorf("pod identity association %s: %w", kv.Key, err)
+		}
+		p := desiredAssociation(rec, owners)
+		if k := known[p.GetAssociationId()]; k != nil && proto.Equal(k, p) {
+			p = k
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// desiredAssociation is one association record as the agent gets it: what
+// it records on the service account, and the add-on (by name) whose health
+// a failure to record it is part of.
+func desiredAssociation(rec *storagev1.PodIdentityAssociationRecord, owners map[string]string) *deliveryv1.DesiredPodIdentityAssociation {
+	return &deliveryv1.DesiredPodIdentityAssociation{
+		AssociationId: rec.GetAssociationId(), AssociationArn: rec.GetArn(),
+		Namespace: rec.GetNamespace(), ServiceAccount: rec.GetServiceAccount(),
+		RoleArn: rec.GetRoleArn(), TargetRoleArn: rec.GetTargetRoleArn(), ExternalId: rec.GetExternalId(),
+		DisableSessionTags: rec.GetDisableSessionTags(),
+		OwnerArn:           rec.GetOwnerArn(), OwnerAddon: owners[rec.GetOwnerArn()],
+	}
 }

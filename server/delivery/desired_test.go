@@ -50,14 +50,14 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	cluster := &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod"}
 	rec := noopRecord(t, 1, "")
 
-	first, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, rec)}, 10, nil)
+	first, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, rec)}, nil, 10, nil)
 	if err != nil || len(first.GetAddons()) != 1 || first.GetDigest() == "" {
 		t.Fatalf("first set: %v %v", first, err)
 	}
 
 	reported := noopRecord(t, 1, "")
 	reported.Observed = &storagev1.AddonObserved{Generation: 1, Phase: storagev1.AddonPhase_ADDON_PHASE_READY}
-	same, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, reported)}, 11, first)
+	same, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, reported)}, nil, 11, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, 12, first)
+			got, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, first)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 			}
 			tc.want(t, got)
 			// The digest is the content's: computed from scratch it is the same.
-			fresh, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, 12, nil)
+			fresh, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, nil)
 			if err != nil || fresh.GetDigest() != got.GetDigest() {
 				t.Errorf("digest %s with a previous set, %s without (%v)", got.GetDigest(), fresh.GetDigest(), err)
 			}
@@ -117,9 +117,98 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	}
 
 	// Removing the add-on (REMOVED accepted, record purged) empties the set.
-	empty, _, err := s.desiredSet(cluster, nil, 13, first)
+	empty, _, err := s.desiredSet(cluster, nil, nil, 13, first)
 	if err != nil || len(empty.GetAddons()) != 0 || empty.GetDigest() == first.GetDigest() {
 		t.Errorf("set without add-ons: %v %v", empty, err)
+	}
+}
+
+func associationKV(t *testing.T, rec *storagev1.PodIdentityAssociationRecord) *mvccpb.KeyValue {
+	t.Helper()
+	b, err := store.Encode(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &mvccpb.KeyValue{Key: []byte(store.PodIdentityAssociationKey("uid-1", rec.GetAssociationId())), Value: b}
+}
+
+func association(id, sa, role, owner string) *storagev1.PodIdentityAssociationRecord {
+	return &storagev1.PodIdentityAssociationRecord{ClusterUid: "uid-1", AssociationId: id,
+		Arn: "arn:aws:eks:us-east-1:111122223333:podidentityassociation/prod/" + id, Namespace: "kube-system",
+		ServiceAccount: sa, RoleArn: role, OwnerArn: owner}
+}
+
+// Pod identity associations are part of the desired set: each change to
+// them is a new digest, an unchanged one keeps it, and an add-on-owned one
+// names its add-on.
+func TestDesiredSetCarriesPodIdentityAssociations(t *testing.T) {
+	s := testService(t)
+	cluster := &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod"}
+	addon := noopRecord(t, 1, "")
+	addon.Arn = "arn:aws:eks:us-east-1:111122223333:addon/prod/saltbush-noop/addon-uid-1"
+	addons := []*mvccpb.KeyValue{addonKV(t, addon)}
+	owned := association("a-00000000000000001", "noop", "arn:aws:iam::111122223333:role/noop", addon.Arn)
+	standalone := association("a-00000000000000002", "app", "arn:aws:iam::111122223333:role/app", "")
+
+	without, _, err := s.desiredSet(cluster, addons, nil, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _, err := s.desiredSet(cluster, addons, []*mvccpb.KeyValue{associationKV(t, owned), associationKV(t, standalone)}, 11, without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.GetDigest() == without.GetDigest() {
+		t.Fatal("adding associations left the digest unchanged")
+	}
+	got := base.GetPodIdentityAssociations()
+	if len(got) != 2 || got[0].GetOwnerAddon() != "saltbush-noop" || got[0].GetOwnerArn() != addon.Arn ||
+		got[1].GetOwnerAddon() != "" || got[1].GetServiceAccount() != "app" || got[1].GetAssociationArn() != standalone.Arn {
+		t.Fatalf("associations = %v", got)
+	}
+
+	tests := []struct {
+		name         string
+		associations []*storagev1.PodIdentityAssociationRecord
+		sameDigest   bool
+	}{
+		{"unchanged", []*storagev1.PodIdentityAssociationRecord{owned, standalone}, true},
+		{"a new role", []*storagev1.PodIdentityAssociationRecord{owned,
+			association("a-00000000000000002", "app", "arn:aws:iam::111122223333:role/other", "")}, false},
+		{"a target role", func() []*storagev1.PodIdentityAssociationRecord {
+			r := association("a-00000000000000002", "app", "arn:aws:iam::111122223333:role/app", "")
+			r.TargetRoleArn, r.ExternalId = "arn:aws:iam::444455556666:role/target", "ext"
+			return []*storagev1.PodIdentityAssociationRecord{owned, r}
+		}(), false},
+		{"session tags disabled", func() []*storagev1.PodIdentityAssociationRecord {
+			r := association("a-00000000000000002", "app", "arn:aws:iam::111122223333:role/app", "")
+			r.DisableSessionTags = true
+			return []*storagev1.PodIdentityAssociationRecord{owned, r}
+		}(), false},
+		{"one deleted", []*storagev1.PodIdentityAssociationRecord{owned}, false},
+		{"all deleted", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var kvs []*mvccpb.KeyValue
+			for _, r := range tc.associations {
+				kvs = append(kvs, associationKV(t, r))
+			}
+			next, _, err := s.desiredSet(cluster, addons, kvs, 12, base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (next.GetDigest() == base.GetDigest()) != tc.sameDigest {
+				t.Errorf("digest %s after %s, %s before; want same %v", next.GetDigest(), tc.name, base.GetDigest(), tc.sameDigest)
+			}
+			fresh, _, err := s.desiredSet(cluster, addons, kvs, 12, nil)
+			if err != nil || fresh.GetDigest() != next.GetDigest() {
+				t.Errorf("digest %s with a previous set, %s without (%v)", next.GetDigest(), fresh.GetDigest(), err)
+			}
+			if len(tc.associations) == 0 && fresh.GetDigest() != without.GetDigest() {
+				t.Errorf("a set whose associations are all gone has digest %s, one that never had any %s", fresh.GetDigest(), without.GetDigest())
+			}
+		})
 	}
 }
 

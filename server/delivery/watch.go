@@ -288,7 +288,8 @@ func (w *clusterWatch) reread(ctx context.Context) {
 }
 
 // read takes one consistent snapshot of a cluster incarnation: its
-// record, executor, sessions and add-ons, in one etcd transaction.
+// record, executor, sessions, add-ons and pod identity associations, in
+// one etcd transaction.
 func (s *Service) read(ctx context.Context, uid, account, name string, prev *snapshot) (*snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -300,6 +301,7 @@ func (s *Service) read(ctx context.Context, uid, account, name string, prev *sna
 		// every connect); that carries the revisions, not the lease.
 		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.store.Key(store.AddonsPrefix(uid)), clientv3.WithPrefix()),
+		clientv3.OpGet(s.store.Key(store.PodIdentityAssociationsPrefix(uid)), clientv3.WithPrefix()),
 	}
 	// The cluster record (large with many members) is read and decoded
 	// only when it changed since the previous snapshot: most events under
@@ -350,7 +352,8 @@ func (s *Service) read(ctx context.Context, uid, account, name string, prev *sna
 		if prev != nil {
 			previous = prev.desired
 		}
-		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {
+		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(),
+			resp.Responses[4].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {
 			return nil, err
 		}
 	}

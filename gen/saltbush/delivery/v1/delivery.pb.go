@@ -660,10 +660,15 @@ type DesiredSet struct {
 	// The executor epoch the set was sent under.
 	Epoch int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// SHA-256 of the set's content (not of version or nonce).
-	Digest        string          `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
-	Addons        []*DesiredAddon `protobuf:"bytes,5,rep,name=addons,proto3" json:"addons,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Digest string          `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	Addons []*DesiredAddon `protobuf:"bytes,5,rep,name=addons,proto3" json:"addons,omitempty"`
+	// Every pod identity association of the cluster, standalone and
+	// add-on-owned, in association id order. The executor records each on
+	// the service account it names (docs/agent.md, "Pod identity").
+	// The digest covers them.
+	PodIdentityAssociations []*DesiredPodIdentityAssociation `protobuf:"bytes,6,rep,name=pod_identity_associations,json=podIdentityAssociations,proto3" json:"pod_identity_associations,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *DesiredSet) Reset() {
@@ -731,6 +736,142 @@ func (x *DesiredSet) GetAddons() []*DesiredAddon {
 	return nil
 }
 
+func (x *DesiredSet) GetPodIdentityAssociations() []*DesiredPodIdentityAssociation {
+	if x != nil {
+		return x.PodIdentityAssociations
+	}
+	return nil
+}
+
+// DesiredPodIdentityAssociation is one pod identity association as the
+// cluster should know it: the executor annotates the service account
+// {namespace}/{service_account} with it, under a field manager of its
+// own, and takes the annotations off again when the association leaves
+// the set.
+type DesiredPodIdentityAssociation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// a-{17 lowercase alphanumerics}.
+	AssociationId string `protobuf:"bytes,1,opt,name=association_id,json=associationId,proto3" json:"association_id,omitempty"`
+	// arn:aws:eks:{region}:{account}:podidentityassociation/{cluster}/{id}
+	AssociationArn string `protobuf:"bytes,2,opt,name=association_arn,json=associationArn,proto3" json:"association_arn,omitempty"`
+	Namespace      string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	ServiceAccount string `protobuf:"bytes,4,opt,name=service_account,json=serviceAccount,proto3" json:"service_account,omitempty"`
+	// The IAM role whose credentials the service account's pods get.
+	RoleArn string `protobuf:"bytes,5,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	// A role assumed from role_arn's session (role chaining), if any.
+	TargetRoleArn string `protobuf:"bytes,6,opt,name=target_role_arn,json=targetRoleArn,proto3" json:"target_role_arn,omitempty"`
+	// With target_role_arn: the external id of the chained AssumeRole.
+	ExternalId         string `protobuf:"bytes,7,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	DisableSessionTags bool   `protobuf:"varint,8,opt,name=disable_session_tags,json=disableSessionTags,proto3" json:"disable_session_tags,omitempty"`
+	// The owning add-on's ARN, empty for an association made directly.
+	OwnerArn string `protobuf:"bytes,9,opt,name=owner_arn,json=ownerArn,proto3" json:"owner_arn,omitempty"`
+	// The owning add-on's name (empty when owner_arn is): what the agent
+	// cannot record for this association is that add-on's health issue.
+	OwnerAddon    string `protobuf:"bytes,10,opt,name=owner_addon,json=ownerAddon,proto3" json:"owner_addon,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesiredPodIdentityAssociation) Reset() {
+	*x = DesiredPodIdentityAssociation{}
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredPodIdentityAssociation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredPodIdentityAssociation) ProtoMessage() {}
+
+func (x *DesiredPodIdentityAssociation) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredPodIdentityAssociation.ProtoReflect.Descriptor instead.
+func (*DesiredPodIdentityAssociation) Descriptor() ([]byte, []int) {
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DesiredPodIdentityAssociation) GetAssociationId() string {
+	if x != nil {
+		return x.AssociationId
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetAssociationArn() string {
+	if x != nil {
+		return x.AssociationArn
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetServiceAccount() string {
+	if x != nil {
+		return x.ServiceAccount
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetTargetRoleArn() string {
+	if x != nil {
+		return x.TargetRoleArn
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetDisableSessionTags() bool {
+	if x != nil {
+		return x.DisableSessionTags
+	}
+	return false
+}
+
+func (x *DesiredPodIdentityAssociation) GetOwnerArn() string {
+	if x != nil {
+		return x.OwnerArn
+	}
+	return ""
+}
+
+func (x *DesiredPodIdentityAssociation) GetOwnerAddon() string {
+	if x != nil {
+		return x.OwnerAddon
+	}
+	return ""
+}
+
 // DesiredAddon is one add-on as it should be.
 type DesiredAddon struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -762,7 +903,7 @@ type DesiredAddon struct {
 
 func (x *DesiredAddon) Reset() {
 	*x = DesiredAddon{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +915,7 @@ func (x *DesiredAddon) String() string {
 func (*DesiredAddon) ProtoMessage() {}
 
 func (x *DesiredAddon) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +928,7 @@ func (x *DesiredAddon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredAddon.ProtoReflect.Descriptor instead.
 func (*DesiredAddon) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DesiredAddon) GetName() string {
@@ -865,7 +1006,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1018,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1031,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Ack) GetVersion() int64 {
@@ -920,7 +1061,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[8]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1073,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[8]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1086,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{8}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Nack) GetVersion() int64 {
@@ -987,7 +1128,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[9]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1140,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[9]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1153,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{9}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Report) GetEpoch() int64 {
@@ -1069,7 +1210,7 @@ type Issue struct {
 
 func (x *Issue) Reset() {
 	*x = Issue{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[10]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1222,7 @@ func (x *Issue) String() string {
 func (*Issue) ProtoMessage() {}
 
 func (x *Issue) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[10]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1235,7 @@ func (x *Issue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Issue.ProtoReflect.Descriptor instead.
 func (*Issue) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{10}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Issue) GetCode() string {
@@ -1133,7 +1274,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[11]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1286,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[11]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1299,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{11}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportResult) GetAddon() string {
@@ -1200,7 +1341,7 @@ type Fence struct {
 
 func (x *Fence) Reset() {
 	*x = Fence{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[12]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1353,7 @@ func (x *Fence) String() string {
 func (*Fence) ProtoMessage() {}
 
 func (x *Fence) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[12]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1366,7 @@ func (x *Fence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fence.ProtoReflect.Descriptor instead.
 func (*Fence) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{12}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Fence) GetEpoch() int64 {
@@ -1254,7 +1395,7 @@ type FenceAck struct {
 
 func (x *FenceAck) Reset() {
 	*x = FenceAck{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1407,7 @@ func (x *FenceAck) String() string {
 func (*FenceAck) ProtoMessage() {}
 
 func (x *FenceAck) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1420,7 @@ func (x *FenceAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceAck.ProtoReflect.Descriptor instead.
 func (*FenceAck) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{13}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FenceAck) GetEpoch() int64 {
@@ -1298,7 +1439,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1451,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1464,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{14}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{15}
 }
 
 var File_saltbush_delivery_v1_delivery_proto protoreflect.FileDescriptor
@@ -1369,14 +1510,29 @@ const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"\x12heartbeat_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12:\n" +
 	"\vfence_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"fenceAfter\x12>\n" +
-	"\rsafety_margin\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\fsafetyMargin\"\xa6\x01\n" +
+	"\rsafety_margin\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\fsafetyMargin\"\x97\x02\n" +
 	"\n" +
 	"DesiredSet\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\tR\x05nonce\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x16\n" +
 	"\x06digest\x18\x04 \x01(\tR\x06digest\x12:\n" +
-	"\x06addons\x18\x05 \x03(\v2\".saltbush.delivery.v1.DesiredAddonR\x06addons\"\x8d\x02\n" +
+	"\x06addons\x18\x05 \x03(\v2\".saltbush.delivery.v1.DesiredAddonR\x06addons\x12o\n" +
+	"\x19pod_identity_associations\x18\x06 \x03(\v23.saltbush.delivery.v1.DesiredPodIdentityAssociationR\x17podIdentityAssociations\"\x8a\x03\n" +
+	"\x1dDesiredPodIdentityAssociation\x12%\n" +
+	"\x0eassociation_id\x18\x01 \x01(\tR\rassociationId\x12'\n" +
+	"\x0fassociation_arn\x18\x02 \x01(\tR\x0eassociationArn\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12'\n" +
+	"\x0fservice_account\x18\x04 \x01(\tR\x0eserviceAccount\x12\x19\n" +
+	"\brole_arn\x18\x05 \x01(\tR\aroleArn\x12&\n" +
+	"\x0ftarget_role_arn\x18\x06 \x01(\tR\rtargetRoleArn\x12\x1f\n" +
+	"\vexternal_id\x18\a \x01(\tR\n" +
+	"externalId\x120\n" +
+	"\x14disable_session_tags\x18\b \x01(\bR\x12disableSessionTags\x12\x1b\n" +
+	"\towner_arn\x18\t \x01(\tR\bownerArn\x12\x1f\n" +
+	"\vowner_addon\x18\n" +
+	" \x01(\tR\n" +
+	"ownerAddon\"\x8d\x02\n" +
 	"\fDesiredAddon\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1e\n" +
@@ -1448,57 +1604,59 @@ func file_saltbush_delivery_v1_delivery_proto_rawDescGZIP() []byte {
 }
 
 var file_saltbush_delivery_v1_delivery_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_saltbush_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_saltbush_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_saltbush_delivery_v1_delivery_proto_goTypes = []any{
-	(Role)(0),                   // 0: saltbush.delivery.v1.Role
-	(Phase)(0),                  // 1: saltbush.delivery.v1.Phase
-	(*AgentMessage)(nil),        // 2: saltbush.delivery.v1.AgentMessage
-	(*HostMessage)(nil),         // 3: saltbush.delivery.v1.HostMessage
-	(*Hello)(nil),               // 4: saltbush.delivery.v1.Hello
-	(*Assignment)(nil),          // 5: saltbush.delivery.v1.Assignment
-	(*Timing)(nil),              // 6: saltbush.delivery.v1.Timing
-	(*DesiredSet)(nil),          // 7: saltbush.delivery.v1.DesiredSet
-	(*DesiredAddon)(nil),        // 8: saltbush.delivery.v1.DesiredAddon
-	(*Ack)(nil),                 // 9: saltbush.delivery.v1.Ack
-	(*Nack)(nil),                // 10: saltbush.delivery.v1.Nack
-	(*Report)(nil),              // 11: saltbush.delivery.v1.Report
-	(*Issue)(nil),               // 12: saltbush.delivery.v1.Issue
-	(*ReportResult)(nil),        // 13: saltbush.delivery.v1.ReportResult
-	(*Fence)(nil),               // 14: saltbush.delivery.v1.Fence
-	(*FenceAck)(nil),            // 15: saltbush.delivery.v1.FenceAck
-	(*Heartbeat)(nil),           // 16: saltbush.delivery.v1.Heartbeat
-	(*ClusterName)(nil),         // 17: saltbush.delivery.v1.ClusterName
-	(*durationpb.Duration)(nil), // 18: google.protobuf.Duration
+	(Role)(0),                             // 0: saltbush.delivery.v1.Role
+	(Phase)(0),                            // 1: saltbush.delivery.v1.Phase
+	(*AgentMessage)(nil),                  // 2: saltbush.delivery.v1.AgentMessage
+	(*HostMessage)(nil),                   // 3: saltbush.delivery.v1.HostMessage
+	(*Hello)(nil),                         // 4: saltbush.delivery.v1.Hello
+	(*Assignment)(nil),                    // 5: saltbush.delivery.v1.Assignment
+	(*Timing)(nil),                        // 6: saltbush.delivery.v1.Timing
+	(*DesiredSet)(nil),                    // 7: saltbush.delivery.v1.DesiredSet
+	(*DesiredPodIdentityAssociation)(nil), // 8: saltbush.delivery.v1.DesiredPodIdentityAssociation
+	(*DesiredAddon)(nil),                  // 9: saltbush.delivery.v1.DesiredAddon
+	(*Ack)(nil),                           // 10: saltbush.delivery.v1.Ack
+	(*Nack)(nil),                          // 11: saltbush.delivery.v1.Nack
+	(*Report)(nil),                        // 12: saltbush.delivery.v1.Report
+	(*Issue)(nil),                         // 13: saltbush.delivery.v1.Issue
+	(*ReportResult)(nil),                  // 14: saltbush.delivery.v1.ReportResult
+	(*Fence)(nil),                         // 15: saltbush.delivery.v1.Fence
+	(*FenceAck)(nil),                      // 16: saltbush.delivery.v1.FenceAck
+	(*Heartbeat)(nil),                     // 17: saltbush.delivery.v1.Heartbeat
+	(*ClusterName)(nil),                   // 18: saltbush.delivery.v1.ClusterName
+	(*durationpb.Duration)(nil),           // 19: google.protobuf.Duration
 }
 var file_saltbush_delivery_v1_delivery_proto_depIdxs = []int32{
 	4,  // 0: saltbush.delivery.v1.AgentMessage.hello:type_name -> saltbush.delivery.v1.Hello
-	9,  // 1: saltbush.delivery.v1.AgentMessage.ack:type_name -> saltbush.delivery.v1.Ack
-	10, // 2: saltbush.delivery.v1.AgentMessage.nack:type_name -> saltbush.delivery.v1.Nack
-	11, // 3: saltbush.delivery.v1.AgentMessage.report:type_name -> saltbush.delivery.v1.Report
-	16, // 4: saltbush.delivery.v1.AgentMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
-	15, // 5: saltbush.delivery.v1.AgentMessage.fence_ack:type_name -> saltbush.delivery.v1.FenceAck
+	10, // 1: saltbush.delivery.v1.AgentMessage.ack:type_name -> saltbush.delivery.v1.Ack
+	11, // 2: saltbush.delivery.v1.AgentMessage.nack:type_name -> saltbush.delivery.v1.Nack
+	12, // 3: saltbush.delivery.v1.AgentMessage.report:type_name -> saltbush.delivery.v1.Report
+	17, // 4: saltbush.delivery.v1.AgentMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
+	16, // 5: saltbush.delivery.v1.AgentMessage.fence_ack:type_name -> saltbush.delivery.v1.FenceAck
 	5,  // 6: saltbush.delivery.v1.HostMessage.assignment:type_name -> saltbush.delivery.v1.Assignment
 	7,  // 7: saltbush.delivery.v1.HostMessage.desired_set:type_name -> saltbush.delivery.v1.DesiredSet
-	14, // 8: saltbush.delivery.v1.HostMessage.fence:type_name -> saltbush.delivery.v1.Fence
-	16, // 9: saltbush.delivery.v1.HostMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
-	13, // 10: saltbush.delivery.v1.HostMessage.report_result:type_name -> saltbush.delivery.v1.ReportResult
-	17, // 11: saltbush.delivery.v1.Hello.cluster:type_name -> saltbush.delivery.v1.ClusterName
+	15, // 8: saltbush.delivery.v1.HostMessage.fence:type_name -> saltbush.delivery.v1.Fence
+	17, // 9: saltbush.delivery.v1.HostMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
+	14, // 10: saltbush.delivery.v1.HostMessage.report_result:type_name -> saltbush.delivery.v1.ReportResult
+	18, // 11: saltbush.delivery.v1.Hello.cluster:type_name -> saltbush.delivery.v1.ClusterName
 	0,  // 12: saltbush.delivery.v1.Assignment.role:type_name -> saltbush.delivery.v1.Role
 	6,  // 13: saltbush.delivery.v1.Assignment.timing:type_name -> saltbush.delivery.v1.Timing
-	18, // 14: saltbush.delivery.v1.Timing.session_ttl:type_name -> google.protobuf.Duration
-	18, // 15: saltbush.delivery.v1.Timing.heartbeat_interval:type_name -> google.protobuf.Duration
-	18, // 16: saltbush.delivery.v1.Timing.fence_after:type_name -> google.protobuf.Duration
-	18, // 17: saltbush.delivery.v1.Timing.safety_margin:type_name -> google.protobuf.Duration
-	8,  // 18: saltbush.delivery.v1.DesiredSet.addons:type_name -> saltbush.delivery.v1.DesiredAddon
-	1,  // 19: saltbush.delivery.v1.Report.phase:type_name -> saltbush.delivery.v1.Phase
-	12, // 20: saltbush.delivery.v1.Report.issues:type_name -> saltbush.delivery.v1.Issue
-	2,  // 21: saltbush.delivery.v1.DeliveryService.Connect:input_type -> saltbush.delivery.v1.AgentMessage
-	3,  // 22: saltbush.delivery.v1.DeliveryService.Connect:output_type -> saltbush.delivery.v1.HostMessage
-	22, // [22:23] is the sub-list for method output_type
-	21, // [21:22] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	19, // 14: saltbush.delivery.v1.Timing.session_ttl:type_name -> google.protobuf.Duration
+	19, // 15: saltbush.delivery.v1.Timing.heartbeat_interval:type_name -> google.protobuf.Duration
+	19, // 16: saltbush.delivery.v1.Timing.fence_after:type_name -> google.protobuf.Duration
+	19, // 17: saltbush.delivery.v1.Timing.safety_margin:type_name -> google.protobuf.Duration
+	9,  // 18: saltbush.delivery.v1.DesiredSet.addons:type_name -> saltbush.delivery.v1.DesiredAddon
+	8,  // 19: saltbush.delivery.v1.DesiredSet.pod_identity_associations:type_name -> saltbush.delivery.v1.DesiredPodIdentityAssociation
+	1,  // 20: saltbush.delivery.v1.Report.phase:type_name -> saltbush.delivery.v1.Phase
+	13, // 21: saltbush.delivery.v1.Report.issues:type_name -> saltbush.delivery.v1.Issue
+	2,  // 22: saltbush.delivery.v1.DeliveryService.Connect:input_type -> saltbush.delivery.v1.AgentMessage
+	3,  // 23: saltbush.delivery.v1.DeliveryService.Connect:output_type -> saltbush.delivery.v1.HostMessage
+	23, // [23:24] is the sub-list for method output_type
+	22, // [22:23] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_delivery_v1_delivery_proto_init() }
@@ -1528,7 +1686,7 @@ func file_saltbush_delivery_v1_delivery_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_delivery_v1_delivery_proto_rawDesc), len(file_saltbush_delivery_v1_delivery_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
