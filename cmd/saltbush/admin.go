@@ -116,7 +116,9 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 		}
 	}
 
-	var endpoint, caFile, platformVersion string
+	var endpoint, caFile, platformVersion, oidcIssuer, vpcID, clusterSG string
+	var subnetIDs, securityGroupIDs, healthIssues []string
+	var clearHealthIssues bool
 	setStatus := &cobra.Command{
 		Use: "set-status CLUSTER ACTIVE|FAILED [REASON]", Short: "Mark a cluster ACTIVE or FAILED", Args: cobra.RangeArgs(2, 3),
 		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error) {
@@ -125,7 +127,16 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 				return nil, fmt.Errorf("unknown status %q", args[0])
 			}
 			req := &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus(st),
-				Endpoint: endpoint, PlatformVersion: platformVersion}
+				Endpoint: endpoint, PlatformVersion: platformVersion, OidcIssuer: oidcIssuer,
+				VpcId: vpcID, ClusterSecurityGroupId: clusterSG, SubnetIds: subnetIDs, SecurityGroupIds: securityGroupIDs,
+				ClearHealthIssues: clearHealthIssues}
+			for _, hi := range healthIssues {
+				code, msg, ok := strings.Cut(hi, ":")
+				if !ok {
+					return nil, fmt.Errorf("--health-issue %q: want CODE:MESSAGE", hi)
+				}
+				req.HealthIssues = append(req.HealthIssues, &controlv1.ClusterIssue{Code: code, Message: msg})
+			}
 			if len(args) > 1 {
 				req.Reason = args[1]
 			}
@@ -142,6 +153,13 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 	setStatus.Flags().StringVar(&endpoint, "endpoint", "", "https URL of the cluster's Kubernetes API (for ACTIVE)")
 	setStatus.Flags().StringVar(&caFile, "ca-file", "", "PEM file of the cluster's CA (for ACTIVE)")
 	setStatus.Flags().StringVar(&platformVersion, "platform-version", "", "platform version to report (for ACTIVE)")
+	setStatus.Flags().StringVar(&oidcIssuer, "oidc-issuer", "", "https URL of the cluster's service-account token issuer")
+	setStatus.Flags().StringVar(&vpcID, "vpc-id", "", "the control plane's VPC (vpc-…)")
+	setStatus.Flags().StringVar(&clusterSG, "cluster-security-group-id", "", "the cluster security group (sg-…)")
+	setStatus.Flags().StringSliceVar(&subnetIDs, "subnet-ids", nil, "the control plane's subnets (subnet-…), replacing the recorded ones")
+	setStatus.Flags().StringSliceVar(&securityGroupIDs, "security-group-ids", nil, "the control plane's security groups (sg-…), replacing the recorded ones")
+	setStatus.Flags().StringArrayVar(&healthIssues, "health-issue", nil, "a health issue CODE:MESSAGE (repeatable; replaces the recorded issues)")
+	setStatus.Flags().BoolVar(&clearHealthIssues, "clear-health-issues", false, "record no health issues")
 
 	cmd.AddCommand(&cobra.Command{
 		Use: "get CLUSTER", Short: "Show a cluster's uid, status and members", Args: cobra.ExactArgs(1),

@@ -16,6 +16,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/cluster"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 )
@@ -43,6 +44,7 @@ func edgeCluster(t *testing.T, cs *cluster.Service, name, k8s string) *storagev1
 	}
 	rec, err := cs.SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: edgeRef(name), Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+		Endpoint: clustertest.Endpoint, CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	})
 	if err != nil {
 		t.Fatalf("cluster %s ACTIVE: %v", name, err)
@@ -211,6 +213,7 @@ func TestStaleClusterReadIsConfirmedBeforeRefusing(t *testing.T) {
 	lag.freeze(t, "flaky") // this member saw FAILED last
 	if _, err := lag.SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: edgeRef("flaky"), Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+		Endpoint: clustertest.Endpoint, CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatal(err)
 	}

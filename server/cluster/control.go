@@ -2,12 +2,8 @@ package cluster
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"slices"
 
@@ -175,8 +171,9 @@ func (s *Service) RemoveMember(ctx context.Context, ref *controlv1.ClusterRef, i
 	})
 }
 
-// SetStatus marks the cluster ACTIVE or FAILED. For ACTIVE the provisioner
-// may record where the control plane is (endpoint, CA, platform version).
+// SetStatus marks the cluster ACTIVE or FAILED and records what the
+// provisioner reports about its control plane (validateControlPlane,
+// applyControlPlane). ACTIVE needs an endpoint and a CA after the call.
 func (s *Service) SetStatus(ctx context.Context, req *controlv1.SetStatusRequest) (*storagev1.ClusterRecord, error) {
 	ref, st, reason := req.GetCluster(), req.GetStatus(), req.GetReason()
 	var target storagev1.ClusterStatus
@@ -203,45 +200,12 @@ func (s *Service) SetStatus(ctx context.Context, req *controlv1.SetStatusRequest
 		if target == storagev1.ClusterStatus_CLUSTER_STATUS_FAILED {
 			c.StatusReason = reason
 		}
-		if v := req.GetEndpoint(); v != "" {
-			c.Endpoint = v
-		}
-		if v := req.GetCertificateAuthorityData(); v != "" {
-			c.CertificateAuthorityData = v
-		}
-		if v := req.GetPlatformVersion(); v != "" {
-			c.PlatformVersion = v
+		applyControlPlane(c, req)
+		if target == storagev1.ClusterStatus_CLUSTER_STATUS_ACTIVE {
+			return readyToServe(c)
 		}
 		return nil
 	})
-}
-
-// validateControlPlane checks what a provisioner reports about a cluster's
-// control plane before any of it is stored.
-func validateControlPlane(req *controlv1.SetStatusRequest) error {
-	if ep := req.GetEndpoint(); ep != "" {
-		u, err := url.Parse(ep)
-		if err != nil || u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" || len(ep) > 2048 {
-			return errdefs.InvalidParameter("endpoint %q must be an https URL of a host (and port).", ep)
-		}
-	}
-	if ca := req.GetCertificateAuthorityData(); ca != "" {
-		pemBytes, err := base64.StdEncoding.DecodeString(ca)
-		if err != nil || len(ca) > 64<<10 {
-			return errdefs.InvalidParameter("certificateAuthorityData must be base64-encoded PEM.")
-		}
-		block, _ := pem.Decode(pemBytes)
-		if block == nil || block.Type != "CERTIFICATE" {
-			return errdefs.InvalidParameter("certificateAuthorityData must hold a PEM CERTIFICATE block.")
-		}
-		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-			return errdefs.InvalidParameter("certificateAuthorityData: %v.", err)
-		}
-	}
-	if pv := req.GetPlatformVersion(); len(pv) > 64 {
-		return errdefs.InvalidParameter("platformVersion is longer than 64 characters.")
-	}
-	return nil
 }
 
 // FinalizeDeletion purges a DELETING cluster: its record and every key under

@@ -114,6 +114,8 @@ func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
 		ResourcesVpcConfig: &eksv1.VpcConfigResponse{
 			SubnetIds:              vpc.GetSubnetIds(),
 			SecurityGroupIds:       vpc.GetSecurityGroupIds(),
+			ClusterSecurityGroupId: rec.GetClusterSecurityGroupId(),
+			VpcId:                  rec.GetVpcId(),
 			EndpointPublicAccess:   proto.Bool(vpc.GetEndpointPublicAccess()),
 			EndpointPrivateAccess:  proto.Bool(vpc.GetEndpointPrivateAccess()),
 			PublicAccessCidrs:      vpc.GetPublicAccessCidrs(),
@@ -170,10 +172,27 @@ func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
 			Resources: e.GetResources(), Provider: &eksv1.Provider{KeyArn: e.GetKeyArn()},
 		})
 	}
-	if rec.GetStatus() == storagev1.ClusterStatus_CLUSTER_STATUS_FAILED && rec.GetStatusReason() != "" {
-		c.Health = &eksv1.ClusterHealth{Issues: []*eksv1.ClusterIssue{{Code: "Other", Message: rec.GetStatusReason()}}}
+	if iss := rec.GetOidcIssuer(); iss != "" {
+		c.Identity = &eksv1.Identity{Oidc: &eksv1.OIDC{Issuer: iss}}
 	}
+	c.Health = health(rec)
 	return c
+}
+
+// health renders the recorded health issues and, for a FAILED cluster, its
+// reason as an issue of code Other; nil when there is nothing to report.
+func health(rec *storagev1.ClusterRecord) *eksv1.ClusterHealth {
+	var issues []*eksv1.ClusterIssue
+	for _, is := range rec.GetHealthIssues() {
+		issues = append(issues, &eksv1.ClusterIssue{Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds()})
+	}
+	if rec.GetStatus() == storagev1.ClusterStatus_CLUSTER_STATUS_FAILED && rec.GetStatusReason() != "" {
+		issues = append(issues, &eksv1.ClusterIssue{Code: "Other", Message: rec.GetStatusReason()})
+	}
+	if len(issues) == 0 {
+		return nil
+	}
+	return &eksv1.ClusterHealth{Issues: issues}
 }
 
 // ToControl renders a cluster record in the internal control shape.
@@ -188,6 +207,16 @@ func ToControl(rec *storagev1.ClusterRecord) *controlv1.ClusterInfo {
 		StatusReason:      rec.GetStatusReason(),
 		Endpoint:          rec.GetEndpoint(),
 		PlatformVersion:   rec.GetPlatformVersion(),
+		OidcIssuer:        rec.GetOidcIssuer(),
+		VpcId:             rec.GetVpcId(),
+
+		ClusterSecurityGroupId:  rec.GetClusterSecurityGroupId(),
+		HasCertificateAuthority: rec.GetCertificateAuthorityData() != "",
+	}
+	for _, is := range rec.GetHealthIssues() {
+		info.HealthIssues = append(info.HealthIssues, &controlv1.ClusterIssue{
+			Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds(),
+		})
 	}
 	for _, m := range rec.GetMembers() {
 		info.Members = append(info.Members, m.GetInstanceId())

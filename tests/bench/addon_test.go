@@ -28,6 +28,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 )
@@ -100,9 +101,13 @@ func (ab *addonBench) activeCluster(ctx context.Context, name string) (string, e
 	}); err != nil {
 		return "", fmt.Errorf("create cluster %s: %w", name, err)
 	}
+	ca, err := clustertest.GenerateCertificateAuthorityData()
+	if err != nil {
+		return "", err
+	}
 	out, err := ab.control.SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: &controlv1.ClusterRef{AccountId: ab.account, Name: name}, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1",
+		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1", CertificateAuthorityData: ca,
 	})
 	if err != nil {
 		return "", fmt.Errorf("cluster %s ACTIVE: %w", name, err)

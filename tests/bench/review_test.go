@@ -18,6 +18,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 )
@@ -113,7 +114,7 @@ func BenchmarkAccessReview(b *testing.B) {
 	uid := added.GetCluster().GetUid()
 	if _, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1",
+		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(b),
 	}); err != nil {
 		b.Fatalf("SetStatus ACTIVE: %v", err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 )
 
@@ -81,7 +82,7 @@ func newAccessHarness(t *testing.T, cluster string) *accessHarness {
 	}
 	if _, err := h.control.SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: h.ref(), Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1",
+		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatalf("SetStatus ACTIVE: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 )
 
@@ -30,7 +31,7 @@ func (h *accessHarness) activeCluster(t *testing.T, name string, mode types.Auth
 	uid := h.addMember(t, name, agentInstance)
 	if _, err := controlv1.NewClusterControlServiceClient(h.srv.GRPC(t)).SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: &controlv1.ClusterRef{AccountId: h.account, Name: name}, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.9:6443", PlatformVersion: "eks.1",
+		Endpoint: "https://10.0.0.9:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatalf("SetStatus %s: %v", name, err)
 	}

@@ -16,6 +16,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/wanterr"
@@ -275,7 +276,7 @@ func TestReviewBoundToAgentCluster(t *testing.T) {
 	otherUID := h.addMember(t, "other", "i-other")
 	if _, err := controlv1.NewClusterControlServiceClient(h.srv.GRPC(t)).SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: &controlv1.ClusterRef{AccountId: h.account, Name: "other"}, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.2:6443", PlatformVersion: "eks.1",
+		Endpoint: "https://10.0.0.2:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatal(err)
 	}

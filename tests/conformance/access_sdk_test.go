@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
@@ -74,6 +75,7 @@ func (h *accessHarness) setStatus(t *testing.T, st controlv1.ClusterStatus) {
 	switch st {
 	case controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE:
 		req.Endpoint, req.PlatformVersion = "https://10.0.0.1:6443", "eks.1"
+		req.CertificateAuthorityData = clustertest.CertificateAuthorityData(t)
 	case controlv1.ClusterStatus_CLUSTER_STATUS_FAILED:
 		req.Reason = "test"
 	}

@@ -16,6 +16,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
@@ -84,7 +85,7 @@ func TestReviewRevocationAcrossReplicas(t *testing.T) {
 		uid = out.GetCluster().GetUid()
 	}
 	if _, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1"}); err != nil {
+		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.IAM().CreatePrincipal(ctx, teamRoleARN); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 )
 
@@ -45,7 +46,7 @@ func newAddonHarness(t *testing.T, opts ...servertest.Option) *addonHarness {
 	cc := controlv1.NewClusterControlServiceClient(srv.GRPC(t))
 	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: h.ref(), Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1",
+		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatalf("SetStatus ACTIVE: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
@@ -37,6 +38,7 @@ func addonSetClusterStatus(t *testing.T, h *addonHarness, name string, st contro
 	if _, err := cc.SetStatus(ctxT(t), &controlv1.SetStatusRequest{
 		Cluster: &controlv1.ClusterRef{AccountId: h.account, Name: name}, Status: st,
 		Endpoint: "https://10.0.0.2:6443", PlatformVersion: "eks.1", Reason: "test",
+		CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatalf("SetStatus %s %s: %v", name, st, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
@@ -457,7 +458,7 @@ func TestAuthPolicyAccountRoot(t *testing.T) {
 	cc := controlv1.NewClusterControlServiceClient(srv.GRPC(t))
 	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{
 		Cluster: &controlv1.ClusterRef{AccountId: acct, Name: "root-1"}, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: "https://10.0.0.3:6443", PlatformVersion: "eks.1",
+		Endpoint: "https://10.0.0.3:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatalf("SetStatus: %v", err)
 	}

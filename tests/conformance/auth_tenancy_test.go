@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
@@ -305,7 +306,7 @@ func TestAuthTenancyIsolation(t *testing.T) {
 		cc := controlv1.NewClusterControlServiceClient(srv.GRPC(t))
 		if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{
 			Cluster: &controlv1.ClusterRef{AccountId: acctB, Name: h.cluster}, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-			Endpoint: "https://10.0.0.9:6443", PlatformVersion: "eks.1",
+			Endpoint: "https://10.0.0.9:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 		}); err != nil {
 			t.Fatalf("SetStatus B's cluster ACTIVE: %v", err)
 		}

@@ -19,6 +19,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
 )
@@ -46,8 +47,9 @@ func TestAddonKillMidWriteKeepsInvariants(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := controlv1.NewClusterControlServiceClient(conn).SetStatus(ctx, &controlv1.SetStatusRequest{
-			Cluster: &controlv1.ClusterRef{AccountId: "000000000000", Name: name},
-			Status:  controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+			Cluster:  &controlv1.ClusterRef{AccountId: "000000000000", Name: name},
+			Status:   controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+			Endpoint: clustertest.Endpoint, CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 		}); err != nil {
 			t.Fatal(err)
 		}

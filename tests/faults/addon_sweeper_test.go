@@ -11,6 +11,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
 )
@@ -32,8 +33,9 @@ func activeCluster(t *testing.T, ctx context.Context, srv *servertest.Server, na
 		t.Fatalf("CreateCluster: %v", err)
 	}
 	if _, err := controlv1.NewClusterControlServiceClient(srv.GRPC(t)).SetStatus(ctx, &controlv1.SetStatusRequest{
-		Cluster: &controlv1.ClusterRef{AccountId: srv.Config.DevAccount, Name: name},
-		Status:  controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+		Cluster:  &controlv1.ClusterRef{AccountId: srv.Config.DevAccount, Name: name},
+		Status:   controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+		Endpoint: clustertest.Endpoint, CertificateAuthorityData: clustertest.CertificateAuthorityData(t),
 	}); err != nil {
 		t.Fatalf("SetStatus: %v", err)
 	}

@@ -32,6 +32,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
@@ -243,10 +244,14 @@ func (e *dlEnv) createCluster(ctx context.Context, name string, members []string
 		return "", 0, fmt.Errorf("CreateCluster %s: %w", name, err)
 	}
 	ref := &controlv1.ClusterRef{AccountId: e.account, Name: name}
+	ca, err := clustertest.GenerateCertificateAuthorityData()
+	if err != nil {
+		return "", 0, err
+	}
 	err = e.api(func(r *dlReplica) error {
 		_, err := controlv1.NewClusterControlServiceClient(r.admin).SetStatus(ctx, &controlv1.SetStatusRequest{
 			Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-			Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1",
+			Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1", CertificateAuthorityData: ca,
 		})
 		return err
 	})

@@ -18,6 +18,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
@@ -729,7 +730,8 @@ func TestDeliveryEpochOnlyGrows(t *testing.T) {
 		t.Helper()
 		err := env.api(func(r *dlReplica) error {
 			_, err := controlv1.NewClusterControlServiceClient(r.admin).SetStatus(ctx, &controlv1.SetStatusRequest{
-				Cluster: &controlv1.ClusterRef{AccountId: env.account, Name: cluster}, Status: st, Reason: "test"})
+				Cluster: &controlv1.ClusterRef{AccountId: env.account, Name: cluster}, Status: st, Reason: "test",
+				Endpoint: clustertest.Endpoint, CertificateAuthorityData: clustertest.CertificateAuthorityData(t)})
 			return err
 		})
 		if err != nil {
