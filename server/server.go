@@ -45,11 +45,14 @@ import (
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
+	"github.com/saltbush/saltbush/server/podidentity"
 	"github.com/saltbush/saltbush/server/review"
+	"github.com/saltbush/saltbush/server/sts"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/server/throttle"
 	"github.com/saltbush/saltbush/server/token"
 	"github.com/saltbush/saltbush/server/update"
+	"github.com/saltbush/saltbush/server/version"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
 )
@@ -259,7 +262,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.httpServer = s.newHTTPServer(facade)
+	query, err := s.newQueryAPI(keyCache, authorizer, limiter, auditSink)
+	if err != nil {
+		return nil, err
+	}
+	s.httpServer = s.newHTTPServer(facade, query)
 
 	if err := s.listen(); err != nil {
 		return nil, err
@@ -418,19 +425,31 @@ func (s *Server) newDomain(keyCache *iam.Cache) (domain, error) {
 		return domain{}, err
 	}
 	d.updates = update.NewService(s.store, d.clusters, s.log.With("service", "update"))
+	if d.versions, err = version.NewService(s.store, d.clusters, version.Config{
+		Versions: s.cfg.Cluster.KubernetesVersions, Default: s.cfg.Cluster.DefaultKubernetesVersion,
+		IdempotencyTTL: s.cfg.Cluster.IdempotencyTTL, Now: s.cfg.Cluster.Now,
+	}, s.log.With("service", "version")); err != nil {
+		return domain{}, err
+	}
 	policies := accesspolicy.NewCatalog()
 	if d.entries, err = access.NewService(s.store, d.clusters, keyCache, policies, access.Config{
 		Region: s.cfg.Cluster.Region, IdempotencyTTL: s.cfg.Cluster.IdempotencyTTL, Now: s.cfg.Cluster.Now,
 	}, s.log.With("service", "access")); err != nil {
 		return domain{}, err
 	}
+	if d.pods, err = podidentity.NewService(s.store, d.clusters, podidentity.Config{
+		Region: s.cfg.Cluster.Region, IdempotencyTTL: s.cfg.Cluster.IdempotencyTTL, Now: s.cfg.Cluster.Now,
+	}, s.log.With("service", "podidentity")); err != nil {
+		return domain{}, err
+	}
 	if d.reviews, err = s.newReviews(d.clusters, keyCache, d.entries, policies); err != nil {
 		return domain{}, err
 	}
 	d.tags = tagging.NewService(s.cfg.Cluster.Region, map[string]tagging.Resource{
-		"cluster":      d.clusters.Tagging(),
-		"addon":        d.addons.Tagging(),
-		"access-entry": d.entries.Tagging(),
+		"cluster":           d.clusters.Tagging(),
+		"addon":             d.addons.Tagging(),
+		"access-entry":      d.entries.Tagging(),
+		podidentity.ARNType: d.pods.Tagging(),
 	}, s.log.With("service", "tagging"))
 	if d.deliveries, err = s.newDelivery(d.clusters, d.addons); err != nil {
 		return domain{}, err
@@ -538,14 +557,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 func (s *Server) newFacade(ctx context.Context, register gateway.Register, keyCache *iam.Cache, limiter *throttle.Limiter, auditSink audit.Sink) (http.Handler, error) {
 	auth := s.cfg.Authenticator
 	if auth == nil {
-		auth = &gateway.SigV4{
-			Verifier: sigv4.Verifier{Service: "eks", Keys: sigv4.NewSigningKeys()},
-			Region:   s.cfg.Cluster.Region,
-			Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
-				c, ok, err := keyCache.Lookup(ctx, akid)
-				return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
-			},
-		}
+		auth = sigV4Auth("eks", s.cfg.Cluster.Region, keyCache)
 	}
 	return gateway.New(ctx, gateway.Config{
 		Authenticator: auth,
@@ -557,9 +569,48 @@ func (s *Server) newFacade(ctx context.Context, register gateway.Register, keyCa
 	}, register)
 }
 
-// newHTTPServer serves the façade beside the health, readiness, metrics
-// and OpenAPI endpoints.
-func (s *Server) newHTTPServer(facade http.Handler) *http.Server {
+// sigV4Auth is SigV4 for one signing name against the key store's
+// mirror: access keys, and role sessions presented with their session
+// token (an expired session is refused as ExpiredToken).
+func sigV4Auth(service, region string, keyCache *iam.Cache) *gateway.SigV4 {
+	return &gateway.SigV4{
+		Verifier: sigv4.Verifier{Service: service, Keys: sigv4.NewSigningKeys()},
+		Region:   region,
+		Credentials: func(ctx context.Context, akid string) (gateway.Credential, bool, error) {
+			c, ok, err := keyCache.Lookup(ctx, akid)
+			return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
+		},
+		SessionCredentials: func(ctx context.Context, akid, token string) (gateway.Credential, bool, error) {
+			c, ok, err := keyCache.LookupSession(ctx, akid, token)
+			if errors.Is(err, iam.ErrSessionExpired) {
+				return gateway.Credential{}, false, sigv4.ExpiredTokenError()
+			}
+			return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
+		},
+	}
+}
+
+// newQueryAPI is the query-protocol endpoint beside the façade: STS
+// (signing name sts, the serving region) and IAM's OIDC provider reads
+// (signing name iam; IAM is global, so any region is taken).
+func (s *Server) newQueryAPI(keyCache *iam.Cache, authorizer *authz.Authorizer, limiter *throttle.Limiter, auditSink audit.Sink) (*sts.Handler, error) {
+	return sts.New(sts.Config{
+		STS:          sigV4Auth("sts", s.cfg.Cluster.Region, keyCache),
+		IAM:          sigV4Auth("iam", "", keyCache),
+		Throttle:     limiter.Allow,
+		Audit:        auditSink,
+		MaxBodyBytes: s.cfg.MaxBodyBytes,
+		Keys:         s.keys,
+		Authorizer:   authorizer,
+		Issuers:      sts.ClusterIssuers(s.store),
+		Logger:       s.log.With("component", "sts"),
+	})
+}
+
+// newHTTPServer serves the façade and the query-protocol endpoint (told
+// apart by the request's shape, sts.IsQueryRequest) beside the health,
+// readiness, metrics and OpenAPI endpoints.
+func (s *Server) newHTTPServer(facade, query http.Handler) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -570,7 +621,13 @@ func (s *Server) newHTTPServer(facade http.Handler) *http.Server {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.Document)
 	})
-	mux.Handle("/", facade)
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sts.IsQueryRequest(r) {
+			query.ServeHTTP(w, r)
+			return
+		}
+		facade.ServeHTTP(w, r)
+	}))
 	return &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -25,9 +25,11 @@ import (
 	"github.com/saltbush/saltbush/server/delivery"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/pki"
+	"github.com/saltbush/saltbush/server/podidentity"
 	"github.com/saltbush/saltbush/server/review"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/server/update"
+	"github.com/saltbush/saltbush/server/version"
 )
 
 // service is one row of the service table: a gRPC service saltbush serves,
@@ -58,10 +60,12 @@ type domain struct {
 	updates    *update.Service
 	tags       *tagging.Service
 	entries    *access.Service
+	pods       *podidentity.Service
 	reviews    *review.Service
 	deliveries *delivery.Service
 	keys       *iam.Service
 	ca         *pki.Authority
+	versions   *version.Service
 }
 
 // serviceTable is every service the gRPC port serves, in registration
@@ -74,6 +78,8 @@ func serviceTable(d domain, authorizer *authz.Authorizer, health *health.Server,
 	eksUpdates := update.NewEKSServer(d.updates, authorizer)
 	eksTags := tagging.NewEKSServer(d.tags, authorizer)
 	eksAccess := access.NewEKSServer(d.entries, authorizer)
+	eksPods := podidentity.NewEKSServer(d.pods, authorizer)
+	eksVersions := version.NewEKSServer(d.versions, authorizer)
 	reflectionOpts := reflection.ServerOptions{Services: reflectOn}
 	return []service{
 		{
@@ -122,6 +128,29 @@ func serviceTable(d domain, authorizer *authz.Authorizer, health *health.Server,
 				return eksv1.RegisterAccessEntryServiceHandlerServer(ctx, mux, eksAccess)
 			},
 			class: classServiceEKS,
+		},
+		{
+			desc:     &eksv1.PodIdentityAssociationService_ServiceDesc,
+			register: func(r grpc.ServiceRegistrar) { eksv1.RegisterPodIdentityAssociationServiceServer(r, eksPods) },
+			facade: func(ctx context.Context, mux *runtime.ServeMux) error {
+				return eksv1.RegisterPodIdentityAssociationServiceHandlerServer(ctx, mux, eksPods)
+			},
+			class: classServiceEKS,
+		},
+		{
+			desc:     &eksv1.ClusterVersionService_ServiceDesc,
+			register: func(r grpc.ServiceRegistrar) { eksv1.RegisterClusterVersionServiceServer(r, eksVersions) },
+			facade: func(ctx context.Context, mux *runtime.ServeMux) error {
+				return eksv1.RegisterClusterVersionServiceHandlerServer(ctx, mux, eksVersions)
+			},
+			class: classServiceEKS,
+		},
+		{
+			desc: &controlv1.ClusterUpdateControlService_ServiceDesc,
+			register: func(r grpc.ServiceRegistrar) {
+				controlv1.RegisterClusterUpdateControlServiceServer(r, version.NewControlServer(d.versions))
+			},
+			class: classServiceControl,
 		},
 		{
 			desc: &deliveryv1.AccessReviewService_ServiceDesc,

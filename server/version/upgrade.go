@@ -1,0 +1,217 @@
+package version
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/saltbush/saltbush/errdefs"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/cluster"
+	"github.com/saltbush/saltbush/server/idempotency"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+)
+
+const opUpdateClusterVersion = "UpdateClusterVersion"
+
+// The update parameter types of a VersionUpdate, as AWS names them.
+const (
+	ParamVersion         = "Version"
+	ParamPlatformVersion = "PlatformVersion"
+)
+
+var namePattern = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9\-_]*$`)
+
+// validateUpgrade checks what can be checked without the cluster.
+func (s *Service) validateUpgrade(req *eksv1.UpdateClusterVersionRequest) error {
+	name := req.GetName()
+	if name == "" || utf8.RuneCountInString(name) > 100 || !namePattern.MatchString(name) {
+		return errdefs.InvalidParameter(
+			"1 validation error detected: Value '%s' at 'name' failed to satisfy constraint: "+
+				"Member must satisfy regular expression pattern: ^[0-9A-Za-z][A-Za-z0-9\\-_]* and be 1 to 100 characters long",
+			name).WithField("clusterName", name)
+	}
+	v := req.GetVersion()
+	if v == "" {
+		return errdefs.InvalidParameter("version is required.").WithField("clusterName", name)
+	}
+	if !s.Offered(v) {
+		// AWS's exact message (InvalidParameterException) for a version it
+		// does not offer.
+		return errdefs.InvalidParameter("unsupported Kubernetes version").WithField("clusterName", name)
+	}
+	return nil
+}
+
+// Upgrade applies UpdateClusterVersion to the caller's cluster: one minor
+// version up from the cluster's, only while the cluster is ACTIVE. A new
+// VersionUpdate record InProgress (params Version and PlatformVersion), the
+// cluster UPDATING, and the idempotency key when a token is given, commit
+// in one transaction guarded by the cluster record's mod revision, so two
+// concurrent calls cannot both start an upgrade. A retry with the same
+// clientRequestToken and parameters returns the update the first call
+// made. Add-ons that are not compatible with the new version do not block
+// it, as in AWS: the add-on version compatibility insight warns of them.
+func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRequest) (*storagev1.UpdateRecord, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := req.GetName()
+	if err := s.validateUpgrade(req); err != nil {
+		return nil, err
+	}
+	tok, err := idempotency.New(who.AccountID, opUpdateClusterVersion, req)
+	if err != nil {
+		return nil, withClusterName(err, name)
+	}
+	if prior, err := s.replay(ctx, tok, who.AccountID, name); prior != nil || err != nil {
+		return prior, err
+	}
+
+	var upd *storagev1.UpdateRecord
+	rec := &storagev1.ClusterRecord{}
+	_, err = store.Update(ctx, s.store, store.ClusterKey(who.AccountID, name), rec, func(c *storagev1.ClusterRecord, txn *store.Txn) error {
+		if err := s.upgradable(ctx, c, req.GetVersion()); err != nil {
+			return err
+		}
+		target, _ := release(req.GetVersion())
+		now := s.cfg.Now()
+		u := &storagev1.UpdateRecord{
+			Id:         uuid.Must(uuid.NewV7()).String(),
+			ClusterUid: c.GetUid(),
+			Type:       TypeVersionUpdate,
+			Status:     storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS,
+			Params: []*storagev1.UpdateParam{
+				{Type: ParamVersion, Value: req.GetVersion()},
+				{Type: ParamPlatformVersion, Value: target.PlatformVersion},
+			},
+			CreatedAt:  timestamppb.New(now),
+			ModifiedAt: timestamppb.New(now),
+		}
+		c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING
+		c.ModifiedAt = timestamppb.New(now)
+		key := store.ClusterUpdateKey(c.GetUid(), u.GetId())
+		txn.Create(key, u)
+		tok.Remember(txn, key, u.GetId(), s.cfg.IdempotencyTTL, now)
+		upd = u
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, clusterNotFound(name).WithCause(err)
+		}
+		if tok.Present() {
+			// A concurrent request with the same token may have won.
+			if prior, rerr := s.replay(ctx, tok, who.AccountID, name); prior != nil || rerr != nil {
+				return prior, rerr
+			}
+		}
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			return nil, e
+		}
+		return nil, fmt.Errorf("update cluster %q version: %w", name, err)
+	}
+	s.log.InfoContext(ctx, "cluster version update started", "account", who.AccountID, "cluster", name,
+		"uid", rec.GetUid(), "update", upd.GetId(), "from", rec.GetKubernetesVersion(), "to", req.GetVersion())
+	return upd, nil
+}
+
+// upgradable refuses an upgrade of c to version: AWS's
+// ResourceInUseException while another update is in progress or the
+// cluster is not ACTIVE, its InvalidParameterException for anything but
+// the next minor version.
+func (s *Service) upgradable(ctx context.Context, c *storagev1.ClusterRecord, version string) error {
+	name := c.GetName()
+	switch st := c.GetStatus(); st {
+	case storagev1.ClusterStatus_CLUSTER_STATUS_ACTIVE:
+	case storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING:
+		id, err := s.inProgress(ctx, c.GetUid())
+		if err != nil {
+			return err
+		}
+		// AWS's wording.
+		return errdefs.ResourceInUse("Cannot %s because cluster %s currently has update %s in progress",
+			TypeVersionUpdate, name, id).WithField("clusterName", name)
+	default:
+		return errdefs.ResourceInUse("Cannot %s because cluster %s is currently in %s state; it must be ACTIVE",
+			TypeVersionUpdate, name, cluster.StatusName(st)).WithField("clusterName", name)
+	}
+	if next, _ := NextMinor(c.GetKubernetesVersion()); version != next {
+		// AWS's exact message (InvalidParameterException), also for the
+		// same version and for a downgrade.
+		return errdefs.InvalidParameter("Unsupported Kubernetes minor version update from %s to %s",
+			c.GetKubernetesVersion(), version).WithField("clusterName", name)
+	}
+	return nil
+}
+
+// inProgress returns the id of the cluster update that is InProgress, for
+// the message that refuses another; "" when none is found.
+func (s *Service) inProgress(ctx context.Context, clusterUID string) (string, error) {
+	token := ""
+	for {
+		page, err := s.store.List(ctx, store.ListOptions{
+			Prefix: store.ClusterUpdatesPrefix(clusterUID), Scope: "cluster-updates/" + clusterUID, Token: token,
+		})
+		if err != nil {
+			return "", fmt.Errorf("cluster %s: list its updates: %w", clusterUID, err)
+		}
+		for _, kv := range page.Items {
+			u := &storagev1.UpdateRecord{}
+			if err := store.Decode(kv.Value, u); err != nil {
+				return "", fmt.Errorf("cluster %s: update %s: %w", clusterUID, kv.Name, err)
+			}
+			if u.GetStatus() == storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS {
+				return u.GetId(), nil
+			}
+		}
+		if page.NextToken == "" {
+			return "", nil
+		}
+		token = page.NextToken
+	}
+}
+
+// replay returns the update an earlier request with the same token made,
+// nil when the token is new. An update of an earlier incarnation of the
+// cluster is not returned: the token is refused.
+func (s *Service) replay(ctx context.Context, tok idempotency.Token, account, name string) (*storagev1.UpdateRecord, error) {
+	prior, err := tok.Lookup(ctx, s.store)
+	if err != nil {
+		return nil, withClusterName(err, name)
+	}
+	if prior == nil {
+		return nil, nil
+	}
+	gone := errdefs.ResourceInUse(
+		"The clientRequestToken was already used for an update of cluster %s, which no longer exists.", name).
+		WithField("clusterName", name)
+	c := &storagev1.ClusterRecord{}
+	if _, err := s.store.Get(ctx, store.ClusterKey(account, name), c); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, clusterNotFound(name).WithCause(err)
+		}
+		return nil, fmt.Errorf("update cluster %q version: %w", name, err)
+	}
+	if !strings.HasPrefix(prior.GetResourceKey(), store.ClusterUpdatesPrefix(c.GetUid())) {
+		return nil, gone
+	}
+	u := &storagev1.UpdateRecord{}
+	if _, err := s.store.Get(ctx, prior.GetResourceKey(), u); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, gone.WithCause(err)
+		}
+		return nil, fmt.Errorf("update cluster %q version: read the update of an earlier request: %w", name, err)
+	}
+	return u, nil
+}
