@@ -89,3 +89,12 @@ func newAssociationID() string {
 	}
 	return "a-" + string(b)
 }
+
+// podNamespace is the namespace an add-on's pod identity associations are
+// in: the add-on's own.
+func podNamespace(r *storagev1.AddonRecord) string {
+	if ns := r.GetSpec().GetNamespace(); ns != "" {
+		return ns
+	}
+	return "kube-system"
+}

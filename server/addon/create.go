@@ -52,12 +52,21 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 			Create(key, rec).
 			RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
 		hintDeadline(txn, rec)
+		// The add-on's pod identity associations are created with it.
+		if err := s.pods.Sync(ctx, txn, c, rec, podNamespace(rec), rec.GetSpec().GetPodIdentityAssociations()); err != nil {
+			return withAddonFields(err, c.GetName(), rec.GetName())
+		}
 		tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
 		_, err = s.store.Commit(ctx, txn)
 		if errors.Is(err, store.ErrExists) {
 			if prior, rerr := s.replayCreate(ctx, tok, c, req.GetAddonName()); prior != nil || rerr != nil {
 				rec = prior
 				return rerr
+			}
+			if _, gerr := s.store.Get(ctx, key, &storagev1.AddonRecord{}); errors.Is(gerr, store.ErrNotFound) {
+				// What existed was a service account's association, taken
+				// in between: read again to say which.
+				return fmt.Errorf("create add-on %q: %w", req.GetAddonName(), store.ErrConflict)
 			}
 			return errdefs.ResourceInUse("Addon already exists.").
 				WithField("clusterName", c.GetName()).WithField("addonName", req.GetAddonName()).WithCause(err)

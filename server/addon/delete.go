@@ -78,6 +78,11 @@ func (s *Service) markDeleting(ctx context.Context, r *storagev1.AddonRecord, pr
 			return fmt.Errorf("read update %s of add-on %q: %w", r.GetUpdateId(), r.GetName(), err)
 		}
 	}
+	// Its pod identity associations go with it (with preserve they stay,
+	// no longer owned, for the workloads left behind).
+	if err := s.pods.Release(ctx, txn, r, preserve); err != nil {
+		return err
+	}
 	r.Spec.Deleted = true
 	r.Spec.Preserve = preserve
 	r.Generation++

@@ -22,6 +22,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/podidentity"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -86,6 +87,7 @@ type Service struct {
 	store       *store.Store
 	clusters    Clusters
 	catalog     *catalog.Catalog
+	pods        *podidentity.Owner
 	cfg         Config
 	log         *slog.Logger
 	reports     *prometheus.CounterVec
@@ -103,6 +105,7 @@ func NewService(st *store.Store, clusters Clusters, cat *catalog.Catalog, cfg Co
 	}
 	s := &Service{
 		store: st, clusters: clusters, catalog: cat, cfg: cfg, log: log,
+		pods: podidentity.NewOwner(st, cfg.Region, cfg.Now),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "saltbush_addon_reports_total",
 			Help: "Add-on reports by result: accepted, or why it changed nothing (stale_generation, stale_incarnation, unknown_addon, stale_epoch).",

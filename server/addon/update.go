@@ -60,6 +60,11 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 			if err != nil {
 				return err
 			}
+			// The associations follow the new spec in the same txn: kept
+			// ones keep their ids, new ones are created, dropped ones go.
+			if err := s.pods.Sync(ctx, txn, c, r, podNamespace(r), r.GetSpec().GetPodIdentityAssociations()); err != nil {
+				return withAddonFields(err, c.GetName(), r.GetName())
+			}
 			txn.Create(store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u).
 				RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
 			hintDeadline(txn, r)
@@ -82,6 +87,11 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 			} else if rerr != nil {
 				return rerr
 			}
+		}
+		if errors.Is(err, store.ErrExists) {
+			// A service account's association was taken in between:
+			// read again to say which.
+			return fmt.Errorf("add-on %q: %w", req.GetAddonName(), store.ErrConflict)
 		}
 		return err
 	})

@@ -117,7 +117,9 @@ func validateResolveConflicts(clusterName, addonName, value string, create bool)
 }
 
 // podIdentity validates requested pod identity associations against the
-// version's service accounts and keeps association ids of unchanged pairs.
+// version's service accounts and keeps the association id of a service
+// account that had one (its association is updated in place when the role
+// changes; package podidentity, Owner.Sync).
 func podIdentity(c *storagev1.ClusterRecord, v *catalog.Version, account string,
 	req []*eksv1.AddonPodIdentityAssociations, prior []*storagev1.PodIdentityAssociation,
 	newID func() string,
@@ -147,7 +149,7 @@ func podIdentity(c *storagev1.ClusterRecord, v *catalog.Version, account string,
 		}
 		id := ""
 		for _, p := range prior {
-			if p.GetServiceAccount() == sa && p.GetRoleArn() == a.GetRoleArn() {
+			if p.GetServiceAccount() == sa {
 				id = p.GetAssociationId()
 			}
 		}

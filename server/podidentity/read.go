@@ -1,0 +1,81 @@
+package podidentity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/paging"
+	"github.com/saltbush/saltbush/store"
+)
+
+// Describe returns one association of the caller's cluster.
+func (s *Service) Describe(ctx context.Context, cluster, id string) (*storagev1.PodIdentityAssociationRecord, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, _, err := s.cluster(ctx, who, cluster, false)
+	if err != nil {
+		return nil, err
+	}
+	rec, _, err := s.get(ctx, c, id)
+	return rec, err
+}
+
+// Filter selects associations in a listing; empty members match all.
+type Filter struct {
+	Namespace      string
+	ServiceAccount string
+}
+
+func (f Filter) matches(rec *storagev1.PodIdentityAssociationRecord) bool {
+	return (f.Namespace == "" || rec.GetNamespace() == f.Namespace) &&
+		(f.ServiceAccount == "" || rec.GetServiceAccount() == f.ServiceAccount)
+}
+
+// List returns one page of the caller's cluster's associations in id
+// order, only those f matches. A filtered page may hold fewer than
+// maxResults associations (even none) and still have a nextToken: the
+// filter runs over one page of the store.
+func (s *Service) List(ctx context.Context, cluster string, f Filter, maxResults *int32, nextToken string) ([]*storagev1.PodIdentityAssociationRecord, string, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	c, _, err := s.cluster(ctx, who, cluster, false)
+	if err != nil {
+		return nil, "", err
+	}
+	limit, err := paging.Limit(maxResults)
+	if err != nil {
+		return nil, "", withCluster(err, cluster)
+	}
+	page, err := s.store.List(ctx, store.ListOptions{
+		Prefix: store.PodIdentityAssociationsPrefix(c.GetUid()),
+		// The filter is part of the scope: a token of a filtered listing
+		// does not continue another.
+		Scope: "ListPodIdentityAssociations/" + c.GetUid() + "/" + f.Namespace + "/" + f.ServiceAccount,
+		Limit: limit,
+		Token: nextToken,
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalidToken) {
+			return nil, "", paging.InvalidToken(err).WithField("clusterName", cluster)
+		}
+		return nil, "", fmt.Errorf("list pod identity associations of cluster %q: %w", cluster, err)
+	}
+	out := make([]*storagev1.PodIdentityAssociationRecord, 0, len(page.Items))
+	for _, kv := range page.Items {
+		rec := &storagev1.PodIdentityAssociationRecord{}
+		if err := store.Decode(kv.Value, rec); err != nil {
+			return nil, "", fmt.Errorf("list pod identity associations of cluster %q: %s: %w", cluster, kv.Key, err)
+		}
+		if f.matches(rec) {
+			out = append(out, rec)
+		}
+	}
+	return out, page.NextToken, nil
+}
