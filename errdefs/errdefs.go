@@ -43,6 +43,9 @@ const (
 	MissingAuthenticationTokenException = "MissingAuthenticationTokenException"
 	UnrecognizedClientException         = "UnrecognizedClientException"
 	InvalidSignatureException           = "InvalidSignatureException"
+	// ExpiredTokenException refuses temporary credentials whose session
+	// has expired.
+	ExpiredTokenException = "ExpiredTokenException"
 )
 
 // Kind is what a lower layer's error means to the API. A layer below errdefs
@@ -197,6 +200,7 @@ var exceptions = map[string]struct {
 	MissingAuthenticationTokenException: {http.StatusForbidden, codes.Unauthenticated},
 	UnrecognizedClientException:         {http.StatusForbidden, codes.Unauthenticated},
 	InvalidSignatureException:           {http.StatusForbidden, codes.Unauthenticated},
+	ExpiredTokenException:               {http.StatusForbidden, codes.Unauthenticated},
 }
 
 // HTTPStatus is the status code AWS answers an exception with; unknown

@@ -59,6 +59,12 @@ type SigV4 struct {
 	// Credentials returns an active key's credential; ok is false for an
 	// unknown or inactive key.
 	Credentials func(ctx context.Context, accessKeyID string) (Credential, bool, error)
+	// SessionCredentials returns the credential of temporary credentials
+	// presented with their session token (X-Amz-Security-Token); ok is
+	// false for an unknown, mismatched or revoked session, and an expired
+	// one is sigv4.ExpiredTokenError. Requests with a session token are
+	// refused when nil.
+	SessionCredentials func(ctx context.Context, accessKeyID, sessionToken string) (Credential, bool, error)
 }
 
 // Authenticate implements Authenticator.
@@ -69,6 +75,13 @@ func (s *SigV4) Authenticate(r *http.Request, payload []byte) (identity.Caller, 
 		c, ok, err := s.Credentials(ctx, akid)
 		cred = c
 		return c.Secret, ok, err
+	}
+	if s.SessionCredentials != nil {
+		v.SessionLookup = func(ctx context.Context, akid, token string) (string, bool, error) {
+			c, ok, err := s.SessionCredentials(ctx, akid, token)
+			cred = c
+			return c.Secret, ok, err
+		}
 	}
 	res, err := v.Verify(r.Context(), r, payload)
 	if err != nil {

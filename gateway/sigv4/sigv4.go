@@ -38,12 +38,16 @@ const (
 	// signature fields, wrong scope, dates out of range, expired presigned
 	// URLs and signatures that do not match.
 	InvalidSignature = "InvalidSignatureException"
+	// ExpiredToken is sent when a request is signed with temporary
+	// credentials whose session has expired.
+	ExpiredToken = "ExpiredTokenException"
 )
 
 // Messages AWS uses verbatim; clients and tests match on them.
 const (
 	msgMissingToken = "Missing Authentication Token"
 	msgUnrecognized = "The security token included in the request is invalid."
+	msgExpiredToken = "The security token included in the request is expired"
 	msgMismatch     = "The request signature we calculated does not match the signature you provided. " +
 		"Check your AWS Secret Access Key and signing method. Consult the service documentation for details."
 )
@@ -102,6 +106,18 @@ func invalid(format string, args ...any) *Error {
 // Verify returns it unchanged so the caller can answer 500, not 403.
 type Lookup func(ctx context.Context, accessKeyID string) (secret string, ok bool, err error)
 
+// SessionLookup returns the secret of temporary credentials (a role
+// session's key id) presented with their session token, ok=false when the
+// pair is unknown, mismatched or revoked. An expired session is the
+// *Error ExpiredTokenError returns; any other error means the store could
+// not answer.
+type SessionLookup func(ctx context.Context, accessKeyID, sessionToken string) (secret string, ok bool, err error)
+
+// ExpiredTokenError is the refusal of an expired session's request.
+func ExpiredTokenError() *Error {
+	return &Error{Exception: ExpiredToken, Message: msgExpiredToken}
+}
+
 // Verifier checks SigV4 signatures. The zero value of each field has a
 // sensible default except Lookup, without which every key is unknown.
 type Verifier struct {
@@ -115,6 +131,11 @@ type Verifier struct {
 	Now func() time.Time
 	// Lookup resolves access key ids to secrets.
 	Lookup Lookup
+	// SessionLookup resolves the key ids of temporary credentials, for a
+	// request that carries X-Amz-Security-Token (a signed header, or a
+	// query parameter of a presigned URL). When nil, every request with a
+	// session token is refused as unrecognized.
+	SessionLookup SessionLookup
 	// Keys memoises derived signing keys; none when nil. A signing key
 	// depends only on the secret, the date and the scope, so a client
 	// signing many requests a day costs four HMACs once, not per request
@@ -180,6 +201,9 @@ type Result struct {
 	// it can be trusted; checking it against the serving region is the
 	// caller's choice.
 	Region string
+	// SessionToken is the verified request's session token, empty for a
+	// long-term access key.
+	SessionToken string
 }
 
 // parsed holds the signature fields of either form.
@@ -248,15 +272,16 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, payload []byte) 
 	if len(query) > maxQueryParams {
 		return Result{}, invalid("The query string has too many parameters.")
 	}
-	if r.Header.Get("X-Amz-Security-Token") != "" || query.Has("X-Amz-Security-Token") {
-		// Saltbush issues no session credentials yet. Ignoring the token
-		// would accept an expired or revoked session as its long-term key,
-		// so a token is refused the way AWS refuses an invalid one.
-		return Result{}, &Error{Exception: UnrecognizedClient, Message: msgUnrecognized}
+	// A session token is never ignored: ignoring it would accept an
+	// expired or revoked session as a long-term key. It must be signed:
+	// a header named in SignedHeaders, or a query parameter of the
+	// presigned URL (the whole query is signed).
+	token, hasToken, err := sessionToken(r, query, presign)
+	if err != nil {
+		return Result{}, err
 	}
 
 	var p parsed
-	var err *Error
 	if presign {
 		p, err = parsePresigned(query, v.PresignedLifetime > 0)
 	} else {
@@ -271,13 +296,25 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, payload []byte) 
 	if err := checkScope(&p, service); err != nil {
 		return Result{}, err
 	}
+	if hasToken && !presign && !p.signs("x-amz-security-token") {
+		return Result{}, invalid("SignedHeaders must include x-amz-security-token when the request carries a session token.")
+	}
 	// Dates are checked before the key lookup so that replayed or stale
 	// requests are refused without touching the key store.
 	if err := checkTime(&p, now, skew, v.PresignedLifetime); err != nil {
 		return Result{}, err
 	}
 
-	secret, ok, lerr := lookup(ctx, v.Lookup, p.keyID)
+	var secret string
+	var ok bool
+	var lerr error
+	if hasToken {
+		if v.SessionLookup != nil {
+			secret, ok, lerr = v.SessionLookup(ctx, p.keyID, token)
+		}
+	} else {
+		secret, ok, lerr = lookup(ctx, v.Lookup, p.keyID)
+	}
 	if lerr != nil {
 		return Result{}, lerr
 	}
@@ -312,10 +349,39 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, payload []byte) 
 		// Constant time, so the comparison leaks nothing about how much
 		// of a forged signature was right.
 		if hmac.Equal([]byte(want), []byte(p.signature)) {
-			return Result{AccessKeyID: p.keyID, Region: p.region}, nil
+			return Result{AccessKeyID: p.keyID, Region: p.region, SessionToken: token}, nil
 		}
 	}
 	return Result{}, &Error{Exception: InvalidSignature, Message: msgMismatch}
+}
+
+// maxSessionTokenLen bounds X-Amz-Security-Token (saltbush's are 128
+// characters; AWS's stay under a few KiB).
+const maxSessionTokenLen = 8 << 10
+
+// sessionToken returns the request's session token: one header value (the
+// header form) or one query parameter (the presigned form).
+func sessionToken(r *http.Request, query url.Values, presign bool) (string, bool, *Error) {
+	hs := r.Header.Values("X-Amz-Security-Token")
+	qs, inQuery := query["X-Amz-Security-Token"]
+	switch {
+	case len(hs) == 0 && !inQuery:
+		return "", false, nil
+	case len(hs) > 0 && inQuery, presign && len(hs) > 0, !presign && inQuery:
+		return "", false, invalid("The session token must be sent once: as the X-Amz-Security-Token header, or for a presigned URL as its query parameter.")
+	case len(hs) > 1, len(qs) > 1:
+		return "", false, invalid("Only one X-Amz-Security-Token may be sent.")
+	}
+	t := ""
+	if presign {
+		t = qs[0]
+	} else {
+		t = hs[0]
+	}
+	if t == "" || len(t) > maxSessionTokenLen {
+		return "", false, &Error{Exception: UnrecognizedClient, Message: msgUnrecognized}
+	}
+	return t, true, nil
 }
 
 func lookup(ctx context.Context, l Lookup, keyID string) (string, bool, error) {

@@ -301,3 +301,58 @@ func (c *Cache) EffectivePrincipal(arn string) string {
 	}
 	return EffectivePrincipal(arn)
 }
+
+// LookupSession is Service.LookupSession from memory: the session record
+// and its role's record from the mirror (a session issued an instant ago
+// on another replica, within the miss budget, from etcd). A revocation or
+// a deleted role takes effect as soon as the watch delivers it.
+func (c *Cache) LookupSession(ctx context.Context, akid, token string) (Credential, bool, error) {
+	if !sessionKeyIDPattern.MatchString(akid) {
+		return Credential{}, false, nil
+	}
+	key := sessionKey(akid)
+	c.mu.RLock()
+	kv, ok := c.kv[key]
+	opened, memo := c.creds[key]
+	ready := c.ready
+	c.mu.RUnlock()
+	switch {
+	case !ready:
+		return c.svc.LookupSession(ctx, akid, token)
+	case !ok && c.misses.Allow():
+		return c.svc.LookupSession(ctx, akid, token)
+	case !ok:
+		return Credential{}, false, nil
+	}
+	rec := &storagev1.SessionRecord{}
+	if err := store.Decode(kv.Value, rec); err != nil {
+		return Credential{}, false, fmt.Errorf("session %s: %w", akid, err)
+	}
+	roleKV, ok, _ := c.raw(principalKey(rec.GetAccountId(), rec.GetRoleArn()))
+	if !ok {
+		// The role is gone (or made an instant ago, which a session
+		// cannot outrun): etcd has the last word.
+		return c.svc.LookupSession(ctx, akid, token)
+	}
+	role := &storagev1.PrincipalRecord{}
+	if err := store.Decode(roleKV.Value, role); err != nil {
+		return Credential{}, false, fmt.Errorf("role of session %s: %w", akid, err)
+	}
+	if ok, err := c.svc.validSession(rec, role, token); !ok || err != nil {
+		return Credential{}, false, err
+	}
+	if memo && opened.rev == kv.ModRev {
+		return opened.cred, opened.ok, nil
+	}
+	secret, err := c.svc.open(akid, rec.GetAccountId(), rec.GetSealedSecret())
+	if err != nil {
+		return Credential{}, false, err
+	}
+	opened = openedKey{rev: kv.ModRev, cred: sessionCredential(rec, secret), ok: true}
+	c.mu.Lock()
+	if cur, ok := c.kv[key]; ok && cur.ModRev == kv.ModRev {
+		c.creds[key] = opened
+	}
+	c.mu.Unlock()
+	return opened.cred, true, nil
+}

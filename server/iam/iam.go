@@ -384,6 +384,9 @@ type Credential struct {
 	AccountID    string
 	PrincipalARN string
 	Secret       string
+	// SessionExpires is when a role session's credential expires; zero
+	// for an access key.
+	SessionExpires time.Time
 }
 
 // Lookup returns the credential of an active access key; ok is false for

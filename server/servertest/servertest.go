@@ -227,6 +227,8 @@ func (s *Server) Stop() error {
 // Creds are an access key.
 type Creds struct {
 	AccessKeyID, SecretAccessKey, AccountID, PrincipalARN string
+	// SessionToken is set for a role session's temporary credentials.
+	SessionToken string
 }
 
 // Dev returns the development administrator's key: the one this server
@@ -301,7 +303,7 @@ func (s *Server) EKSAs(tb testing.TB, c Creds, optFns ...func(*eks.Options)) *ek
 	return eks.New(eks.Options{
 		Region:       s.Config.Cluster.Region,
 		BaseEndpoint: aws.String(s.URL),
-		Credentials:  credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, ""),
+		Credentials:  credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken),
 		HTTPClient:   &http.Client{Timeout: 30 * time.Second},
 	}, optFns...)
 }
@@ -311,7 +313,7 @@ func (s *Server) EKSAs(tb testing.TB, c Creds, optFns ...func(*eks.Options)) *ek
 func (s *Server) Sign(tb testing.TB, req *http.Request, body []byte, c Creds) {
 	tb.Helper()
 	sum := sha256.Sum256(body)
-	err := v4.NewSigner().SignHTTP(req.Context(), aws.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey},
+	err := v4.NewSigner().SignHTTP(req.Context(), aws.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken},
 		req, hex.EncodeToString(sum[:]), "eks", s.Config.Cluster.Region, time.Now())
 	if err != nil {
 		tb.Fatalf("sign request: %v", err)

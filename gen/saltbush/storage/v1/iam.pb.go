@@ -93,10 +93,20 @@ type PrincipalRecord struct {
 	Arn       string `protobuf:"bytes,1,opt,name=arn,proto3" json:"arn,omitempty"`
 	AccountId string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
 	// Names of the account's policies attached to the principal.
-	PolicyNames   []string               `protobuf:"bytes,3,rep,name=policy_names,json=policyNames,proto3" json:"policy_names,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PolicyNames []string               `protobuf:"bytes,3,rep,name=policy_names,json=policyNames,proto3" json:"policy_names,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Roles only: the trust policy, a JSON document whose statements name
+	// who may call sts:AssumeRole on the role (server/iam/trust.go). A role
+	// without one cannot be assumed.
+	TrustPolicy string `protobuf:"bytes,5,opt,name=trust_policy,json=trustPolicy,proto3" json:"trust_policy,omitempty"`
+	// Roles only: the longest session AssumeRole issues, 3600 to 43200
+	// seconds; 0 means IAM's default, 3600.
+	MaxSessionDurationSeconds int32 `protobuf:"varint,6,opt,name=max_session_duration_seconds,json=maxSessionDurationSeconds,proto3" json:"max_session_duration_seconds,omitempty"`
+	// Roles only: sessions of the role issued before this instant are
+	// refused (revoked); unset when none were revoked.
+	SessionsRevokedBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=sessions_revoked_before,json=sessionsRevokedBefore,proto3" json:"sessions_revoked_before,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *PrincipalRecord) Reset() {
@@ -153,6 +163,27 @@ func (x *PrincipalRecord) GetPolicyNames() []string {
 func (x *PrincipalRecord) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *PrincipalRecord) GetTrustPolicy() string {
+	if x != nil {
+		return x.TrustPolicy
+	}
+	return ""
+}
+
+func (x *PrincipalRecord) GetMaxSessionDurationSeconds() int32 {
+	if x != nil {
+		return x.MaxSessionDurationSeconds
+	}
+	return 0
+}
+
+func (x *PrincipalRecord) GetSessionsRevokedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SessionsRevokedBefore
 	}
 	return nil
 }
@@ -448,6 +479,201 @@ func (x *ServiceRecord) GetModifiedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// SessionRecord is stored at iam/sessions/{access-key-id} (an ASIA… id): the
+// temporary credentials sts:AssumeRole issued for a role session. The
+// secret is sealed like an access key's (the key id and account are its
+// additional data); of the session token only its SHA-256 is kept. The
+// record is written with a lease a little longer than the session, so etcd
+// removes it after it expired; expires_at, not the lease, decides validity.
+type SessionRecord struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	AccessKeyId string                 `protobuf:"bytes,1,opt,name=access_key_id,json=accessKeyId,proto3" json:"access_key_id,omitempty"`
+	AccountId   string                 `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// The role's ARN, path included.
+	RoleArn string `protobuf:"bytes,3,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	// arn:aws:sts::{account}:assumed-role/{role name}/{session name}.
+	SessionArn         string                 `protobuf:"bytes,4,opt,name=session_arn,json=sessionArn,proto3" json:"session_arn,omitempty"`
+	SessionName        string                 `protobuf:"bytes,5,opt,name=session_name,json=sessionName,proto3" json:"session_name,omitempty"`
+	SealedSecret       []byte                 `protobuf:"bytes,6,opt,name=sealed_secret,json=sealedSecret,proto3" json:"sealed_secret,omitempty"`
+	SessionTokenSha256 []byte                 `protobuf:"bytes,7,opt,name=session_token_sha256,json=sessionTokenSha256,proto3" json:"session_token_sha256,omitempty"`
+	IssuedAt           *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
+	ExpiresAt          *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The principal that called AssumeRole.
+	SourcePrincipalArn string `protobuf:"bytes,10,opt,name=source_principal_arn,json=sourcePrincipalArn,proto3" json:"source_principal_arn,omitempty"`
+	// Session tags, in the order AssumeRole was given them.
+	Tags           []*SessionTag `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
+	SourceIdentity string        `protobuf:"bytes,12,opt,name=source_identity,json=sourceIdentity,proto3" json:"source_identity,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SessionRecord) Reset() {
+	*x = SessionRecord{}
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRecord) ProtoMessage() {}
+
+func (x *SessionRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRecord.ProtoReflect.Descriptor instead.
+func (*SessionRecord) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SessionRecord) GetAccessKeyId() string {
+	if x != nil {
+		return x.AccessKeyId
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetSessionArn() string {
+	if x != nil {
+		return x.SessionArn
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetSessionName() string {
+	if x != nil {
+		return x.SessionName
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetSealedSecret() []byte {
+	if x != nil {
+		return x.SealedSecret
+	}
+	return nil
+}
+
+func (x *SessionRecord) GetSessionTokenSha256() []byte {
+	if x != nil {
+		return x.SessionTokenSha256
+	}
+	return nil
+}
+
+func (x *SessionRecord) GetIssuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IssuedAt
+	}
+	return nil
+}
+
+func (x *SessionRecord) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *SessionRecord) GetSourcePrincipalArn() string {
+	if x != nil {
+		return x.SourcePrincipalArn
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetTags() []*SessionTag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *SessionRecord) GetSourceIdentity() string {
+	if x != nil {
+		return x.SourceIdentity
+	}
+	return ""
+}
+
+// SessionTag is one session tag of a role session.
+type SessionTag struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTag) Reset() {
+	*x = SessionTag{}
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTag) ProtoMessage() {}
+
+func (x *SessionTag) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTag.ProtoReflect.Descriptor instead.
+func (*SessionTag) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SessionTag) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SessionTag) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 var File_saltbush_storage_v1_iam_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
@@ -458,14 +684,17 @@ const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
 	"\n" +
-	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xa0\x01\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xd8\x02\n" +
 	"\x0fPrincipalRecord\x12\x10\n" +
 	"\x03arn\x18\x01 \x01(\tR\x03arn\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x02 \x01(\tR\taccountId\x12!\n" +
 	"\fpolicy_names\x18\x03 \x03(\tR\vpolicyNames\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"'\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\ftrust_policy\x18\x05 \x01(\tR\vtrustPolicy\x12?\n" +
+	"\x1cmax_session_duration_seconds\x18\x06 \x01(\x05R\x19maxSessionDurationSeconds\x12R\n" +
+	"\x17sessions_revoked_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x15sessionsRevokedBefore\"'\n" +
 	"\x13PrincipalNameRecord\x12\x10\n" +
 	"\x03arn\x18\x01 \x01(\tR\x03arn\"\xf1\x01\n" +
 	"\x0fAccessKeyRecord\x12\"\n" +
@@ -492,7 +721,28 @@ const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vmodified_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"modifiedAtB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
+	"modifiedAt\"\x8c\x04\n" +
+	"\rSessionRecord\x12\"\n" +
+	"\raccess_key_id\x18\x01 \x01(\tR\vaccessKeyId\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\x12\x19\n" +
+	"\brole_arn\x18\x03 \x01(\tR\aroleArn\x12\x1f\n" +
+	"\vsession_arn\x18\x04 \x01(\tR\n" +
+	"sessionArn\x12!\n" +
+	"\fsession_name\x18\x05 \x01(\tR\vsessionName\x12#\n" +
+	"\rsealed_secret\x18\x06 \x01(\fR\fsealedSecret\x120\n" +
+	"\x14session_token_sha256\x18\a \x01(\fR\x12sessionTokenSha256\x127\n" +
+	"\tissued_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x120\n" +
+	"\x14source_principal_arn\x18\n" +
+	" \x01(\tR\x12sourcePrincipalArn\x123\n" +
+	"\x04tags\x18\v \x03(\v2\x1f.saltbush.storage.v1.SessionTagR\x04tags\x12'\n" +
+	"\x0fsource_identity\x18\f \x01(\tR\x0esourceIdentity\"4\n" +
+	"\n" +
+	"SessionTag\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05valueB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
 
 var (
 	file_saltbush_storage_v1_iam_proto_rawDescOnce sync.Once
@@ -506,7 +756,7 @@ func file_saltbush_storage_v1_iam_proto_rawDescGZIP() []byte {
 	return file_saltbush_storage_v1_iam_proto_rawDescData
 }
 
-var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_saltbush_storage_v1_iam_proto_goTypes = []any{
 	(*AccountRecord)(nil),         // 0: saltbush.storage.v1.AccountRecord
 	(*PrincipalRecord)(nil),       // 1: saltbush.storage.v1.PrincipalRecord
@@ -514,21 +764,27 @@ var file_saltbush_storage_v1_iam_proto_goTypes = []any{
 	(*AccessKeyRecord)(nil),       // 3: saltbush.storage.v1.AccessKeyRecord
 	(*PolicyRecord)(nil),          // 4: saltbush.storage.v1.PolicyRecord
 	(*ServiceRecord)(nil),         // 5: saltbush.storage.v1.ServiceRecord
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*SessionRecord)(nil),         // 6: saltbush.storage.v1.SessionRecord
+	(*SessionTag)(nil),            // 7: saltbush.storage.v1.SessionTag
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_iam_proto_depIdxs = []int32{
-	6, // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
-	6, // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
-	6, // 2: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
-	6, // 3: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
-	6, // 4: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
-	6, // 5: saltbush.storage.v1.ServiceRecord.created_at:type_name -> google.protobuf.Timestamp
-	6, // 6: saltbush.storage.v1.ServiceRecord.modified_at:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	8,  // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 2: saltbush.storage.v1.PrincipalRecord.sessions_revoked_before:type_name -> google.protobuf.Timestamp
+	8,  // 3: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 4: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 5: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
+	8,  // 6: saltbush.storage.v1.ServiceRecord.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 7: saltbush.storage.v1.ServiceRecord.modified_at:type_name -> google.protobuf.Timestamp
+	8,  // 8: saltbush.storage.v1.SessionRecord.issued_at:type_name -> google.protobuf.Timestamp
+	8,  // 9: saltbush.storage.v1.SessionRecord.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 10: saltbush.storage.v1.SessionRecord.tags:type_name -> saltbush.storage.v1.SessionTag
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_storage_v1_iam_proto_init() }
@@ -542,7 +798,7 @@ func file_saltbush_storage_v1_iam_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_iam_proto_rawDesc), len(file_saltbush_storage_v1_iam_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
