@@ -227,7 +227,18 @@ func printStatus(w io.Writer, st agent.Status) error {
 		grant = "may write for " + st.GrantLeft + " unless saltbush is heard again"
 	}
 	fmt.Fprintf(&head, "role:      %s at epoch %d (executor %s); %s\n", st.Role, st.Epoch, orNone(st.Executor), grant)
-	fmt.Fprintf(&head, "desired:   version %d digest %s\n\n", st.DesiredVersion, orNone(st.DesiredDigest))
+	fmt.Fprintf(&head, "desired:   version %d digest %s\n", st.DesiredVersion, orNone(st.DesiredDigest))
+	if p := st.PodIdentity; p != nil {
+		fmt.Fprintf(&head, "pod identity: %d associations, %d recorded on their service accounts", p.Associations, p.Recorded)
+		if len(p.Pending) > 0 {
+			fmt.Fprintf(&head, ", %d waiting for theirs (%s)", len(p.Pending), strings.Join(p.Pending, ", "))
+		}
+		head.WriteString("\n")
+		for _, i := range p.Issues {
+			fmt.Fprintf(&head, "  %s: %s\n", i.Code, i.Message)
+		}
+	}
+	head.WriteString("\n")
 	fmt.Fprintln(&rows, "ADDON\tVERSION\tGENERATION\tPHASE\tISSUES")
 	for _, a := range st.Addons {
 		phase := orNone(a.Phase)

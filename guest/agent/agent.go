@@ -43,6 +43,7 @@ import (
 	"github.com/saltbush/saltbush/guest/hostlink"
 	"github.com/saltbush/saltbush/guest/inventory"
 	"github.com/saltbush/saltbush/guest/kube"
+	"github.com/saltbush/saltbush/guest/podidentity"
 	"github.com/saltbush/saltbush/guest/state"
 	"github.com/saltbush/saltbush/guest/webhook"
 )
@@ -59,6 +60,10 @@ type Agent struct {
 	kube    *kube.Clients
 	applier *apply.Applier
 	health  *health.Watcher
+	// pods records the pod identity associations on their service
+	// accounts; saWatch follows those service accounts.
+	pods    *podidentity.Reconciler
+	saWatch *podidentity.Watcher
 	metrics *metrics
 	// webhooks answer the apiserver's reviews, with the aws-auth
 	// ConfigMap awsAuth keeps.
@@ -71,6 +76,8 @@ type Agent struct {
 	kick    chan struct{}
 	dirtyMu sync.Mutex
 	dirty   map[string]health.Change
+	// podDirty: a service account an association names changed.
+	podDirty atomic.Bool
 
 	// status is run's latest snapshot, for the status API.
 	status atomic.Pointer[Status]
@@ -84,6 +91,19 @@ type Agent struct {
 	streamUp   bool
 	pendingAck *deliveryv1.DesiredSet
 	healthDue  bool
+	pod        podIdentityState
+}
+
+// podIdentityState is run's view of the desired set's pod identity
+// associations.
+type podIdentityState struct {
+	// needApply: a reconciliation is due; retryAt and retries pace
+	// transient failures.
+	needApply bool
+	retryAt   time.Time
+	retries   int
+	// The last reconciliation's outcome.
+	last podidentity.Outcome
 }
 
 // addonState is run's view of one add-on of the desired set.
@@ -117,6 +137,9 @@ type addonState struct {
 	// applyIssues are why the last re-apply of a ready generation failed
 	// (a conflict under NONE): health issues until an apply succeeds.
 	applyIssues []*deliveryv1.Issue
+	// podIdentityIssues are why the add-on's pod identity associations
+	// could not be recorded on their service accounts.
+	podIdentityIssues []*deliveryv1.Issue
 
 	// report is the latest observation; sent says it went out on the
 	// current stream.
@@ -179,6 +202,8 @@ func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
 		return nil, err
 	}
 	a.health = health.New(kc.Dynamic, kc.Kubernetes, kc.Mapper, apply.AddonLabel, a.markDirty, log)
+	a.pods = &podidentity.Reconciler{Client: kc.Client, Log: log}
+	a.saWatch = podidentity.NewWatcher(kc.Kubernetes, a.markPodIdentityDirty)
 	if st.Desired != nil {
 		a.held.Store(&deliveryv1.DesiredSet{Version: st.Desired.GetVersion(), Digest: st.Desired.GetDigest()})
 		a.adopt(st.Desired)
@@ -190,6 +215,7 @@ func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
 // Run runs the agent until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.health.Stop()
+	defer a.saWatch.Stop()
 	linkDone := make(chan error, 1)
 	go func() { linkDone <- a.link.Run(ctx, &linkHandler{a: a, ctx: ctx}) }()
 	err := a.run(ctx)
@@ -230,6 +256,7 @@ func (a *Agent) run(ctx context.Context) error {
 					as.needApply = true
 				}
 			}
+			a.pod.needApply = true
 		case <-wake.C:
 			a.healthDue = true
 		}
@@ -288,6 +315,10 @@ func (a *Agent) assigned(as *deliveryv1.Assignment) {
 		s.final = s.applied && prev.Removed
 		s.retryAt, s.retries = time.Time{}, 0
 	}
+	if as.GetRole() == deliveryv1.Role_ROLE_EXECUTOR {
+		// Another executor may have acted: look at every service account.
+		a.pod = podIdentityState{needApply: true}
+	}
 	a.healthDue = true
 }
 
@@ -344,6 +375,9 @@ func (a *Agent) adopt(set *deliveryv1.DesiredSet) {
 		}
 	}
 	a.addons = next
+	// The associations are reconciled with every set (an unchanged one
+	// reads the service accounts and writes nothing).
+	a.pod.needApply, a.pod.retryAt, a.pod.retries = true, time.Time{}, 0
 	a.healthDue = true
 }
 
@@ -413,6 +447,16 @@ func (a *Agent) markDirty(addon string, c health.Change) {
 	}
 }
 
+// markPodIdentityDirty is the service account watch's callback: it must not
+// block.
+func (a *Agent) markPodIdentityDirty() {
+	a.podDirty.Store(true)
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
 // takeDirty moves informer changes into the add-on states: an object that
 // changed or went is re-applied (drift, or a deletion's progress); any
 // change makes health due.
@@ -422,6 +466,9 @@ func (a *Agent) takeDirty() {
 	a.dirty = map[string]health.Change{}
 	a.dirtyMu.Unlock()
 	a.healthDue = true
+	if a.podDirty.Swap(false) {
+		a.pod.needApply, a.pod.retryAt = true, time.Time{}
+	}
 	for name, c := range dirty {
 		s := a.addons[name]
 		if s == nil || c == health.Status {
@@ -486,6 +533,9 @@ func (a *Agent) nextWake() time.Duration {
 		if !s.sent && s.report != nil {
 			due(s.retryAt)
 		}
+	}
+	if a.pod.needApply {
+		due(a.pod.retryAt)
 	}
 	return next
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +83,21 @@ type Status struct {
 	DesiredVersion int64         `json:"desiredVersion"`
 	DesiredDigest  string        `json:"desiredDigest,omitempty"`
 	Addons         []AddonStatus `json:"addons"`
-	At             time.Time     `json:"at"`
+	// PodIdentity is the desired set's pod identity associations, as
+	// the executor last recorded them (absent when there are none).
+	PodIdentity *PodIdentityStatus `json:"podIdentity,omitempty"`
+	At          time.Time          `json:"at"`
+}
+
+// PodIdentityStatus is the pod identity associations in Status.
+type PodIdentityStatus struct {
+	Associations int `json:"associations"`
+	// Recorded counts the service accounts that carry their association;
+	// Pending names those that do not exist (yet).
+	Recorded int      `json:"recorded"`
+	Pending  []string `json:"pending,omitempty"`
+	// Issues are what the cluster refused.
+	Issues []IssueStatus `json:"issues,omitempty"`
 }
 
 // AddonStatus is one add-on in Status.
@@ -123,6 +139,18 @@ func (a *Agent) publish() {
 			a.metrics.addons.WithLabelValues(name, as.Phase).Set(float64(r.GetGeneration()))
 		}
 		st.Addons = append(st.Addons, as)
+	}
+	if n := len(a.st.Desired.GetPodIdentityAssociations()); n > 0 || a.pod.last.Changed > 0 {
+		ps := &PodIdentityStatus{Associations: n, Recorded: a.pod.last.Recorded}
+		for _, k := range a.pod.last.Pending {
+			ps.Pending = append(ps.Pending, k.String())
+		}
+		for _, owner := range slices.Sorted(maps.Keys(a.pod.last.Issues)) {
+			for _, i := range a.pod.last.Issues[owner] {
+				ps.Issues = append(ps.Issues, IssueStatus{Code: i.GetCode(), Message: i.GetMessage(), ResourceIDs: i.GetResourceIds()})
+			}
+		}
+		st.PodIdentity = ps
 	}
 	if a.streamUp {
 		a.metrics.connected.Set(1)

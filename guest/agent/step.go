@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -11,6 +12,7 @@ import (
 	"github.com/saltbush/saltbush/guest/apply"
 	"github.com/saltbush/saltbush/guest/grant"
 	"github.com/saltbush/saltbush/guest/inventory"
+	"github.com/saltbush/saltbush/guest/podidentity"
 	"github.com/saltbush/saltbush/guest/state"
 )
 
@@ -64,6 +66,13 @@ func (a *Agent) step(ctx context.Context) {
 			a.evaluate(pass, s)
 		}
 	}
+	if a.pod.needApply && !now.Before(a.pod.retryAt) {
+		if pass.Err() != nil {
+			return
+		}
+		// Issues it finds make health due: judged on the next pass.
+		a.podIdentityStep(pass)
+	}
 	a.sendReports(ctx, gs.Epoch)
 	if a.pendingAck != nil && a.settled() {
 		a.ack(ctx, a.pendingAck)
@@ -89,7 +98,7 @@ func (a *Agent) settled() bool {
 			return false
 		}
 	}
-	return true
+	return !a.pod.needApply
 }
 
 // watchedRefs are the objects health and drift follow: every add-on's
@@ -115,6 +124,11 @@ func (a *Agent) applyStep(ctx context.Context, s *addonState, epoch int64) {
 	}
 	a.metrics.applies.WithLabelValues("applied").Inc()
 	a.metrics.written.Add(float64(out.Changed))
+	if out.Changed > 0 {
+		// It may have made (or remade) a service account an association
+		// names.
+		a.pod.needApply = true
+	}
 	s.record = out.Record
 	s.generations = out.Generations
 	s.needApply, s.retries, s.retryAt = false, 0, time.Time{}
@@ -248,7 +262,7 @@ func (a *Agent) evaluate(ctx context.Context, s *addonState) {
 		missing = append(missing, apply.NewIssue(apply.CodeK8sResourceNotFound, fmt.Sprintf("%s is missing from the cluster.", r), r))
 	}
 	switch {
-	case res.Ready && len(s.applyIssues) == 0:
+	case res.Ready && len(s.applyIssues) == 0 && len(s.podIdentityIssues) == 0:
 		s.failingSince = time.Time{}
 		if !s.readySeen() {
 			if err := a.applier.MarkReady(ctx, s.record); err != nil {
@@ -259,8 +273,14 @@ func (a *Agent) evaluate(ctx context.Context, s *addonState) {
 		}
 		s.setReport(deliveryv1.Phase_PHASE_READY, nil)
 	case s.readySeen():
-		issues := append(append(append(cloneIssues(s.applyIssues), missing...), res.Failing...), res.Waiting...)
+		issues := append(append(append(append(cloneIssues(s.applyIssues), cloneIssues(s.podIdentityIssues)...), missing...),
+			res.Failing...), res.Waiting...)
 		s.setReport(deliveryv1.Phase_PHASE_READY, issues)
+	case len(s.podIdentityIssues) > 0:
+		// The cluster refused to record an association of a generation
+		// never ready: the generation failed, as when its apply is refused.
+		s.setReport(deliveryv1.Phase_PHASE_FAILED, cloneIssues(s.podIdentityIssues))
+		s.final = true
 	default:
 		if len(res.Failing) > 0 {
 			if s.failingSince.IsZero() {
@@ -333,4 +353,51 @@ func issueText(issues []*deliveryv1.Issue) []string {
 		out = append(out, i.GetCode()+": "+i.GetMessage())
 	}
 	return out
+}
+
+// podIdentityStep records the desired set's pod identity associations on
+// their service accounts and takes them off those no association names any
+// more (package podidentity). What the cluster refused for an add-on's
+// association is that add-on's issue; for an association made directly it
+// is logged and shown in the status (EKS has no health for associations).
+func (a *Agent) podIdentityStep(ctx context.Context) {
+	associations := a.st.Desired.GetPodIdentityAssociations()
+	if len(associations) > 0 {
+		records, _ := podidentity.Render(associations)
+		a.saWatch.Want(records)
+		ectx, cancel := context.WithTimeout(ctx, ensureTimeout)
+		if err := a.saWatch.Ensure(ectx); err != nil {
+			a.log.Warn("watching the associations' service accounts", "err", err)
+		}
+		cancel()
+	}
+	out, err := a.pods.Reconcile(ctx, associations)
+	a.metrics.written.Add(float64(out.Changed))
+	if err != nil {
+		if grant.Refused(err) && !apply.Transient(err) {
+			a.metrics.applies.WithLabelValues("fenced").Inc()
+			return
+		}
+		a.pod.retries++
+		delay := min(time.Second<<min(a.pod.retries-1, 6), time.Minute)
+		a.pod.retryAt = time.Now().Add(delay)
+		a.log.Warn("pod identity associations will be recorded again", "retry_in", delay, "err", err)
+		return
+	}
+	a.pod = podIdentityState{last: out}
+	for name, s := range a.addons {
+		if issues := out.Issues[name]; !slices.EqualFunc(issues, s.podIdentityIssues, func(x, y *deliveryv1.Issue) bool { return proto.Equal(x, y) }) {
+			s.podIdentityIssues = issues
+			a.healthDue = true
+		}
+	}
+	for owner, issues := range out.Issues {
+		if _, ok := a.addons[owner]; !ok || owner == "" {
+			a.log.Warn("pod identity associations not recorded", "addon", owner, "issues", issueText(issues))
+		}
+	}
+	if len(out.Pending) > 0 {
+		a.log.Debug("pod identity associations wait for their service accounts", "pending", len(out.Pending),
+			"first", out.Pending[0].String())
+	}
 }

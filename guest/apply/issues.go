@@ -55,11 +55,20 @@ type errTransient struct{ err error }
 func (e errTransient) Error() string { return e.err.Error() }
 func (e errTransient) Unwrap() error { return e.err }
 
+// AsTransient marks err as worth retrying later (Transient), for the
+// agent's other writers.
+func AsTransient(err error) error { return errTransient{err} }
+
 // Transient reports whether err is worth retrying later.
 func Transient(err error) bool {
 	var t errTransient
 	return errors.As(err, &t)
 }
+
+// Verdict is verdict for the agent's other writers (package podidentity):
+// the issue a failed write about ref means, or the grant's error or a
+// transient one (Transient).
+func Verdict(err error, ref inventory.Ref) (*deliveryv1.Issue, error) { return verdict(err, ref) }
 
 // verdict turns an error of a write about ref into the issue it means for
 // the generation, or into an error: the grant's (the caller stops) or a
