@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -39,8 +40,12 @@ func TestWorkloadNeverAvailable(t *testing.T) {
 		!hasIssue(a, types.AddonIssueCodeInsufficientNumberOfReplicas, "Deployment kube-system/coredns", "ErrImagePull") {
 		t.Fatalf("CREATE_FAILED with issues %s, want InsufficientNumberOfReplicas naming the Deployment and the pull back-off", issuesOf(a))
 	}
-	if ids := a.Health.Issues[0].ResourceIds; len(ids) == 0 {
-		t.Errorf("issue without resource ids: %s", issuesOf(a))
+	// The issue names the object concerned in resourceIds
+	// (Kind/namespace/name, guest/apply/issues.go), through the report and
+	// storage to DescribeAddon.
+	const deployment = "Deployment/kube-system/coredns"
+	if ids := a.Health.Issues[0].ResourceIds; !slices.Equal(ids, []string{deployment}) {
+		t.Errorf("issue resource ids %v, want [%s]: %s", ids, deployment, issuesOf(a))
 	}
 
 	id := e.updateAddon(eks.UpdateAddonInput{AddonName: aws.String("coredns"), ConfigurationValues: aws.String(corednsImage("1.12.1"))})
@@ -49,8 +54,9 @@ func TestWorkloadNeverAvailable(t *testing.T) {
 
 	id = e.updateAddon(eks.UpdateAddonInput{AddonName: aws.String("coredns"), ConfigurationValues: aws.String(corednsImage("no-such-tag"))})
 	u := e.waitUpdate("coredns", id, types.UpdateStatusFailed)
-	if len(u.Errors) == 0 || u.Errors[0].ErrorCode != types.ErrorCode(types.AddonIssueCodeInsufficientNumberOfReplicas) {
-		t.Fatalf("failed update's errors %+v, want InsufficientNumberOfReplicas", u.Errors)
+	if len(u.Errors) == 0 || u.Errors[0].ErrorCode != types.ErrorCode(types.AddonIssueCodeInsufficientNumberOfReplicas) ||
+		!slices.Equal(u.Errors[0].ResourceIds, []string{deployment}) {
+		t.Fatalf("failed update's errors %+v, want InsufficientNumberOfReplicas about %s", u.Errors, deployment)
 	}
 	e.waitStatus("coredns", types.AddonStatusUpdateFailed)
 }
