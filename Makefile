@@ -39,10 +39,23 @@ generate:
 	rm -rf gen/saltbush gen/openapi/*.json
 	$(BUF) generate
 
-## check-generated: fail if gen/ differs from what proto/ generates.
-check-generated: generate
+## check-generated: fail if gen/ differs from what proto/ generates, or the
+## validation table from what the EKS model on this machine generates.
+check-generated: generate model-table
 	git add -N gen
 	git diff --exit-code --stat -- gen || { echo "gen/ is stale: run 'make generate' and commit the result" >&2; exit 1; }
+	git diff --exit-code --stat -- $(MODEL_TABLE) || { echo "$(MODEL_TABLE) is stale: run 'make model-table' and commit the result" >&2; exit 1; }
+
+## model-table: regenerate server/validation's table of input constraints
+## from AWS's EKS model, botocore's service-2.json on this machine
+## (docs/contracts.md, "Input validation"). EKS_MODEL overrides the path.
+BOTOCORE    = $(shell python3 -c 'import botocore,os;print(os.path.dirname(botocore.__file__))')
+EKS_MODEL  ?= $(BOTOCORE)/data/eks/2017-11-01/service-2.json.gz
+MODEL_TABLE := server/validation/model_gen.go
+.PHONY: model-table
+model-table:
+	$(GO) run ./server/validation/genmodel -model $(EKS_MODEL) -out $(MODEL_TABLE) \
+		-source "botocore $$(python3 -c 'import botocore;print(botocore.__version__)')"
 
 ## lint: buf lint and format, gofmt, go vet, the import rules, golangci-lint
 ## (.golangci.yml), and govulncheck on the local database: it fails on a

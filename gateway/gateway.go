@@ -30,6 +30,7 @@ import (
 	"github.com/saltbush/saltbush/gateway/sigv4"
 	"github.com/saltbush/saltbush/server/audit"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // Authenticator decides who an HTTP request acts for, from the request and
@@ -204,6 +205,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(payload))
+	// The services' model check sees the members the body sent, empty ones
+	// included (server/validation).
+	ctx = validation.WithBody(ctx, payload)
 
 	// Every mutating request is audited, refused ones included.
 	ctx, entry := audit.Open(ctx)
@@ -251,12 +255,12 @@ func (h *Handler) errorHandler(ctx context.Context, _ *runtime.ServeMux, _ runti
 		h.writeTooLarge(ctx, w, r)
 		return
 	}
-	e := errdefs.FromGRPC(st)
-	if st.Code() == codes.InvalidArgument && strings.HasPrefix(e.Message, "proto:") {
-		// A body protojson could not decode (malformed JSON, unknown or
-		// mistyped member): say so without the decoder's internals.
-		e.Message = "Could not parse the request body: " + decodeDetail.ReplaceAllString(e.Message, "")
+	if e, httpStatus, ok := requestError(ctx, st); ok {
+		// grpc-gateway's own decode and parse errors (gateway/parse.go).
+		h.writeError(ctx, w, r, e, httpStatus)
+		return
 	}
+	e := errdefs.FromGRPC(st)
 	h.writeError(ctx, w, r, e, errdefs.HTTPStatus(e.Exception))
 }
 

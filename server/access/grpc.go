@@ -10,6 +10,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/validation"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -87,6 +88,9 @@ func (s *EKSServer) authorizeEntry(ctx context.Context, action, cluster, princip
 
 // CreateAccessEntry implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) CreateAccessEntry(ctx context.Context, req *eksv1.CreateAccessEntryRequest) (*eksv1.CreateAccessEntryResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "CreateAccessEntry", err)
+	}
 	if err := s.authorizeCluster(ctx, "eks:CreateAccessEntry", req.GetClusterName()); err != nil {
 		return nil, s.wire(ctx, "CreateAccessEntry", err)
 	}
@@ -99,6 +103,9 @@ func (s *EKSServer) CreateAccessEntry(ctx context.Context, req *eksv1.CreateAcce
 
 // DescribeAccessEntry implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) DescribeAccessEntry(ctx context.Context, req *eksv1.DescribeAccessEntryRequest) (*eksv1.DescribeAccessEntryResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "DescribeAccessEntry", err)
+	}
 	principal := pathARN(req.GetPrincipalArn())
 	if err := s.authorizeEntry(ctx, "eks:DescribeAccessEntry", req.GetClusterName(), principal); err != nil {
 		return nil, s.wire(ctx, "DescribeAccessEntry", err)
@@ -112,6 +119,9 @@ func (s *EKSServer) DescribeAccessEntry(ctx context.Context, req *eksv1.Describe
 
 // ListAccessEntries implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) ListAccessEntries(ctx context.Context, req *eksv1.ListAccessEntriesRequest) (*eksv1.ListAccessEntriesResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "ListAccessEntries", err)
+	}
 	if err := s.authorizeCluster(ctx, "eks:ListAccessEntries", req.GetClusterName()); err != nil {
 		return nil, s.wire(ctx, "ListAccessEntries", err)
 	}
@@ -124,6 +134,9 @@ func (s *EKSServer) ListAccessEntries(ctx context.Context, req *eksv1.ListAccess
 
 // UpdateAccessEntry implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) UpdateAccessEntry(ctx context.Context, req *eksv1.UpdateAccessEntryRequest) (*eksv1.UpdateAccessEntryResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "UpdateAccessEntry", err)
+	}
 	req.PrincipalArn = pathARN(req.GetPrincipalArn())
 	if err := s.authorizeEntry(ctx, "eks:UpdateAccessEntry", req.GetClusterName(), req.GetPrincipalArn()); err != nil {
 		return nil, s.wire(ctx, "UpdateAccessEntry", err)
@@ -137,6 +150,9 @@ func (s *EKSServer) UpdateAccessEntry(ctx context.Context, req *eksv1.UpdateAcce
 
 // DeleteAccessEntry implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) DeleteAccessEntry(ctx context.Context, req *eksv1.DeleteAccessEntryRequest) (*eksv1.DeleteAccessEntryResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "DeleteAccessEntry", err)
+	}
 	principal := pathARN(req.GetPrincipalArn())
 	if err := s.authorizeEntry(ctx, "eks:DeleteAccessEntry", req.GetClusterName(), principal); err != nil {
 		return nil, s.wire(ctx, "DeleteAccessEntry", err)
@@ -149,6 +165,9 @@ func (s *EKSServer) DeleteAccessEntry(ctx context.Context, req *eksv1.DeleteAcce
 
 // AssociateAccessPolicy implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) AssociateAccessPolicy(ctx context.Context, req *eksv1.AssociateAccessPolicyRequest) (*eksv1.AssociateAccessPolicyResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "AssociateAccessPolicy", err)
+	}
 	req.PrincipalArn = pathARN(req.GetPrincipalArn())
 	if err := s.authorizeEntry(ctx, "eks:AssociateAccessPolicy", req.GetClusterName(), req.GetPrincipalArn()); err != nil {
 		return nil, s.wire(ctx, "AssociateAccessPolicy", err)
@@ -166,6 +185,9 @@ func (s *EKSServer) AssociateAccessPolicy(ctx context.Context, req *eksv1.Associ
 
 // DisassociateAccessPolicy implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) DisassociateAccessPolicy(ctx context.Context, req *eksv1.DisassociateAccessPolicyRequest) (*eksv1.DisassociateAccessPolicyResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "DisassociateAccessPolicy", err)
+	}
 	principal := pathARN(req.GetPrincipalArn())
 	if err := s.authorizeEntry(ctx, "eks:DisassociateAccessPolicy", req.GetClusterName(), principal); err != nil {
 		return nil, s.wire(ctx, "DisassociateAccessPolicy", err)
@@ -178,6 +200,9 @@ func (s *EKSServer) DisassociateAccessPolicy(ctx context.Context, req *eksv1.Dis
 
 // ListAssociatedAccessPolicies implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) ListAssociatedAccessPolicies(ctx context.Context, req *eksv1.ListAssociatedAccessPoliciesRequest) (*eksv1.ListAssociatedAccessPoliciesResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "ListAssociatedAccessPolicies", err)
+	}
 	principal := pathARN(req.GetPrincipalArn())
 	if err := s.authorizeEntry(ctx, "eks:ListAssociatedAccessPolicies", req.GetClusterName(), principal); err != nil {
 		return nil, s.wire(ctx, "ListAssociatedAccessPolicies", err)
@@ -198,6 +223,9 @@ func (s *EKSServer) ListAssociatedAccessPolicies(ctx context.Context, req *eksv1
 
 // ListAccessPolicies implements eksv1.AccessEntryServiceServer.
 func (s *EKSServer) ListAccessPolicies(ctx context.Context, req *eksv1.ListAccessPoliciesRequest) (*eksv1.ListAccessPoliciesResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "ListAccessPolicies", err)
+	}
 	if _, err := identity.AccountCaller(ctx); err != nil {
 		return nil, s.wire(ctx, "ListAccessPolicies", err)
 	}

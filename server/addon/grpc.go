@@ -10,6 +10,7 @@ import (
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
+	"github.com/saltbush/saltbush/server/validation"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -70,6 +71,9 @@ func (s *Service) wire(ctx context.Context, op string, err error) error {
 
 // CreateAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) CreateAddon(ctx context.Context, req *eksv1.CreateAddonRequest) (*eksv1.CreateAddonResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, "CreateAddon", err)
+	}
 	if err := s.authorizeCluster(ctx, "eks:CreateAddon", req.GetClusterName()); err != nil {
 		return nil, s.svc.wire(ctx, "CreateAddon", err)
 	}
@@ -89,6 +93,9 @@ func (s *EKSServer) CreateAddon(ctx context.Context, req *eksv1.CreateAddonReque
 
 // DescribeAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) DescribeAddon(ctx context.Context, req *eksv1.DescribeAddonRequest) (*eksv1.DescribeAddonResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddon", err)
+	}
 	if err := s.authorizeAddon(ctx, "eks:DescribeAddon", req.GetClusterName(), req.GetAddonName()); err != nil {
 		return nil, s.svc.wire(ctx, "DescribeAddon", err)
 	}
@@ -101,6 +108,9 @@ func (s *EKSServer) DescribeAddon(ctx context.Context, req *eksv1.DescribeAddonR
 
 // ListAddons implements eksv1.AddonServiceServer.
 func (s *EKSServer) ListAddons(ctx context.Context, req *eksv1.ListAddonsRequest) (*eksv1.ListAddonsResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, "ListAddons", err)
+	}
 	if err := s.authorizeCluster(ctx, "eks:ListAddons", req.GetClusterName()); err != nil {
 		return nil, s.svc.wire(ctx, "ListAddons", err)
 	}
@@ -113,6 +123,9 @@ func (s *EKSServer) ListAddons(ctx context.Context, req *eksv1.ListAddonsRequest
 
 // UpdateAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) UpdateAddon(ctx context.Context, req *eksv1.UpdateAddonRequest) (*eksv1.UpdateAddonResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, "UpdateAddon", err)
+	}
 	if err := s.authorizeAddon(ctx, "eks:UpdateAddon", req.GetClusterName(), req.GetAddonName()); err != nil {
 		return nil, s.svc.wire(ctx, "UpdateAddon", err)
 	}
@@ -135,6 +148,9 @@ func (s *EKSServer) UpdateAddon(ctx context.Context, req *eksv1.UpdateAddonReque
 
 // DeleteAddon implements eksv1.AddonServiceServer.
 func (s *EKSServer) DeleteAddon(ctx context.Context, req *eksv1.DeleteAddonRequest) (*eksv1.DeleteAddonResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, "DeleteAddon", err)
+	}
 	if err := s.authorizeAddon(ctx, "eks:DeleteAddon", req.GetClusterName(), req.GetAddonName()); err != nil {
 		return nil, s.svc.wire(ctx, "DeleteAddon", err)
 	}
@@ -147,6 +163,9 @@ func (s *EKSServer) DeleteAddon(ctx context.Context, req *eksv1.DeleteAddonReque
 
 // DescribeAddonVersions implements eksv1.AddonServiceServer.
 func (s *EKSServer) DescribeAddonVersions(ctx context.Context, req *eksv1.DescribeAddonVersionsRequest) (*eksv1.DescribeAddonVersionsResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddonVersions", err)
+	}
 	if err := s.authz.Authorize(ctx, "eks:DescribeAddonVersions", "*"); err != nil {
 		return nil, s.svc.wire(ctx, "DescribeAddonVersions", err)
 	}
@@ -159,6 +178,9 @@ func (s *EKSServer) DescribeAddonVersions(ctx context.Context, req *eksv1.Descri
 
 // DescribeAddonConfiguration implements eksv1.AddonServiceServer.
 func (s *EKSServer) DescribeAddonConfiguration(ctx context.Context, req *eksv1.DescribeAddonConfigurationRequest) (*eksv1.DescribeAddonConfigurationResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, "DescribeAddonConfiguration", err)
+	}
 	if err := s.authz.Authorize(ctx, "eks:DescribeAddonConfiguration", "*"); err != nil {
 		return nil, s.svc.wire(ctx, "DescribeAddonConfiguration", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to
@@ -49,6 +50,9 @@ func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
 
 // CreateCluster implements eksv1.ClusterServiceServer.
 func (s *EKSServer) CreateCluster(ctx context.Context, req *eksv1.CreateClusterRequest) (*eksv1.CreateClusterResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "CreateCluster", err)
+	}
 	if err := s.authorize(ctx, "eks:CreateCluster", req.GetName()); err != nil {
 		return nil, s.wire(ctx, "CreateCluster", err)
 	}
@@ -64,6 +68,9 @@ func (s *EKSServer) CreateCluster(ctx context.Context, req *eksv1.CreateClusterR
 
 // DescribeCluster implements eksv1.ClusterServiceServer.
 func (s *EKSServer) DescribeCluster(ctx context.Context, req *eksv1.DescribeClusterRequest) (*eksv1.DescribeClusterResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "DescribeCluster", err)
+	}
 	if err := s.authorize(ctx, "eks:DescribeCluster", req.GetName()); err != nil {
 		return nil, s.wire(ctx, "DescribeCluster", err)
 	}
@@ -76,6 +83,9 @@ func (s *EKSServer) DescribeCluster(ctx context.Context, req *eksv1.DescribeClus
 
 // ListClusters implements eksv1.ClusterServiceServer.
 func (s *EKSServer) ListClusters(ctx context.Context, req *eksv1.ListClustersRequest) (*eksv1.ListClustersResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "ListClusters", err)
+	}
 	if err := s.authorize(ctx, "eks:ListClusters", ""); err != nil {
 		return nil, s.wire(ctx, "ListClusters", err)
 	}
@@ -88,6 +98,9 @@ func (s *EKSServer) ListClusters(ctx context.Context, req *eksv1.ListClustersReq
 
 // DeleteCluster implements eksv1.ClusterServiceServer.
 func (s *EKSServer) DeleteCluster(ctx context.Context, req *eksv1.DeleteClusterRequest) (*eksv1.DeleteClusterResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "DeleteCluster", err)
+	}
 	if err := s.authorize(ctx, "eks:DeleteCluster", req.GetName()); err != nil {
 		return nil, s.wire(ctx, "DeleteCluster", err)
 	}
@@ -100,6 +113,9 @@ func (s *EKSServer) DeleteCluster(ctx context.Context, req *eksv1.DeleteClusterR
 
 // UpdateClusterConfig implements eksv1.ClusterServiceServer.
 func (s *EKSServer) UpdateClusterConfig(ctx context.Context, req *eksv1.UpdateClusterConfigRequest) (*eksv1.UpdateClusterConfigResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "UpdateClusterConfig", err)
+	}
 	if err := s.authorize(ctx, "eks:UpdateClusterConfig", req.GetName()); err != nil {
 		return nil, s.wire(ctx, "UpdateClusterConfig", err)
 	}

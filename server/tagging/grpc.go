@@ -7,6 +7,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // EKSServer serves saltbush.eks.v1.TagService; it converts domain errors to
@@ -43,6 +44,9 @@ func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
 
 // TagResource implements eksv1.TagServiceServer.
 func (s *EKSServer) TagResource(ctx context.Context, req *eksv1.TagResourceRequest) (*eksv1.TagResourceResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "TagResource", err)
+	}
 	if err := s.authorize(ctx, "eks:TagResource", req.GetResourceArn()); err != nil {
 		return nil, s.wire(ctx, "TagResource", err)
 	}
@@ -54,6 +58,9 @@ func (s *EKSServer) TagResource(ctx context.Context, req *eksv1.TagResourceReque
 
 // UntagResource implements eksv1.TagServiceServer.
 func (s *EKSServer) UntagResource(ctx context.Context, req *eksv1.UntagResourceRequest) (*eksv1.UntagResourceResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "UntagResource", err)
+	}
 	if err := s.authorize(ctx, "eks:UntagResource", req.GetResourceArn()); err != nil {
 		return nil, s.wire(ctx, "UntagResource", err)
 	}
@@ -65,6 +72,9 @@ func (s *EKSServer) UntagResource(ctx context.Context, req *eksv1.UntagResourceR
 
 // ListTagsForResource implements eksv1.TagServiceServer.
 func (s *EKSServer) ListTagsForResource(ctx context.Context, req *eksv1.ListTagsForResourceRequest) (*eksv1.ListTagsForResourceResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "ListTagsForResource", err)
+	}
 	if err := s.authorize(ctx, "eks:ListTagsForResource", req.GetResourceArn()); err != nil {
 		return nil, s.wire(ctx, "ListTagsForResource", err)
 	}

@@ -7,6 +7,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // EKSServer serves saltbush.eks.v1.UpdateService; it converts domain errors
@@ -37,6 +38,9 @@ func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
 
 // DescribeUpdate implements eksv1.UpdateServiceServer.
 func (s *EKSServer) DescribeUpdate(ctx context.Context, req *eksv1.DescribeUpdateRequest) (*eksv1.DescribeUpdateResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "DescribeUpdate", err)
+	}
 	if err := s.authorize(ctx, "eks:DescribeUpdate", req.GetName()); err != nil {
 		return nil, s.wire(ctx, "DescribeUpdate", err)
 	}
@@ -51,6 +55,9 @@ func (s *EKSServer) DescribeUpdate(ctx context.Context, req *eksv1.DescribeUpdat
 
 // ListUpdates implements eksv1.UpdateServiceServer.
 func (s *EKSServer) ListUpdates(ctx context.Context, req *eksv1.ListUpdatesRequest) (*eksv1.ListUpdatesResponse, error) {
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, "ListUpdates", err)
+	}
 	if err := s.authorize(ctx, "eks:ListUpdates", req.GetName()); err != nil {
 		return nil, s.wire(ctx, "ListUpdates", err)
 	}

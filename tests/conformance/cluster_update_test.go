@@ -255,7 +255,8 @@ func TestUpdateClusterConfigRefusals(t *testing.T) {
 			unsupported("controlPlaneScalingConfig")},
 		{"unknown log type", &eks.UpdateClusterConfigInput{Name: aws.String("active"),
 			Logging: &types.Logging{ClusterLogging: []types.LogSetup{{Types: []types.LogType{"kubelet"}, Enabled: aws.Bool(true)}}}},
-			awsErr{code: "InvalidParameterException", cluster: "active", msg: []string{`"kubelet"`}}},
+			awsErr{code: "InvalidParameterException", cluster: "active", msg: []string{
+				"Value 'kubelet' at 'logging.clusterLogging.1.member.types.1.member' failed to satisfy constraint: Member must satisfy enum value set"}}},
 		{"logging already so", &eks.UpdateClusterConfigInput{Name: aws.String("active"),
 			Logging: &types.Logging{ClusterLogging: []types.LogSetup{{Types: []types.LogType{types.LogTypeApi}, Enabled: aws.Bool(false)}}}},
 			awsErr{code: "InvalidParameterException", cluster: "active", exact: "No changes needed for the logging config provided"}},

@@ -186,8 +186,10 @@ func TestWireErrors(t *testing.T) {
 			wantStatus: 400, wantType: "InvalidParameterException",
 		},
 		{
+			// What AWS's services answer a body that is not JSON, modelled or
+			// not (docs/contracts.md, "Input validation").
 			name: "body is not JSON", method: "POST", path: "/clusters", body: `{"name":`,
-			wantStatus: 400, wantType: "InvalidParameterException",
+			wantStatus: 400, wantType: "SerializationException",
 		},
 		{
 			name: "wrong member type", method: "POST", path: "/clusters",

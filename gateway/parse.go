@@ -1,0 +1,257 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/validation"
+)
+
+// SerializationException is what AWS's services answer a request body that
+// is not JSON at all. No EKS operation models it; it is what AWS sends
+// (docs/contracts.md, "Input validation").
+const SerializationException = "SerializationException"
+
+// requestError is an error grpc-gateway raised before the service ran: a
+// body it could not decode, a query parameter or path label it could not
+// parse. It is rendered in AWS's words, with the exception the operation's
+// model lists for validation errors; ok is false for any other error.
+func requestError(ctx context.Context, st *status.Status) (e *errdefs.Error, httpStatus int, ok bool) {
+	if st.Code() != codes.InvalidArgument || fromService(st) {
+		return nil, 0, false
+	}
+	exception := errdefs.InvalidParameterException
+	op := operationOf(ctx)
+	if exc, found := validation.Exception(op); found {
+		exception = exc
+	}
+	msg := st.Message()
+	switch {
+	case isSyntaxError(msg):
+		return &errdefs.Error{Exception: SerializationException, Message: "The request body is not valid JSON."},
+			http.StatusBadRequest, true
+	case strings.HasPrefix(msg, "proto:"):
+		// A body protojson could not decode (an unknown or mistyped
+		// member): say which member, without the decoder's internals.
+		return &errdefs.Error{Exception: exception, Message: decodeMessage(op, validation.Body(ctx), msg)},
+			http.StatusBadRequest, true
+	}
+	if m := queryParseError.FindStringSubmatch(msg); m != nil {
+		return &errdefs.Error{Exception: exception, Message: parseMessage(op, jsonName(m[1]), m[2])}, http.StatusBadRequest, true
+	}
+	if m := tooManyValues.FindStringSubmatch(msg); m != nil {
+		return &errdefs.Error{Exception: exception, Message: fmt.Sprintf(
+			"1 validation error detected: Value '%s' at '%s' failed to satisfy constraint: Member must have one value",
+			m[2], jsonName(m[1]))}, http.StatusBadRequest, true
+	}
+	if m := pathParseError.FindStringSubmatch(msg); m != nil {
+		return &errdefs.Error{Exception: exception, Message: parseMessage(op, jsonName(m[1]), m[2])}, http.StatusBadRequest, true
+	}
+	return nil, 0, false
+}
+
+// fromService reports whether st came from a saltbush service (it carries
+// errdefs' ErrorInfo), not from grpc-gateway's own parsing.
+func fromService(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errdefs.Domain {
+			return true
+		}
+	}
+	return false
+}
+
+// operationOf is the EKS operation a façade request was routed to
+// ("/saltbush.eks.v1.AddonService/ListAddons" → "ListAddons").
+func operationOf(ctx context.Context) string {
+	method, ok := runtime.RPCMethod(ctx)
+	if !ok {
+		return ""
+	}
+	return method[strings.LastIndexByte(method, '/')+1:]
+}
+
+// isSyntaxError reports a body that is not JSON: grpc-gateway's JSONPb
+// reads the body with encoding/json before protojson decodes it, so only
+// encoding/json's errors are about the syntax ("proto:" ones are about
+// members of valid JSON).
+func isSyntaxError(msg string) bool {
+	return strings.HasPrefix(msg, "invalid character") || msg == "unexpected EOF" ||
+		strings.HasPrefix(msg, "json: ")
+}
+
+// protojson's errors: `proto: (line 1:15): invalid value for string field
+// addonName: 5`, `proto: syntax error (line 1:10): unexpected token 5`.
+var (
+	decodePosition = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
+	decodeValue    = regexp.MustCompile(`(?:invalid value for \w+ field \w+: |unexpected token )(.*)$`)
+)
+
+// decodeMessage words a protojson error about body as AWS does: the member
+// at the error's position, named as the model names it, and the type the
+// model gives it.
+func decodeMessage(op string, body []byte, msg string) string {
+	detail := "Could not parse the request body: " + decodeDetail.ReplaceAllString(msg, "")
+	if strings.Contains(msg, "unknown field") {
+		return detail
+	}
+	pos := decodePosition.FindStringSubmatch(msg)
+	val := decodeValue.FindStringSubmatch(msg)
+	if pos == nil || val == nil {
+		return detail
+	}
+	line, _ := strconv.Atoi(pos[1])
+	col, _ := strconv.Atoi(pos[2])
+	path, ok := pathAt(body, offsetOf(body, line, col))
+	if !ok {
+		return detail
+	}
+	name, typ, ok := validation.Member(op, path)
+	if !ok {
+		return detail
+	}
+	return fmt.Sprintf("1 validation error detected: Value '%s' at '%s' failed to satisfy constraint: Member must be %s",
+		strings.Trim(val[1], `"`), name, typ)
+}
+
+// offsetOf turns protojson's 1-based line and column into a byte offset.
+func offsetOf(body []byte, line, col int) int {
+	off := 0
+	for l := 1; l < line; l++ {
+		i := bytes.IndexByte(body[off:], '\n')
+		if i < 0 {
+			return len(body)
+		}
+		off += i + 1
+	}
+	return off + col - 1
+}
+
+// pathAt is the member path (object keys, list indices) of the JSON value
+// starting at offset in body.
+func pathAt(body []byte, offset int) ([]any, bool) {
+	type frame struct {
+		object    bool
+		expectKey bool
+		key       string
+		index     int
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var stack []*frame
+	value := func() {
+		if len(stack) == 0 {
+			return
+		}
+		top := stack[len(stack)-1]
+		if top.object {
+			top.expectKey = true
+		} else {
+			top.index++
+		}
+	}
+	for int(dec.InputOffset()) < offset {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			if len(stack) > 0 && !stack[len(stack)-1].object {
+				stack[len(stack)-1].index++
+			}
+			stack = append(stack, &frame{object: tok == json.Delim('{'), expectKey: true, index: -1})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].object {
+				stack[len(stack)-1].expectKey = true
+			}
+			continue
+		}
+		if top := len(stack) - 1; top >= 0 && stack[top].object && stack[top].expectKey {
+			stack[top].key, _ = tok.(string)
+			stack[top].expectKey = false
+			continue
+		}
+		value()
+	}
+	var path []any
+	for _, f := range stack {
+		if f.object {
+			path = append(path, f.key)
+		} else {
+			path = append(path, f.index)
+		}
+	}
+	return path, len(path) > 0
+}
+
+var (
+	// grpc-gateway's query parser: `parsing field "max_results": strconv.ParseInt: parsing "abc": invalid syntax`.
+	queryParseError = regexp.MustCompile(`^parsing (?:field|list) "([a-z0-9_]+)": (.*)$`)
+	tooManyValues   = regexp.MustCompile(`^too many values for field "([a-z0-9_]+)": (.*)$`)
+	// the generated path-label parsers: `type mismatch, parameter: cluster_name, error: …`.
+	pathParseError = regexp.MustCompile(`^type mismatch, parameter: ([a-z0-9_]+), error: (.*)$`)
+	// strconv's error: `strconv.ParseInt: parsing "abc": invalid syntax`.
+	strconvError = regexp.MustCompile(`^strconv\.Parse(Int|Uint|Bool|Float): parsing "(.*)": (invalid syntax|value out of range)$`)
+)
+
+// parseMessage says, as AWS does, which member failed which constraint
+// when a query parameter or path label does not parse as its type.
+func parseMessage(op, member, detail string) string {
+	value, constraint := detail, "Member must be of the member's type"
+	if m := strconvError.FindStringSubmatch(detail); m != nil {
+		value = m[2]
+		switch m[1] {
+		case "Bool":
+			constraint = "Member must be a boolean (true or false)"
+		case "Float":
+			constraint = "Member must be a number"
+		default:
+			constraint = "Member must be an integer"
+			if m[3] == "value out of range" {
+				minV, maxV, ok := validation.MemberConstraint(op, member)
+				switch {
+				case ok && maxV != nil && !strings.HasPrefix(value, "-"):
+					constraint = fmt.Sprintf("Member must have value less than or equal to %d", *maxV)
+				case ok && minV != nil && strings.HasPrefix(value, "-"):
+					constraint = fmt.Sprintf("Member must have value greater than or equal to %d", *minV)
+				default:
+					constraint = "Member must be a 32-bit integer"
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("1 validation error detected: Value '%s' at '%s' failed to satisfy constraint: %s", value, member, constraint)
+}
+
+// jsonName is the JSON name protoc gives a field (max_results →
+// maxResults), the member name AWS's messages use.
+func jsonName(field string) string {
+	var b strings.Builder
+	upper := false
+	for _, r := range field {
+		switch {
+		case r == '_':
+			upper = true
+		case upper:
+			b.WriteString(strings.ToUpper(string(r)))
+			upper = false
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
