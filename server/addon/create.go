@@ -44,6 +44,14 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 		if err != nil {
 			return err
 		}
+		if tok.Present() {
+			// A retry of a create that happened gets its add-on, before
+			// its own associations are found holding the service accounts.
+			if prior, err := s.replayCreate(ctx, tok, c, req.GetAddonName()); prior != nil || err != nil {
+				rec = prior
+				return err
+			}
+		}
 		if rec, err = s.newRecord(who, c, req); err != nil {
 			return err
 		}
