@@ -44,6 +44,7 @@ import (
 	"github.com/saltbush/saltbush/server/delivery"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/insight"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/podidentity"
 	"github.com/saltbush/saltbush/server/review"
@@ -431,6 +432,8 @@ func (s *Server) newDomain(keyCache *iam.Cache) (domain, error) {
 	}, s.log.With("service", "version")); err != nil {
 		return domain{}, err
 	}
+	d.insights = insight.NewService(s.store, d.clusters, d.versions, d.addons.Catalog(), s.cfg.Cluster.Now,
+		s.log.With("service", "insight"))
 	policies := accesspolicy.NewCatalog()
 	if d.entries, err = access.NewService(s.store, d.clusters, keyCache, policies, access.Config{
 		Region: s.cfg.Cluster.Region, IdempotencyTTL: s.cfg.Cluster.IdempotencyTTL, Now: s.cfg.Cluster.Now,

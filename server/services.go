@@ -24,6 +24,7 @@ import (
 	"github.com/saltbush/saltbush/server/cluster"
 	"github.com/saltbush/saltbush/server/delivery"
 	"github.com/saltbush/saltbush/server/iam"
+	"github.com/saltbush/saltbush/server/insight"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/podidentity"
 	"github.com/saltbush/saltbush/server/review"
@@ -66,6 +67,7 @@ type domain struct {
 	keys       *iam.Service
 	ca         *pki.Authority
 	versions   *version.Service
+	insights   *insight.Service
 }
 
 // serviceTable is every service the gRPC port serves, in registration
@@ -80,6 +82,7 @@ func serviceTable(d domain, authorizer *authz.Authorizer, health *health.Server,
 	eksAccess := access.NewEKSServer(d.entries, authorizer)
 	eksPods := podidentity.NewEKSServer(d.pods, authorizer)
 	eksVersions := version.NewEKSServer(d.versions, authorizer)
+	eksInsights := insight.NewEKSServer(d.insights, authorizer)
 	reflectionOpts := reflection.ServerOptions{Services: reflectOn}
 	return []service{
 		{
@@ -142,6 +145,14 @@ func serviceTable(d domain, authorizer *authz.Authorizer, health *health.Server,
 			register: func(r grpc.ServiceRegistrar) { eksv1.RegisterClusterVersionServiceServer(r, eksVersions) },
 			facade: func(ctx context.Context, mux *runtime.ServeMux) error {
 				return eksv1.RegisterClusterVersionServiceHandlerServer(ctx, mux, eksVersions)
+			},
+			class: classServiceEKS,
+		},
+		{
+			desc:     &eksv1.InsightService_ServiceDesc,
+			register: func(r grpc.ServiceRegistrar) { eksv1.RegisterInsightServiceServer(r, eksInsights) },
+			facade: func(ctx context.Context, mux *runtime.ServeMux) error {
+				return eksv1.RegisterInsightServiceHandlerServer(ctx, mux, eksInsights)
 			},
 			class: classServiceEKS,
 		},

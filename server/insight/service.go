@@ -1,0 +1,110 @@
+// Package insight owns EKS cluster insights: checks computed on every call
+// from a cluster's records and the add-on catalogue, served by ListInsights
+// and DescribeInsight. saltbush has one check, AWS's UPGRADE_READINESS
+// insight "Amazon EKS add-on version compatibility" (addoncompat.go).
+// Nothing is stored: an insight's id is derived from the cluster
+// incarnation and the check (a name-based UUID), so it is stable for as
+// long as the cluster exists.
+package insight
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/saltbush/saltbush/errdefs"
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store"
+)
+
+// The insight categories and statuses, as AWS names them.
+const (
+	CategoryUpgradeReadiness = "UPGRADE_READINESS"
+	CategoryMisconfiguration = "MISCONFIGURATION"
+
+	StatusPassing = "PASSING"
+	StatusWarning = "WARNING"
+	StatusError   = "ERROR"
+	StatusUnknown = "UNKNOWN"
+)
+
+// idNamespace is the UUID namespace insight ids are derived in.
+var idNamespace = uuid.MustParse("6f1d8c2e-4b7a-5e39-9a0c-2d4e6f8a1b3c")
+
+// insightID is the id of check on the cluster incarnation clusterUID.
+func insightID(clusterUID, check string) string {
+	return uuid.NewSHA1(idNamespace, []byte(clusterUID+"/"+check)).String()
+}
+
+// Clusters resolves a cluster name of the caller's account.
+type Clusters interface {
+	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	// ARN is the ARN of a cluster of account.
+	ARN(account, name string) string
+}
+
+// Versions says which Kubernetes version follows a cluster's
+// (version.Service).
+type Versions interface {
+	NextOffered(minor string) (string, bool)
+}
+
+// Service computes insights. It is safe for concurrent use.
+type Service struct {
+	store    *store.Store
+	clusters Clusters
+	versions Versions
+	catalog  *catalog.Catalog
+	now      func() time.Time
+	log      *slog.Logger
+}
+
+// NewService returns the insight service; now is the clock (time.Now when
+// nil).
+func NewService(st *store.Store, clusters Clusters, versions Versions, cat *catalog.Catalog, now func() time.Time, log *slog.Logger) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: st, clusters: clusters, versions: versions, catalog: cat, now: now, log: log}
+}
+
+// ClusterARN is the ARN of the caller's cluster name, for authorization.
+func (s *Service) ClusterARN(account, name string) string { return s.clusters.ARN(account, name) }
+
+// insights computes every insight of the caller's cluster name, in a
+// stable order.
+func (s *Service) insights(ctx context.Context, name string) (*storagev1.ClusterRecord, []*eksv1.Insight, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if name == "" {
+		return nil, nil, errdefs.InvalidParameter("clusterName is required.")
+	}
+	c, _, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*eksv1.Insight
+	compat, err := s.addonCompatibility(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if compat != nil {
+		out = append(out, compat)
+	}
+	return c, out, nil
+}
+
+func (s *Service) wire(ctx context.Context, op string, err error) error {
+	return errdefs.Wire(ctx, s.log, op, err)
+}
+
+// epoch is t in the façade's timestamp form.
+func epoch(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
