@@ -19,6 +19,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -607,6 +610,113 @@ func TestRequestParseErrors(t *testing.T) {
 				if strings.Contains(out.Message, internal) {
 					t.Errorf("message %q shows %q", out.Message, internal)
 				}
+			}
+		})
+	}
+	addonNoWrites(t, h, before)
+}
+
+// TestModelValidationWithSDK: inputs the model forbids, sent by the
+// unmodified Go SDK (which checks only required members itself), are
+// refused as AWS refuses them and write nothing.
+func TestModelValidationWithSDK(t *testing.T) {
+	h := newAddonHarness(t)
+	addonCreate(t, h, &eks.CreateAddonInput{AddonName: aws.String("coredns")})
+	before := addonKeyspace(t, h)
+	ctx := ctxT(t)
+	twoNetworks := &ekstypes.RemoteNetworkConfigRequest{RemoteNodeNetworks: []ekstypes.RemoteNodeNetwork{
+		{Cidrs: []string{"10.0.0.0/8"}}, {Cidrs: []string{"172.16.0.0/12"}},
+	}}
+	twoPodNetworks := &ekstypes.RemoteNetworkConfigRequest{RemotePodNetworks: []ekstypes.RemotePodNetwork{
+		{Cidrs: []string{"10.0.0.0/8"}}, {Cidrs: []string{"172.16.0.0/12"}},
+	}}
+	tests := []struct {
+		name      string
+		call      func() error
+		exception string
+		message   string
+	}{
+		{
+			name: "CreateAddon empty serviceAccountRoleArn", exception: "InvalidParameterException",
+			call: func() error {
+				_, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("vpc-cni"),
+					ServiceAccountRoleArn: aws.String("")})
+				return err
+			},
+			message: "1 validation error detected: Value '' at 'serviceAccountRoleArn' failed to satisfy constraint: Member must have length greater than or equal to 1",
+		},
+		{
+			name: "UpdateAddon empty serviceAccountRoleArn", exception: "InvalidParameterException",
+			call: func() error {
+				_, err := h.eks.UpdateAddon(ctx, &eks.UpdateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("coredns"),
+					ServiceAccountRoleArn: aws.String("")})
+				return err
+			},
+			message: "1 validation error detected: Value '' at 'serviceAccountRoleArn' failed to satisfy constraint: Member must have length greater than or equal to 1",
+		},
+		{
+			name: "CreateAddon empty tags", exception: "InvalidParameterException",
+			call: func() error {
+				_, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("vpc-cni"),
+					Tags: map[string]string{}})
+				return err
+			},
+			message: "1 validation error detected: Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
+		},
+		{
+			name: "CreateCluster empty tags and two remote node networks", exception: "InvalidParameterException",
+			call: func() error {
+				in := createInput("model-new")
+				in.Tags = map[string]string{}
+				in.RemoteNetworkConfig = twoNetworks
+				_, err := h.eks.CreateCluster(ctx, in)
+				return err
+			},
+			message: "2 validation errors detected: Value '[{cidrs=[10.0.0.0/8]}, {cidrs=[172.16.0.0/12]}]' at 'remoteNetworkConfig.remoteNodeNetworks' " +
+				"failed to satisfy constraint: Member must have length less than or equal to 1; " +
+				"Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
+		},
+		{
+			name: "UpdateClusterConfig two remote pod networks", exception: "InvalidParameterException",
+			call: func() error {
+				_, err := h.eks.UpdateClusterConfig(ctx, &eks.UpdateClusterConfigInput{Name: aws.String(h.cluster), RemoteNetworkConfig: twoPodNetworks})
+				return err
+			},
+			message: "1 validation error detected: Value '[{cidrs=[10.0.0.0/8]}, {cidrs=[172.16.0.0/12]}]' at 'remoteNetworkConfig.remotePodNetworks' " +
+				"failed to satisfy constraint: Member must have length less than or equal to 1",
+		},
+		{
+			name: "CreateAccessEntry empty tags", exception: "InvalidParameterException",
+			call: func() error {
+				_, err := h.eks.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(h.cluster),
+					PrincipalArn: aws.String("arn:aws:iam::" + h.account + ":role/dev"), Tags: map[string]string{}})
+				return err
+			},
+			message: "1 validation error detected: Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
+		},
+		{
+			name: "TagResource empty tags", exception: "BadRequestException",
+			call: func() error {
+				arn := "arn:aws:eks:" + h.srv.Config.Cluster.Region + ":" + h.account + ":cluster/" + h.cluster
+				_, err := h.eks.TagResource(ctx, &eks.TagResourceInput{ResourceArn: aws.String(arn), Tags: map[string]string{}})
+				return err
+			},
+			message: "1 validation error detected: Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
+		},
+		{
+			name: "ListAddons maxResults over 100", exception: "InvalidParameterException",
+			call: func() error {
+				_, err := h.eks.ListAddons(ctx, &eks.ListAddonsInput{ClusterName: aws.String(h.cluster), MaxResults: aws.Int32(101)})
+				return err
+			},
+			message: "1 validation error detected: Value '101' at 'maxResults' failed to satisfy constraint: Member must have value less than or equal to 100",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, msg := wanterr.AWS(t, tc.call(), tc.exception, http.StatusBadRequest)
+			if msg != tc.message {
+				t.Errorf("message\n%s\nwant\n%s", msg, tc.message)
 			}
 		})
 	}
