@@ -108,12 +108,16 @@ func writeAWSProfile(dir string, res iam.BootstrapResult, region, endpoint strin
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	// The endpoint is set for EKS only (a services section), not for every
-	// service: `aws eks get-token` presigns an STS URL, which must name
-	// STS, not saltbush, for the cluster to accept the token.
+	// The endpoint is set per service (a services section, which the AWS
+	// CLI v1 and the SDKs honour, as AWS_ENDPOINT_URL_EKS and
+	// AWS_ENDPOINT_URL_STS would): EKS, and STS and IAM, which the façade
+	// answers too (server/sts). `aws eks get-token` then presigns its STS
+	// URL for the façade's address, which token review accepts (the
+	// façade's own hosts, server/token HTTPHosts). Every other service is
+	// left to AWS.
 	config := fmt.Sprintf("# saltbush development profile (account %s)\n[profile saltbush]\nregion = %s\nservices = saltbush\noutput = json\n\n"+
-		"[services saltbush]\neks =\n  endpoint_url = %s\n",
-		res.AccountID, region, endpoint)
+		"[services saltbush]\neks =\n  endpoint_url = %s\nsts =\n  endpoint_url = %s\niam =\n  endpoint_url = %s\n",
+		res.AccountID, region, endpoint, endpoint, endpoint)
 	creds := fmt.Sprintf("# %s\n[saltbush]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
 		res.UserARN, res.AccessKeyID, res.SecretAccessKey)
 	if err := os.WriteFile(filepath.Join(dir, "config"), []byte(config), 0o600); err != nil {

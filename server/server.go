@@ -198,6 +198,9 @@ type Server struct {
 	keys     *iam.Service
 	ca       *pki.Authority
 	dev      *DevCredentials
+	// tokens verifies `aws eks get-token` tokens; once the façade is
+	// bound, its own address is added to the hosts it accepts.
+	tokens *token.Verifier
 	auditLog *audit.JSONLines
 	// background runs the watches that keep identities current; Close
 	// ends it.
@@ -382,7 +385,10 @@ func (s *Server) startIdentity(ctx context.Context) (*iam.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.keys, err = iam.NewService(s.store, masterKey, nil); err != nil {
+	// The key store's clock (Cluster.Now, the one tests move) decides
+	// when role sessions expire; signatures' dates are checked against
+	// the real time.
+	if s.keys, err = iam.NewService(s.store, masterKey, s.cfg.Cluster.Now); err != nil {
 		return nil, err
 	}
 	keyCache := s.keys.NewCache()
@@ -491,13 +497,16 @@ func (s *Server) newReviews(clusters *cluster.Service, keyCache *iam.Cache, entr
 		return nil, err
 	}
 	go view.Run(s.background)
-	return review.NewService(clusters, keyCache, entries, view, &token.Verifier{
+	s.tokens = &token.Verifier{
 		// AWS's STS hosts, saltbush's own region's (a private cloud may
-		// name its region anything), and the configured ones.
-		Hosts:  token.DefaultHosts(append([]string{"sts." + s.cfg.Cluster.Region + ".amazonaws.com"}, s.cfg.STSHosts...)...),
-		Lookup: secretLookup(keyCache),
-		Keys:   sigv4.NewSigningKeys(),
-	}, policies, s.registry, s.log.With("service", "review"))
+		// name its region anything), and the configured ones; the
+		// façade's own address (it answers STS) is added by listen.
+		Hosts:         token.DefaultHosts(append([]string{"sts." + s.cfg.Cluster.Region + ".amazonaws.com"}, s.cfg.STSHosts...)...),
+		Lookup:        secretLookup(keyCache),
+		SessionLookup: sessionLookup(keyCache),
+		Keys:          sigv4.NewSigningKeys(),
+	}
+	return review.NewService(clusters, keyCache, entries, view, s.tokens, policies, s.registry, s.log.With("service", "review"))
 }
 
 // newDelivery builds the add-on deadline sweeper and the delivery
@@ -651,7 +660,29 @@ func (s *Server) listen() error {
 	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("listen HTTP on %s: %w", s.cfg.HTTPAddr, err)
 	}
+	if s.tokens != nil {
+		// Before serving: nothing reads the verifier yet.
+		s.tokens.HTTPHosts = facadeHosts(s.HTTPAddr())
+	}
 	return nil
+}
+
+// facadeHosts are the host:port names a client reaches the bound façade
+// by, as `aws eks get-token` puts them in a token when its STS endpoint
+// URL is the façade's (the development profile's is): the bound address,
+// and for a loopback or wildcard listener the loopback names too.
+func facadeHosts(bound string) token.Hosts {
+	hosts := token.Hosts{bound: true}
+	host, port, err := net.SplitHostPort(bound)
+	if err != nil {
+		return hosts
+	}
+	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+		for _, h := range []string{"127.0.0.1", "localhost", "[::1]"} {
+			hosts[h+":"+port] = true
+		}
+	}
+	return hosts
 }
 
 // etcdTLS is the client TLS configuration for an external etcd, or nil.
@@ -675,6 +706,18 @@ func (c Config) etcdTLS() (*tls.Config, error) {
 func secretLookup(keys *iam.Cache) sigv4.Lookup {
 	return func(ctx context.Context, akid string) (string, bool, error) {
 		c, ok, err := keys.Lookup(ctx, akid)
+		return c.Secret, ok, err
+	}
+}
+
+// sessionLookup adapts the key store to sigv4.SessionLookup: the secret of
+// a valid role session; an expired one is refused as expired.
+func sessionLookup(keys *iam.Cache) sigv4.SessionLookup {
+	return func(ctx context.Context, akid, token string) (string, bool, error) {
+		c, ok, err := keys.LookupSession(ctx, akid, token)
+		if errors.Is(err, iam.ErrSessionExpired) {
+			return "", false, sigv4.ExpiredTokenError()
+		}
 		return c.Secret, ok, err
 	}
 }

@@ -166,9 +166,16 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 }
 
 // Policies is Service.Policies from memory.
-func (c *Cache) Policies(ctx context.Context, arn string) ([]*policy.Document, error) {
-	// A role session has the policies of its role.
-	arn = c.EffectivePrincipal(arn)
+func (c *Cache) Policies(ctx context.Context, arn string) (_ []*policy.Document, err error) {
+	// A role session has the policies of its role, found by name in the
+	// mirror, or in etcd when the mirror has not seen the role yet.
+	if account, role, _, ok := AssumedRole(arn); ok {
+		if resolved, seen := c.roleByName(account, role); seen {
+			arn = resolved
+		} else if arn, err = c.svc.effectivePrincipal(ctx, arn); err != nil {
+			return nil, err
+		}
+	}
 	c.mu.RLock()
 	m, ok := c.principals[arn]
 	if ok && c.ready && c.current(m) {
@@ -293,13 +300,23 @@ func (c *Cache) EffectivePrincipal(arn string) string {
 	if !ok {
 		return arn
 	}
-	if kv, ok, _ := c.raw(nameKey(account, "role", role)); ok {
-		rec := &storagev1.PrincipalNameRecord{}
-		if store.Decode(kv.Value, rec) == nil {
-			return rec.GetArn()
-		}
+	if resolved, ok := c.roleByName(account, role); ok {
+		return resolved
 	}
 	return EffectivePrincipal(arn)
+}
+
+// roleByName is a role's ARN from the mirror's name index.
+func (c *Cache) roleByName(account, role string) (string, bool) {
+	kv, ok, _ := c.raw(nameKey(account, "role", role))
+	if !ok {
+		return "", false
+	}
+	rec := &storagev1.PrincipalNameRecord{}
+	if store.Decode(kv.Value, rec) != nil {
+		return "", false
+	}
+	return rec.GetArn(), true
 }
 
 // LookupSession is Service.LookupSession from memory: the session record

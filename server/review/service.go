@@ -49,9 +49,11 @@ type Clusters interface {
 	GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 }
 
-// Keys is the key store: the credential of an active access key.
+// Keys is the key store: the credential of an active access key, or of a
+// valid role session presented with its session token.
 type Keys interface {
 	Lookup(ctx context.Context, akid string) (iam.Credential, bool, error)
+	LookupSession(ctx context.Context, akid, sessionToken string) (iam.Credential, bool, error)
 }
 
 // Entries reads the access entry of a principal on a cluster incarnation.

@@ -8,6 +8,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/access"
+	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/token"
 )
 
@@ -52,12 +53,23 @@ func (s *Service) reviewToken(ctx context.Context, c *storagev1.ClusterRecord, r
 	if err != nil {
 		return nil, fmt.Errorf("verify token for cluster %s: %w", c.GetName(), err)
 	}
-	cred, ok, err := s.keys.Lookup(ctx, id.AccessKeyID)
+	var cred iam.Credential
+	var ok bool
+	if id.SessionToken != "" {
+		// A role session's temporary credentials (server/iam/session.go).
+		cred, ok, err = s.keys.LookupSession(ctx, id.AccessKeyID, id.SessionToken)
+		if errors.Is(err, iam.ErrSessionExpired) {
+			return unauthenticated("the role session of the token has expired"), nil
+		}
+	} else {
+		cred, ok, err = s.keys.Lookup(ctx, id.AccessKeyID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("look up access key: %w", err)
 	}
 	if !ok {
-		// Deactivated between the signature check and now.
+		// Deactivated (or the session revoked) between the signature
+		// check and now.
 		return unauthenticated("the access key of the token is not active"), nil
 	}
 	signer, ok := access.ParseSigner(cred.PrincipalARN)

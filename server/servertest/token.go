@@ -34,7 +34,7 @@ func Token(tb testing.TB, c Creds, cluster string, o TokenOptions) string {
 	if o.Region == "" {
 		o.Region = "us-east-1"
 	}
-	opts := sts.Options{Region: o.Region, Credentials: credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, "")}
+	opts := sts.Options{Region: o.Region, Credentials: credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken)}
 	if o.Endpoint != "" {
 		opts.BaseEndpoint = aws.String(o.Endpoint)
 	}

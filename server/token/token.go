@@ -87,8 +87,8 @@ const (
 	// BadSignature: the signature does not verify for the expected
 	// cluster name (a token made for another cluster ends here).
 	BadSignature Reason = "BadSignature"
-	// UnknownKey: the access key is unknown or inactive, or the token
-	// carries a session token (saltbush issues no session credentials).
+	// UnknownKey: the access key is unknown or inactive, or the role
+	// session of the token is unknown, revoked or expired.
 	UnknownKey Reason = "UnknownKey"
 )
 
@@ -118,6 +118,9 @@ type Identity struct {
 	Region string
 	// Date is the token's X-Amz-Date; it is valid until Date+Lifetime.
 	Date time.Time
+	// SessionToken is the X-Amz-Security-Token of a token signed with a
+	// role session's temporary credentials; empty for an access key.
+	SessionToken string
 }
 
 // Verifier checks tokens. The zero value refuses every token: Hosts and
@@ -127,6 +130,16 @@ type Verifier struct {
 	Hosts Hosts
 	// Lookup returns the secret of an active access key.
 	Lookup sigv4.Lookup
+	// SessionLookup returns the secret of a valid role session, for
+	// tokens signed with temporary credentials (`aws eks get-token` run
+	// with an assumed role's credentials); such tokens are refused when
+	// nil.
+	SessionLookup sigv4.SessionLookup
+	// HTTPHosts are hosts whose presigned URLs may be plain http: the
+	// addresses of saltbush's own façade, which answers STS itself, as a
+	// client configured with an http STS endpoint URL names it. Every
+	// other host must be https, as aws-iam-authenticator requires.
+	HTTPHosts Hosts
 	// Keys memoises derived signing keys; none when nil.
 	Keys *sigv4.SigningKeys
 	// Now returns the current time; time.Now when nil. Tests fix it.
@@ -169,10 +182,11 @@ func (v *Verifier) Verify(ctx context.Context, token, clusterName string) (Ident
 	if err != nil {
 		return Identity{}, formatError(Malformed, "the pre-signed URL does not parse")
 	}
-	if u.Scheme != "https" {
+	plain := u.Scheme == "http" && v.HTTPHosts[u.Host]
+	if u.Scheme != "https" && !plain {
 		return Identity{}, formatError(Malformed, "unexpected scheme %q in pre-signed URL", clip(u.Scheme))
 	}
-	if !v.Hosts[u.Host] {
+	if !plain && !v.Hosts[u.Host] {
 		return Identity{}, formatError(WrongHost, "unexpected hostname %q in pre-signed URL", clip(u.Host))
 	}
 	if u.Path != "/" {
@@ -238,6 +252,7 @@ func (v *Verifier) Verify(ctx context.Context, token, clusterName string) (Ident
 		Skew:              skew,
 		Now:               func() time.Time { return now },
 		Lookup:            v.Lookup,
+		SessionLookup:     v.SessionLookup,
 		Keys:              v.Keys,
 		PresignedLifetime: Lifetime,
 	}
@@ -249,7 +264,7 @@ func (v *Verifier) Verify(ctx context.Context, token, clusterName string) (Ident
 		}
 		reason := BadSignature
 		switch {
-		case se.Exception == sigv4.UnrecognizedClient:
+		case se.Exception == sigv4.UnrecognizedClient, se.Exception == sigv4.ExpiredToken:
 			reason = UnknownKey
 		case se.Expired:
 			reason = Expired
@@ -264,7 +279,7 @@ func (v *Verifier) Verify(ctx context.Context, token, clusterName string) (Ident
 		return Identity{}, &Error{Reason: BadSignature, Message: fmt.Sprintf(
 			"sts getCallerIdentity failed: Credential should be scoped to a valid region, not '%s'.", clip(res.Region))}
 	}
-	return Identity{AccessKeyID: res.AccessKeyID, Region: res.Region, Date: signedAt}, nil
+	return Identity{AccessKeyID: res.AccessKeyID, Region: res.Region, Date: signedAt, SessionToken: res.SessionToken}, nil
 }
 
 // awsSTSHost is an AWS regional STS endpoint name.
