@@ -200,7 +200,7 @@ type Server struct {
 	dev      *DevCredentials
 	// tokens verifies `aws eks get-token` tokens; once the façade is
 	// bound, its own address is added to the hosts it accepts.
-	tokens *token.Verifier
+	tokens   *token.Verifier
 	auditLog *audit.JSONLines
 	// background runs the watches that keep identities current; Close
 	// ends it.
