@@ -171,6 +171,22 @@ func agentSessionRecordV1() proto.Message {
 		AckedDigest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 }
 
+func podIdentityAssociationRecordV1() proto.Message {
+	return &storagev1.PodIdentityAssociationRecord{
+		ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", AccountId: "000000000000", ClusterName: "prod",
+		AssociationId: "a-0123456789abcdefg", Arn: "arn:aws:eks:us-east-1:000000000000:podidentityassociation/prod/a-0123456789abcdefg",
+		Namespace: "kube-system", ServiceAccount: "aws-node", RoleArn: "arn:aws:iam::000000000000:role/cni",
+		TargetRoleArn: "arn:aws:iam::111111111111:role/target", ExternalId: "5b3a3a4e-9d1f-4c7e-8a55-0c1d2e3f4a5b",
+		DisableSessionTags: true, Policy: `{"Version":"2012-10-17"}`,
+		OwnerArn: "arn:aws:eks:us-east-1:000000000000:addon/prod/vpc-cni/0b9e7c1d-3f4a-4e2b-8c6d-5a1f2e3d4c5b",
+		Tags:     map[string]string{"team": "net"}, CreatedAt: goldenT, ModifiedAt: goldenT, ClientRequestToken: "tok",
+	}
+}
+
+func podIdentityServiceAccountRecordV1() proto.Message {
+	return &storagev1.PodIdentityServiceAccountRecord{AssociationId: "a-0123456789abcdefg"}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -194,6 +210,8 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"PrincipalNameRecord.v1.binpb", principalNameRecordV1},
 		{"ExecutorRecord.v1.binpb", executorRecordV1},
 		{"AgentSessionRecord.v1.binpb", agentSessionRecordV1},
+		{"PodIdentityAssociationRecord.v1.binpb", podIdentityAssociationRecordV1},
+		{"PodIdentityServiceAccountRecord.v1.binpb", podIdentityServiceAccountRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
