@@ -181,6 +181,6 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, _ []string) (proto.Message, error) {
 			return c.FinalizeDeletion(ctx, &controlv1.FinalizeDeletionRequest{Cluster: ref})
 		}),
-	})
+	}, newAdminCompleteUpdateCommand(af, &uid))
 	return cmd
 }

@@ -359,3 +359,33 @@ func TestUpgradeRefusedUnlessActive(t *testing.T) {
 	}
 	h.noWrites(t, before)
 }
+
+// TestUpgradeCompletedByAdminCLI: `saltbush admin cluster complete-update`
+// is the provisioner's report from the command line (the real binary).
+func TestUpgradeCompletedByAdminCLI(t *testing.T) {
+	h := newUpgradeHarness(t, "up-cli", "1.36")
+	u, err := h.upgrade(t, "1.37", "")
+	if err != nil {
+		t.Fatalf("UpdateClusterVersion: %v", err)
+	}
+	cli := newAIDCLI(t, h.srv)
+	if _, stderr, err := cli.run(t, "", "--account", h.account, "cluster", "complete-update", h.cluster, aws.ToString(u.Id), "Sometimes"); err == nil {
+		t.Fatalf("an unknown outcome was accepted: %s", stderr)
+	}
+	out := cli.ok(t, "", "--account", h.account, "cluster", "complete-update", h.cluster, aws.ToString(u.Id), "Successful",
+		"--platform-version", "eks.3")
+	if out["updateStatus"] != "Successful" || out["kubernetesVersion"] != "1.37" {
+		t.Fatalf("complete-update printed %v", out)
+	}
+	if c := h.describe(t); c.Status != types.ClusterStatusActive || aws.ToString(c.Version) != "1.37" || aws.ToString(c.PlatformVersion) != "eks.3" {
+		t.Fatalf("cluster %s on %s (%s), want ACTIVE on 1.37 (eks.3)", c.Status, aws.ToString(c.Version), aws.ToString(c.PlatformVersion))
+	}
+	// The newest version has no next one: no upgrade insight, and no
+	// upgrade.
+	list, err := h.eks.ListInsights(ctxT(t), &eks.ListInsightsInput{ClusterName: aws.String(h.cluster)})
+	if err != nil || len(list.Insights) != 0 {
+		t.Fatalf("ListInsights on the newest version = %v, %v; want none", list, err)
+	}
+	_, err = h.upgrade(t, "1.38", "")
+	wanterr.Type[*types.InvalidParameterException](t, err)
+}
