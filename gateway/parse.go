@@ -161,6 +161,7 @@ func pathAt(body []byte, offset int) ([]any, bool) {
 			top.index++
 		}
 	}
+scan:
 	for int(dec.InputOffset()) < offset {
 		tok, err := dec.Token()
 		if err != nil {
@@ -168,6 +169,9 @@ func pathAt(body []byte, offset int) ([]any, bool) {
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
+			if int(dec.InputOffset())-1 >= offset {
+				break scan // the value at offset is this object or list
+			}
 			if len(stack) > 0 && !stack[len(stack)-1].object {
 				stack[len(stack)-1].index++
 			}

@@ -125,3 +125,18 @@ func TestCheckRefusesAnOperationOutsideTheModel(t *testing.T) {
 		t.Fatal("Check of a message that is no operation's input: nil error")
 	}
 }
+
+// BenchmarkCheck measures one CreateAddon check as the façade makes it
+// (with the body in the context).
+func BenchmarkCheck(b *testing.B) {
+	req := &eksv1.CreateAddonRequest{ClusterName: "c", AddonName: "vpc-cni", Tags: map[string]string{"team": "net"},
+		PodIdentityAssociations: []*eksv1.AddonPodIdentityAssociations{{ServiceAccount: "aws-node", RoleArn: "arn:aws:iam::000000000000:role/x"}}}
+	ctx := WithBody(context.Background(), []byte(`{"addonName":"vpc-cni","tags":{"team":"net"},`+
+		`"podIdentityAssociations":[{"serviceAccount":"aws-node","roleArn":"arn:aws:iam::000000000000:role/x"}]}`))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Check(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
