@@ -95,6 +95,54 @@ func newAdminAccountCommand(af *adminFlags) *cobra.Command {
 		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
 			return c.UpdateAccessKey(ctx, &controlv1.UpdateAccessKeyRequest{AccessKeyId: args[0], Status: args[1]})
 		}),
+	}, newAdminRoleCommand(af))
+	return cmd
+}
+
+// newAdminRoleCommand manages what sts:AssumeRole does for a role: who may
+// assume it (its trust policy), how long its sessions last, and revoking
+// the sessions issued so far.
+func newAdminRoleCommand(af *adminFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "role", Short: "A role's trust policy, maximum session duration and sessions"}
+	var trustFile string
+	var maxSession time.Duration
+	update := &cobra.Command{
+		Use:   "update ROLE_ARN [--trust-policy FILE|-] [--max-session-duration 1h..12h]",
+		Short: "Set who may sts:AssumeRole the role and how long its sessions may last",
+		Args:  cobra.ExactArgs(1),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			req := &controlv1.UpdateRoleRequest{RoleArn: args[0]}
+			if trustFile != "" {
+				doc, err := readDocument(trustFile)
+				if err != nil {
+					return nil, err
+				}
+				req.TrustPolicy = &doc
+			}
+			if maxSession != 0 {
+				secs := int32(maxSession / time.Second)
+				req.MaxSessionDurationSeconds = &secs
+			}
+			if req.TrustPolicy == nil && req.MaxSessionDurationSeconds == nil {
+				return nil, fmt.Errorf("nothing to change: give --trust-policy, --max-session-duration or both")
+			}
+			return c.UpdateRole(ctx, req)
+		}),
+	}
+	update.Flags().StringVar(&trustFile, "trust-policy", "", "the trust policy document (JSON), a file or - for stdin")
+	update.Flags().DurationVar(&maxSession, "max-session-duration", 0, "the longest session AssumeRole issues (1h to 12h)")
+	cmd.AddCommand(update, &cobra.Command{
+		Use: "get ROLE_ARN", Short: "Show a role's trust policy, maximum session duration and last revocation", Args: cobra.ExactArgs(1),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			return c.GetRole(ctx, &controlv1.GetRoleRequest{RoleArn: args[0]})
+		}),
+	}, &cobra.Command{
+		Use:   "revoke-sessions ROLE_ARN",
+		Short: "Refuse every session of the role issued until now (new sessions still work)",
+		Args:  cobra.ExactArgs(1),
+		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
+			return c.RevokeRoleSessions(ctx, &controlv1.RevokeRoleSessionsRequest{RoleArn: args[0]})
+		}),
 	})
 	return cmd
 }

@@ -181,3 +181,48 @@ func (s *ControlServer) GetCertificateAuthorityBundle(ctx context.Context, _ *co
 	}
 	return &controlv1.GetCertificateAuthorityBundleResponse{CaBundlePem: string(bundle), IssuingSerial: serial}, nil
 }
+
+// UpdateRole implements controlv1.IdentityControlServiceServer.
+func (s *ControlServer) UpdateRole(ctx context.Context, req *controlv1.UpdateRoleRequest) (*controlv1.UpdateRoleResponse, error) {
+	var u RoleUpdate
+	if req.TrustPolicy != nil {
+		u.TrustPolicy = req.TrustPolicy
+	}
+	if req.MaxSessionDurationSeconds != nil {
+		d := time.Duration(req.GetMaxSessionDurationSeconds()) * time.Second
+		u.MaxSessionDuration = &d
+	}
+	rec, err := s.svc.UpdateRole(ctx, req.GetRoleArn(), u)
+	if err != nil {
+		return nil, s.wire(ctx, "UpdateRole", err)
+	}
+	return &controlv1.UpdateRoleResponse{
+		RoleArn: rec.GetArn(), TrustPolicy: rec.GetTrustPolicy(),
+		MaxSessionDurationSeconds: int32(MaxSession(rec) / time.Second),
+	}, nil
+}
+
+// GetRole implements controlv1.IdentityControlServiceServer.
+func (s *ControlServer) GetRole(ctx context.Context, req *controlv1.GetRoleRequest) (*controlv1.GetRoleResponse, error) {
+	rec, err := s.svc.GetRole(ctx, req.GetRoleArn())
+	if err != nil {
+		return nil, s.wire(ctx, "GetRole", err)
+	}
+	resp := &controlv1.GetRoleResponse{
+		RoleArn: rec.GetArn(), TrustPolicy: rec.GetTrustPolicy(),
+		MaxSessionDurationSeconds: int32(MaxSession(rec) / time.Second),
+	}
+	if rb := rec.GetSessionsRevokedBefore(); rb != nil {
+		resp.SessionsRevokedBeforeEpochSeconds = rb.GetSeconds()
+	}
+	return resp, nil
+}
+
+// RevokeRoleSessions implements controlv1.IdentityControlServiceServer.
+func (s *ControlServer) RevokeRoleSessions(ctx context.Context, req *controlv1.RevokeRoleSessionsRequest) (*controlv1.RevokeRoleSessionsResponse, error) {
+	at, err := s.svc.RevokeRoleSessions(ctx, req.GetRoleArn())
+	if err != nil {
+		return nil, s.wire(ctx, "RevokeRoleSessions", err)
+	}
+	return &controlv1.RevokeRoleSessionsResponse{SessionsRevokedBeforeEpochSeconds: at.Unix()}, nil
+}

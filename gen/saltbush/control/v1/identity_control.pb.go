@@ -600,6 +600,332 @@ func (*UpdateAccessKeyResponse) Descriptor() ([]byte, []int) {
 	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{11}
 }
 
+type UpdateRoleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// arn:aws:iam::{account}:role/{path}{name}, exactly as it was created.
+	RoleArn string `protobuf:"bytes,1,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	// A trust policy document (JSON); unchanged when absent.
+	TrustPolicy *string `protobuf:"bytes,2,opt,name=trust_policy,json=trustPolicy,proto3,oneof" json:"trust_policy,omitempty"`
+	// 3600 to 43200; unchanged when absent.
+	MaxSessionDurationSeconds *int32 `protobuf:"varint,3,opt,name=max_session_duration_seconds,json=maxSessionDurationSeconds,proto3,oneof" json:"max_session_duration_seconds,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *UpdateRoleRequest) Reset() {
+	*x = UpdateRoleRequest{}
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRoleRequest) ProtoMessage() {}
+
+func (x *UpdateRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRoleRequest.ProtoReflect.Descriptor instead.
+func (*UpdateRoleRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *UpdateRoleRequest) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+func (x *UpdateRoleRequest) GetTrustPolicy() string {
+	if x != nil && x.TrustPolicy != nil {
+		return *x.TrustPolicy
+	}
+	return ""
+}
+
+func (x *UpdateRoleRequest) GetMaxSessionDurationSeconds() int32 {
+	if x != nil && x.MaxSessionDurationSeconds != nil {
+		return *x.MaxSessionDurationSeconds
+	}
+	return 0
+}
+
+type UpdateRoleResponse struct {
+	state                     protoimpl.MessageState `protogen:"open.v1"`
+	RoleArn                   string                 `protobuf:"bytes,1,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	TrustPolicy               string                 `protobuf:"bytes,2,opt,name=trust_policy,json=trustPolicy,proto3" json:"trust_policy,omitempty"`
+	MaxSessionDurationSeconds int32                  `protobuf:"varint,3,opt,name=max_session_duration_seconds,json=maxSessionDurationSeconds,proto3" json:"max_session_duration_seconds,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *UpdateRoleResponse) Reset() {
+	*x = UpdateRoleResponse{}
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRoleResponse) ProtoMessage() {}
+
+func (x *UpdateRoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRoleResponse.ProtoReflect.Descriptor instead.
+func (*UpdateRoleResponse) Descriptor() ([]byte, []int) {
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UpdateRoleResponse) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+func (x *UpdateRoleResponse) GetTrustPolicy() string {
+	if x != nil {
+		return x.TrustPolicy
+	}
+	return ""
+}
+
+func (x *UpdateRoleResponse) GetMaxSessionDurationSeconds() int32 {
+	if x != nil {
+		return x.MaxSessionDurationSeconds
+	}
+	return 0
+}
+
+type GetRoleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoleArn       string                 `protobuf:"bytes,1,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRoleRequest) Reset() {
+	*x = GetRoleRequest{}
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoleRequest) ProtoMessage() {}
+
+func (x *GetRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoleRequest.ProtoReflect.Descriptor instead.
+func (*GetRoleRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetRoleRequest) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+type GetRoleResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RoleArn     string                 `protobuf:"bytes,1,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	TrustPolicy string                 `protobuf:"bytes,2,opt,name=trust_policy,json=trustPolicy,proto3" json:"trust_policy,omitempty"`
+	// The effective maximum (3600 when never set).
+	MaxSessionDurationSeconds int32 `protobuf:"varint,3,opt,name=max_session_duration_seconds,json=maxSessionDurationSeconds,proto3" json:"max_session_duration_seconds,omitempty"`
+	// Sessions issued before this instant are refused; 0 when none were revoked.
+	SessionsRevokedBeforeEpochSeconds int64 `protobuf:"varint,4,opt,name=sessions_revoked_before_epoch_seconds,json=sessionsRevokedBeforeEpochSeconds,proto3" json:"sessions_revoked_before_epoch_seconds,omitempty"`
+	unknownFields                     protoimpl.UnknownFields
+	sizeCache                         protoimpl.SizeCache
+}
+
+func (x *GetRoleResponse) Reset() {
+	*x = GetRoleResponse{}
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoleResponse) ProtoMessage() {}
+
+func (x *GetRoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoleResponse.ProtoReflect.Descriptor instead.
+func (*GetRoleResponse) Descriptor() ([]byte, []int) {
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetRoleResponse) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+func (x *GetRoleResponse) GetTrustPolicy() string {
+	if x != nil {
+		return x.TrustPolicy
+	}
+	return ""
+}
+
+func (x *GetRoleResponse) GetMaxSessionDurationSeconds() int32 {
+	if x != nil {
+		return x.MaxSessionDurationSeconds
+	}
+	return 0
+}
+
+func (x *GetRoleResponse) GetSessionsRevokedBeforeEpochSeconds() int64 {
+	if x != nil {
+		return x.SessionsRevokedBeforeEpochSeconds
+	}
+	return 0
+}
+
+type RevokeRoleSessionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoleArn       string                 `protobuf:"bytes,1,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeRoleSessionsRequest) Reset() {
+	*x = RevokeRoleSessionsRequest{}
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRoleSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRoleSessionsRequest) ProtoMessage() {}
+
+func (x *RevokeRoleSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRoleSessionsRequest.ProtoReflect.Descriptor instead.
+func (*RevokeRoleSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RevokeRoleSessionsRequest) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+type RevokeRoleSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sessions issued before this instant are refused from now on.
+	SessionsRevokedBeforeEpochSeconds int64 `protobuf:"varint,1,opt,name=sessions_revoked_before_epoch_seconds,json=sessionsRevokedBeforeEpochSeconds,proto3" json:"sessions_revoked_before_epoch_seconds,omitempty"`
+	unknownFields                     protoimpl.UnknownFields
+	sizeCache                         protoimpl.SizeCache
+}
+
+func (x *RevokeRoleSessionsResponse) Reset() {
+	*x = RevokeRoleSessionsResponse{}
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRoleSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRoleSessionsResponse) ProtoMessage() {}
+
+func (x *RevokeRoleSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRoleSessionsResponse.ProtoReflect.Descriptor instead.
+func (*RevokeRoleSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RevokeRoleSessionsResponse) GetSessionsRevokedBeforeEpochSeconds() int64 {
+	if x != nil {
+		return x.SessionsRevokedBeforeEpochSeconds
+	}
+	return 0
+}
+
 type PutServicePolicyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -610,7 +936,7 @@ type PutServicePolicyRequest struct {
 
 func (x *PutServicePolicyRequest) Reset() {
 	*x = PutServicePolicyRequest{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[12]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +948,7 @@ func (x *PutServicePolicyRequest) String() string {
 func (*PutServicePolicyRequest) ProtoMessage() {}
 
 func (x *PutServicePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[12]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +961,7 @@ func (x *PutServicePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutServicePolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutServicePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{12}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutServicePolicyRequest) GetService() string {
@@ -660,7 +986,7 @@ type PutServicePolicyResponse struct {
 
 func (x *PutServicePolicyResponse) Reset() {
 	*x = PutServicePolicyResponse{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[13]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +998,7 @@ func (x *PutServicePolicyResponse) String() string {
 func (*PutServicePolicyResponse) ProtoMessage() {}
 
 func (x *PutServicePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[13]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +1011,7 @@ func (x *PutServicePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutServicePolicyResponse.ProtoReflect.Descriptor instead.
 func (*PutServicePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{13}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{19}
 }
 
 type IssueCertificateRequest struct {
@@ -705,7 +1031,7 @@ type IssueCertificateRequest struct {
 
 func (x *IssueCertificateRequest) Reset() {
 	*x = IssueCertificateRequest{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[14]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +1043,7 @@ func (x *IssueCertificateRequest) String() string {
 func (*IssueCertificateRequest) ProtoMessage() {}
 
 func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[14]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +1056,7 @@ func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
 func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{14}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IssueCertificateRequest) GetCsrPem() string {
@@ -800,7 +1126,7 @@ type AgentSubject struct {
 
 func (x *AgentSubject) Reset() {
 	*x = AgentSubject{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[15]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1138,7 @@ func (x *AgentSubject) String() string {
 func (*AgentSubject) ProtoMessage() {}
 
 func (x *AgentSubject) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[15]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1151,7 @@ func (x *AgentSubject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSubject.ProtoReflect.Descriptor instead.
 func (*AgentSubject) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{15}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AgentSubject) GetClusterUid() string {
@@ -856,7 +1182,7 @@ type IssueCertificateResponse struct {
 
 func (x *IssueCertificateResponse) Reset() {
 	*x = IssueCertificateResponse{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[16]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1194,7 @@ func (x *IssueCertificateResponse) String() string {
 func (*IssueCertificateResponse) ProtoMessage() {}
 
 func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[16]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1207,7 @@ func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
 func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{16}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IssueCertificateResponse) GetCertificatePem() string {
@@ -930,7 +1256,7 @@ type RevokeCertificateRequest struct {
 
 func (x *RevokeCertificateRequest) Reset() {
 	*x = RevokeCertificateRequest{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[17]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1268,7 @@ func (x *RevokeCertificateRequest) String() string {
 func (*RevokeCertificateRequest) ProtoMessage() {}
 
 func (x *RevokeCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[17]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1281,7 @@ func (x *RevokeCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{17}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeCertificateRequest) GetSerial() string {
@@ -980,7 +1306,7 @@ type RevokeCertificateResponse struct {
 
 func (x *RevokeCertificateResponse) Reset() {
 	*x = RevokeCertificateResponse{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[18]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1318,7 @@ func (x *RevokeCertificateResponse) String() string {
 func (*RevokeCertificateResponse) ProtoMessage() {}
 
 func (x *RevokeCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[18]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1331,7 @@ func (x *RevokeCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RevokeCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{18}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{24}
 }
 
 type RotateCertificateAuthorityRequest struct {
@@ -1016,7 +1342,7 @@ type RotateCertificateAuthorityRequest struct {
 
 func (x *RotateCertificateAuthorityRequest) Reset() {
 	*x = RotateCertificateAuthorityRequest{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[19]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1354,7 @@ func (x *RotateCertificateAuthorityRequest) String() string {
 func (*RotateCertificateAuthorityRequest) ProtoMessage() {}
 
 func (x *RotateCertificateAuthorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[19]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1367,7 @@ func (x *RotateCertificateAuthorityRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use RotateCertificateAuthorityRequest.ProtoReflect.Descriptor instead.
 func (*RotateCertificateAuthorityRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{19}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{25}
 }
 
 type RotateCertificateAuthorityResponse struct {
@@ -1054,7 +1380,7 @@ type RotateCertificateAuthorityResponse struct {
 
 func (x *RotateCertificateAuthorityResponse) Reset() {
 	*x = RotateCertificateAuthorityResponse{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[20]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1392,7 @@ func (x *RotateCertificateAuthorityResponse) String() string {
 func (*RotateCertificateAuthorityResponse) ProtoMessage() {}
 
 func (x *RotateCertificateAuthorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[20]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1405,7 @@ func (x *RotateCertificateAuthorityResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use RotateCertificateAuthorityResponse.ProtoReflect.Descriptor instead.
 func (*RotateCertificateAuthorityResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{20}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RotateCertificateAuthorityResponse) GetIssuingSerial() string {
@@ -1105,7 +1431,7 @@ type RemoveCertificateAuthorityRequest struct {
 
 func (x *RemoveCertificateAuthorityRequest) Reset() {
 	*x = RemoveCertificateAuthorityRequest{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[21]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1443,7 @@ func (x *RemoveCertificateAuthorityRequest) String() string {
 func (*RemoveCertificateAuthorityRequest) ProtoMessage() {}
 
 func (x *RemoveCertificateAuthorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[21]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1456,7 @@ func (x *RemoveCertificateAuthorityRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use RemoveCertificateAuthorityRequest.ProtoReflect.Descriptor instead.
 func (*RemoveCertificateAuthorityRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{21}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveCertificateAuthorityRequest) GetSerial() string {
@@ -1149,7 +1475,7 @@ type RemoveCertificateAuthorityResponse struct {
 
 func (x *RemoveCertificateAuthorityResponse) Reset() {
 	*x = RemoveCertificateAuthorityResponse{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[22]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1487,7 @@ func (x *RemoveCertificateAuthorityResponse) String() string {
 func (*RemoveCertificateAuthorityResponse) ProtoMessage() {}
 
 func (x *RemoveCertificateAuthorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[22]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1500,7 @@ func (x *RemoveCertificateAuthorityResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use RemoveCertificateAuthorityResponse.ProtoReflect.Descriptor instead.
 func (*RemoveCertificateAuthorityResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{22}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveCertificateAuthorityResponse) GetCaBundlePem() string {
@@ -1192,7 +1518,7 @@ type GetCertificateAuthorityBundleRequest struct {
 
 func (x *GetCertificateAuthorityBundleRequest) Reset() {
 	*x = GetCertificateAuthorityBundleRequest{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[23]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1530,7 @@ func (x *GetCertificateAuthorityBundleRequest) String() string {
 func (*GetCertificateAuthorityBundleRequest) ProtoMessage() {}
 
 func (x *GetCertificateAuthorityBundleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[23]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1543,7 @@ func (x *GetCertificateAuthorityBundleRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use GetCertificateAuthorityBundleRequest.ProtoReflect.Descriptor instead.
 func (*GetCertificateAuthorityBundleRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{23}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{29}
 }
 
 type GetCertificateAuthorityBundleResponse struct {
@@ -1230,7 +1556,7 @@ type GetCertificateAuthorityBundleResponse struct {
 
 func (x *GetCertificateAuthorityBundleResponse) Reset() {
 	*x = GetCertificateAuthorityBundleResponse{}
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[24]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1568,7 @@ func (x *GetCertificateAuthorityBundleResponse) String() string {
 func (*GetCertificateAuthorityBundleResponse) ProtoMessage() {}
 
 func (x *GetCertificateAuthorityBundleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[24]
+	mi := &file_saltbush_control_v1_identity_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1581,7 @@ func (x *GetCertificateAuthorityBundleResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use GetCertificateAuthorityBundleResponse.ProtoReflect.Descriptor instead.
 func (*GetCertificateAuthorityBundleResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{24}
+	return file_saltbush_control_v1_identity_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetCertificateAuthorityBundleResponse) GetCaBundlePem() string {
@@ -1311,7 +1637,28 @@ const file_saltbush_control_v1_identity_control_proto_rawDesc = "" +
 	"\x16UpdateAccessKeyRequest\x12\"\n" +
 	"\raccess_key_id\x18\x01 \x01(\tR\vaccessKeyId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"\x19\n" +
-	"\x17UpdateAccessKeyResponse\"O\n" +
+	"\x17UpdateAccessKeyResponse\"\xce\x01\n" +
+	"\x11UpdateRoleRequest\x12\x19\n" +
+	"\brole_arn\x18\x01 \x01(\tR\aroleArn\x12&\n" +
+	"\ftrust_policy\x18\x02 \x01(\tH\x00R\vtrustPolicy\x88\x01\x01\x12D\n" +
+	"\x1cmax_session_duration_seconds\x18\x03 \x01(\x05H\x01R\x19maxSessionDurationSeconds\x88\x01\x01B\x0f\n" +
+	"\r_trust_policyB\x1f\n" +
+	"\x1d_max_session_duration_seconds\"\x93\x01\n" +
+	"\x12UpdateRoleResponse\x12\x19\n" +
+	"\brole_arn\x18\x01 \x01(\tR\aroleArn\x12!\n" +
+	"\ftrust_policy\x18\x02 \x01(\tR\vtrustPolicy\x12?\n" +
+	"\x1cmax_session_duration_seconds\x18\x03 \x01(\x05R\x19maxSessionDurationSeconds\"+\n" +
+	"\x0eGetRoleRequest\x12\x19\n" +
+	"\brole_arn\x18\x01 \x01(\tR\aroleArn\"\xe2\x01\n" +
+	"\x0fGetRoleResponse\x12\x19\n" +
+	"\brole_arn\x18\x01 \x01(\tR\aroleArn\x12!\n" +
+	"\ftrust_policy\x18\x02 \x01(\tR\vtrustPolicy\x12?\n" +
+	"\x1cmax_session_duration_seconds\x18\x03 \x01(\x05R\x19maxSessionDurationSeconds\x12P\n" +
+	"%sessions_revoked_before_epoch_seconds\x18\x04 \x01(\x03R!sessionsRevokedBeforeEpochSeconds\"6\n" +
+	"\x19RevokeRoleSessionsRequest\x12\x19\n" +
+	"\brole_arn\x18\x01 \x01(\tR\aroleArn\"n\n" +
+	"\x1aRevokeRoleSessionsResponse\x12P\n" +
+	"%sessions_revoked_before_epoch_seconds\x18\x01 \x01(\x03R!sessionsRevokedBeforeEpochSeconds\"O\n" +
 	"\x17PutServicePolicyRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1a\n" +
 	"\bdocument\x18\x02 \x01(\tR\bdocument\"\x1a\n" +
@@ -1348,14 +1695,18 @@ const file_saltbush_control_v1_identity_control_proto_rawDesc = "" +
 	"$GetCertificateAuthorityBundleRequest\"r\n" +
 	"%GetCertificateAuthorityBundleResponse\x12\"\n" +
 	"\rca_bundle_pem\x18\x01 \x01(\tR\vcaBundlePem\x12%\n" +
-	"\x0eissuing_serial\x18\x02 \x01(\tR\rissuingSerial2\xa9\v\n" +
+	"\x0eissuing_serial\x18\x02 \x01(\tR\rissuingSerial2\xda\r\n" +
 	"\x16IdentityControlService\x12f\n" +
 	"\rCreateAccount\x12).saltbush.control.v1.CreateAccountRequest\x1a*.saltbush.control.v1.CreateAccountResponse\x12l\n" +
 	"\x0fCreatePrincipal\x12+.saltbush.control.v1.CreatePrincipalRequest\x1a,.saltbush.control.v1.CreatePrincipalResponse\x12_\n" +
 	"\tPutPolicy\x12%.saltbush.control.v1.PutPolicyRequest\x1a&.saltbush.control.v1.PutPolicyResponse\"\x03\x90\x02\x02\x12c\n" +
 	"\fAttachPolicy\x12(.saltbush.control.v1.AttachPolicyRequest\x1a).saltbush.control.v1.AttachPolicyResponse\x12l\n" +
 	"\x0fCreateAccessKey\x12+.saltbush.control.v1.CreateAccessKeyRequest\x1a,.saltbush.control.v1.CreateAccessKeyResponse\x12l\n" +
-	"\x0fUpdateAccessKey\x12+.saltbush.control.v1.UpdateAccessKeyRequest\x1a,.saltbush.control.v1.UpdateAccessKeyResponse\x12t\n" +
+	"\x0fUpdateAccessKey\x12+.saltbush.control.v1.UpdateAccessKeyRequest\x1a,.saltbush.control.v1.UpdateAccessKeyResponse\x12]\n" +
+	"\n" +
+	"UpdateRole\x12&.saltbush.control.v1.UpdateRoleRequest\x1a'.saltbush.control.v1.UpdateRoleResponse\x12Y\n" +
+	"\aGetRole\x12#.saltbush.control.v1.GetRoleRequest\x1a$.saltbush.control.v1.GetRoleResponse\"\x03\x90\x02\x01\x12u\n" +
+	"\x12RevokeRoleSessions\x12..saltbush.control.v1.RevokeRoleSessionsRequest\x1a/.saltbush.control.v1.RevokeRoleSessionsResponse\x12t\n" +
 	"\x10PutServicePolicy\x12,.saltbush.control.v1.PutServicePolicyRequest\x1a-.saltbush.control.v1.PutServicePolicyResponse\"\x03\x90\x02\x02\x12o\n" +
 	"\x10IssueCertificate\x12,.saltbush.control.v1.IssueCertificateRequest\x1a-.saltbush.control.v1.IssueCertificateResponse\x12r\n" +
 	"\x11RevokeCertificate\x12-.saltbush.control.v1.RevokeCertificateRequest\x1a..saltbush.control.v1.RevokeCertificateResponse\x12\x8d\x01\n" +
@@ -1375,7 +1726,7 @@ func file_saltbush_control_v1_identity_control_proto_rawDescGZIP() []byte {
 	return file_saltbush_control_v1_identity_control_proto_rawDescData
 }
 
-var file_saltbush_control_v1_identity_control_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_saltbush_control_v1_identity_control_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_saltbush_control_v1_identity_control_proto_goTypes = []any{
 	(*CreateAccountRequest)(nil),                  // 0: saltbush.control.v1.CreateAccountRequest
 	(*CreateAccountResponse)(nil),                 // 1: saltbush.control.v1.CreateAccountResponse
@@ -1389,48 +1740,60 @@ var file_saltbush_control_v1_identity_control_proto_goTypes = []any{
 	(*CreateAccessKeyResponse)(nil),               // 9: saltbush.control.v1.CreateAccessKeyResponse
 	(*UpdateAccessKeyRequest)(nil),                // 10: saltbush.control.v1.UpdateAccessKeyRequest
 	(*UpdateAccessKeyResponse)(nil),               // 11: saltbush.control.v1.UpdateAccessKeyResponse
-	(*PutServicePolicyRequest)(nil),               // 12: saltbush.control.v1.PutServicePolicyRequest
-	(*PutServicePolicyResponse)(nil),              // 13: saltbush.control.v1.PutServicePolicyResponse
-	(*IssueCertificateRequest)(nil),               // 14: saltbush.control.v1.IssueCertificateRequest
-	(*AgentSubject)(nil),                          // 15: saltbush.control.v1.AgentSubject
-	(*IssueCertificateResponse)(nil),              // 16: saltbush.control.v1.IssueCertificateResponse
-	(*RevokeCertificateRequest)(nil),              // 17: saltbush.control.v1.RevokeCertificateRequest
-	(*RevokeCertificateResponse)(nil),             // 18: saltbush.control.v1.RevokeCertificateResponse
-	(*RotateCertificateAuthorityRequest)(nil),     // 19: saltbush.control.v1.RotateCertificateAuthorityRequest
-	(*RotateCertificateAuthorityResponse)(nil),    // 20: saltbush.control.v1.RotateCertificateAuthorityResponse
-	(*RemoveCertificateAuthorityRequest)(nil),     // 21: saltbush.control.v1.RemoveCertificateAuthorityRequest
-	(*RemoveCertificateAuthorityResponse)(nil),    // 22: saltbush.control.v1.RemoveCertificateAuthorityResponse
-	(*GetCertificateAuthorityBundleRequest)(nil),  // 23: saltbush.control.v1.GetCertificateAuthorityBundleRequest
-	(*GetCertificateAuthorityBundleResponse)(nil), // 24: saltbush.control.v1.GetCertificateAuthorityBundleResponse
+	(*UpdateRoleRequest)(nil),                     // 12: saltbush.control.v1.UpdateRoleRequest
+	(*UpdateRoleResponse)(nil),                    // 13: saltbush.control.v1.UpdateRoleResponse
+	(*GetRoleRequest)(nil),                        // 14: saltbush.control.v1.GetRoleRequest
+	(*GetRoleResponse)(nil),                       // 15: saltbush.control.v1.GetRoleResponse
+	(*RevokeRoleSessionsRequest)(nil),             // 16: saltbush.control.v1.RevokeRoleSessionsRequest
+	(*RevokeRoleSessionsResponse)(nil),            // 17: saltbush.control.v1.RevokeRoleSessionsResponse
+	(*PutServicePolicyRequest)(nil),               // 18: saltbush.control.v1.PutServicePolicyRequest
+	(*PutServicePolicyResponse)(nil),              // 19: saltbush.control.v1.PutServicePolicyResponse
+	(*IssueCertificateRequest)(nil),               // 20: saltbush.control.v1.IssueCertificateRequest
+	(*AgentSubject)(nil),                          // 21: saltbush.control.v1.AgentSubject
+	(*IssueCertificateResponse)(nil),              // 22: saltbush.control.v1.IssueCertificateResponse
+	(*RevokeCertificateRequest)(nil),              // 23: saltbush.control.v1.RevokeCertificateRequest
+	(*RevokeCertificateResponse)(nil),             // 24: saltbush.control.v1.RevokeCertificateResponse
+	(*RotateCertificateAuthorityRequest)(nil),     // 25: saltbush.control.v1.RotateCertificateAuthorityRequest
+	(*RotateCertificateAuthorityResponse)(nil),    // 26: saltbush.control.v1.RotateCertificateAuthorityResponse
+	(*RemoveCertificateAuthorityRequest)(nil),     // 27: saltbush.control.v1.RemoveCertificateAuthorityRequest
+	(*RemoveCertificateAuthorityResponse)(nil),    // 28: saltbush.control.v1.RemoveCertificateAuthorityResponse
+	(*GetCertificateAuthorityBundleRequest)(nil),  // 29: saltbush.control.v1.GetCertificateAuthorityBundleRequest
+	(*GetCertificateAuthorityBundleResponse)(nil), // 30: saltbush.control.v1.GetCertificateAuthorityBundleResponse
 }
 var file_saltbush_control_v1_identity_control_proto_depIdxs = []int32{
-	15, // 0: saltbush.control.v1.IssueCertificateRequest.agent:type_name -> saltbush.control.v1.AgentSubject
+	21, // 0: saltbush.control.v1.IssueCertificateRequest.agent:type_name -> saltbush.control.v1.AgentSubject
 	0,  // 1: saltbush.control.v1.IdentityControlService.CreateAccount:input_type -> saltbush.control.v1.CreateAccountRequest
 	2,  // 2: saltbush.control.v1.IdentityControlService.CreatePrincipal:input_type -> saltbush.control.v1.CreatePrincipalRequest
 	4,  // 3: saltbush.control.v1.IdentityControlService.PutPolicy:input_type -> saltbush.control.v1.PutPolicyRequest
 	6,  // 4: saltbush.control.v1.IdentityControlService.AttachPolicy:input_type -> saltbush.control.v1.AttachPolicyRequest
 	8,  // 5: saltbush.control.v1.IdentityControlService.CreateAccessKey:input_type -> saltbush.control.v1.CreateAccessKeyRequest
 	10, // 6: saltbush.control.v1.IdentityControlService.UpdateAccessKey:input_type -> saltbush.control.v1.UpdateAccessKeyRequest
-	12, // 7: saltbush.control.v1.IdentityControlService.PutServicePolicy:input_type -> saltbush.control.v1.PutServicePolicyRequest
-	14, // 8: saltbush.control.v1.IdentityControlService.IssueCertificate:input_type -> saltbush.control.v1.IssueCertificateRequest
-	17, // 9: saltbush.control.v1.IdentityControlService.RevokeCertificate:input_type -> saltbush.control.v1.RevokeCertificateRequest
-	19, // 10: saltbush.control.v1.IdentityControlService.RotateCertificateAuthority:input_type -> saltbush.control.v1.RotateCertificateAuthorityRequest
-	21, // 11: saltbush.control.v1.IdentityControlService.RemoveCertificateAuthority:input_type -> saltbush.control.v1.RemoveCertificateAuthorityRequest
-	23, // 12: saltbush.control.v1.IdentityControlService.GetCertificateAuthorityBundle:input_type -> saltbush.control.v1.GetCertificateAuthorityBundleRequest
-	1,  // 13: saltbush.control.v1.IdentityControlService.CreateAccount:output_type -> saltbush.control.v1.CreateAccountResponse
-	3,  // 14: saltbush.control.v1.IdentityControlService.CreatePrincipal:output_type -> saltbush.control.v1.CreatePrincipalResponse
-	5,  // 15: saltbush.control.v1.IdentityControlService.PutPolicy:output_type -> saltbush.control.v1.PutPolicyResponse
-	7,  // 16: saltbush.control.v1.IdentityControlService.AttachPolicy:output_type -> saltbush.control.v1.AttachPolicyResponse
-	9,  // 17: saltbush.control.v1.IdentityControlService.CreateAccessKey:output_type -> saltbush.control.v1.CreateAccessKeyResponse
-	11, // 18: saltbush.control.v1.IdentityControlService.UpdateAccessKey:output_type -> saltbush.control.v1.UpdateAccessKeyResponse
-	13, // 19: saltbush.control.v1.IdentityControlService.PutServicePolicy:output_type -> saltbush.control.v1.PutServicePolicyResponse
-	16, // 20: saltbush.control.v1.IdentityControlService.IssueCertificate:output_type -> saltbush.control.v1.IssueCertificateResponse
-	18, // 21: saltbush.control.v1.IdentityControlService.RevokeCertificate:output_type -> saltbush.control.v1.RevokeCertificateResponse
-	20, // 22: saltbush.control.v1.IdentityControlService.RotateCertificateAuthority:output_type -> saltbush.control.v1.RotateCertificateAuthorityResponse
-	22, // 23: saltbush.control.v1.IdentityControlService.RemoveCertificateAuthority:output_type -> saltbush.control.v1.RemoveCertificateAuthorityResponse
-	24, // 24: saltbush.control.v1.IdentityControlService.GetCertificateAuthorityBundle:output_type -> saltbush.control.v1.GetCertificateAuthorityBundleResponse
-	13, // [13:25] is the sub-list for method output_type
-	1,  // [1:13] is the sub-list for method input_type
+	12, // 7: saltbush.control.v1.IdentityControlService.UpdateRole:input_type -> saltbush.control.v1.UpdateRoleRequest
+	14, // 8: saltbush.control.v1.IdentityControlService.GetRole:input_type -> saltbush.control.v1.GetRoleRequest
+	16, // 9: saltbush.control.v1.IdentityControlService.RevokeRoleSessions:input_type -> saltbush.control.v1.RevokeRoleSessionsRequest
+	18, // 10: saltbush.control.v1.IdentityControlService.PutServicePolicy:input_type -> saltbush.control.v1.PutServicePolicyRequest
+	20, // 11: saltbush.control.v1.IdentityControlService.IssueCertificate:input_type -> saltbush.control.v1.IssueCertificateRequest
+	23, // 12: saltbush.control.v1.IdentityControlService.RevokeCertificate:input_type -> saltbush.control.v1.RevokeCertificateRequest
+	25, // 13: saltbush.control.v1.IdentityControlService.RotateCertificateAuthority:input_type -> saltbush.control.v1.RotateCertificateAuthorityRequest
+	27, // 14: saltbush.control.v1.IdentityControlService.RemoveCertificateAuthority:input_type -> saltbush.control.v1.RemoveCertificateAuthorityRequest
+	29, // 15: saltbush.control.v1.IdentityControlService.GetCertificateAuthorityBundle:input_type -> saltbush.control.v1.GetCertificateAuthorityBundleRequest
+	1,  // 16: saltbush.control.v1.IdentityControlService.CreateAccount:output_type -> saltbush.control.v1.CreateAccountResponse
+	3,  // 17: saltbush.control.v1.IdentityControlService.CreatePrincipal:output_type -> saltbush.control.v1.CreatePrincipalResponse
+	5,  // 18: saltbush.control.v1.IdentityControlService.PutPolicy:output_type -> saltbush.control.v1.PutPolicyResponse
+	7,  // 19: saltbush.control.v1.IdentityControlService.AttachPolicy:output_type -> saltbush.control.v1.AttachPolicyResponse
+	9,  // 20: saltbush.control.v1.IdentityControlService.CreateAccessKey:output_type -> saltbush.control.v1.CreateAccessKeyResponse
+	11, // 21: saltbush.control.v1.IdentityControlService.UpdateAccessKey:output_type -> saltbush.control.v1.UpdateAccessKeyResponse
+	13, // 22: saltbush.control.v1.IdentityControlService.UpdateRole:output_type -> saltbush.control.v1.UpdateRoleResponse
+	15, // 23: saltbush.control.v1.IdentityControlService.GetRole:output_type -> saltbush.control.v1.GetRoleResponse
+	17, // 24: saltbush.control.v1.IdentityControlService.RevokeRoleSessions:output_type -> saltbush.control.v1.RevokeRoleSessionsResponse
+	19, // 25: saltbush.control.v1.IdentityControlService.PutServicePolicy:output_type -> saltbush.control.v1.PutServicePolicyResponse
+	22, // 26: saltbush.control.v1.IdentityControlService.IssueCertificate:output_type -> saltbush.control.v1.IssueCertificateResponse
+	24, // 27: saltbush.control.v1.IdentityControlService.RevokeCertificate:output_type -> saltbush.control.v1.RevokeCertificateResponse
+	26, // 28: saltbush.control.v1.IdentityControlService.RotateCertificateAuthority:output_type -> saltbush.control.v1.RotateCertificateAuthorityResponse
+	28, // 29: saltbush.control.v1.IdentityControlService.RemoveCertificateAuthority:output_type -> saltbush.control.v1.RemoveCertificateAuthorityResponse
+	30, // 30: saltbush.control.v1.IdentityControlService.GetCertificateAuthorityBundle:output_type -> saltbush.control.v1.GetCertificateAuthorityBundleResponse
+	16, // [16:31] is the sub-list for method output_type
+	1,  // [1:16] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -1441,7 +1804,8 @@ func file_saltbush_control_v1_identity_control_proto_init() {
 	if File_saltbush_control_v1_identity_control_proto != nil {
 		return
 	}
-	file_saltbush_control_v1_identity_control_proto_msgTypes[14].OneofWrappers = []any{
+	file_saltbush_control_v1_identity_control_proto_msgTypes[12].OneofWrappers = []any{}
+	file_saltbush_control_v1_identity_control_proto_msgTypes[20].OneofWrappers = []any{
 		(*IssueCertificateRequest_Service)(nil),
 		(*IssueCertificateRequest_Agent)(nil),
 	}
@@ -1451,7 +1815,7 @@ func file_saltbush_control_v1_identity_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_control_v1_identity_control_proto_rawDesc), len(file_saltbush_control_v1_identity_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,9 @@ const (
 	IdentityControlService_AttachPolicy_FullMethodName                  = "/saltbush.control.v1.IdentityControlService/AttachPolicy"
 	IdentityControlService_CreateAccessKey_FullMethodName               = "/saltbush.control.v1.IdentityControlService/CreateAccessKey"
 	IdentityControlService_UpdateAccessKey_FullMethodName               = "/saltbush.control.v1.IdentityControlService/UpdateAccessKey"
+	IdentityControlService_UpdateRole_FullMethodName                    = "/saltbush.control.v1.IdentityControlService/UpdateRole"
+	IdentityControlService_GetRole_FullMethodName                       = "/saltbush.control.v1.IdentityControlService/GetRole"
+	IdentityControlService_RevokeRoleSessions_FullMethodName            = "/saltbush.control.v1.IdentityControlService/RevokeRoleSessions"
 	IdentityControlService_PutServicePolicy_FullMethodName              = "/saltbush.control.v1.IdentityControlService/PutServicePolicy"
 	IdentityControlService_IssueCertificate_FullMethodName              = "/saltbush.control.v1.IdentityControlService/IssueCertificate"
 	IdentityControlService_RevokeCertificate_FullMethodName             = "/saltbush.control.v1.IdentityControlService/RevokeCertificate"
@@ -55,6 +58,16 @@ type IdentityControlServiceClient interface {
 	CreateAccessKey(ctx context.Context, in *CreateAccessKeyRequest, opts ...grpc.CallOption) (*CreateAccessKeyResponse, error)
 	// UpdateAccessKey activates or deactivates an access key.
 	UpdateAccessKey(ctx context.Context, in *UpdateAccessKeyRequest, opts ...grpc.CallOption) (*UpdateAccessKeyResponse, error)
+	// UpdateRole sets a role's trust policy (who may sts:AssumeRole it) and
+	// the longest session AssumeRole issues for it; an absent field is left
+	// as it is.
+	UpdateRole(ctx context.Context, in *UpdateRoleRequest, opts ...grpc.CallOption) (*UpdateRoleResponse, error)
+	// GetRole returns a role's trust policy, its maximum session duration and
+	// when its sessions were last revoked.
+	GetRole(ctx context.Context, in *GetRoleRequest, opts ...grpc.CallOption) (*GetRoleResponse, error)
+	// RevokeRoleSessions refuses, from now on, every session of a role issued
+	// before now (on every replica, as soon as its key cache sees the change).
+	RevokeRoleSessions(ctx context.Context, in *RevokeRoleSessionsRequest, opts ...grpc.CallOption) (*RevokeRoleSessionsResponse, error)
 	// PutServicePolicy creates or replaces a service identity's policy.
 	PutServicePolicy(ctx context.Context, in *PutServicePolicyRequest, opts ...grpc.CallOption) (*PutServicePolicyResponse, error)
 	// IssueCertificate signs a CSR for a service or an agent. The identity
@@ -134,6 +147,36 @@ func (c *identityControlServiceClient) UpdateAccessKey(ctx context.Context, in *
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateAccessKeyResponse)
 	err := c.cc.Invoke(ctx, IdentityControlService_UpdateAccessKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *identityControlServiceClient) UpdateRole(ctx context.Context, in *UpdateRoleRequest, opts ...grpc.CallOption) (*UpdateRoleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateRoleResponse)
+	err := c.cc.Invoke(ctx, IdentityControlService_UpdateRole_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *identityControlServiceClient) GetRole(ctx context.Context, in *GetRoleRequest, opts ...grpc.CallOption) (*GetRoleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRoleResponse)
+	err := c.cc.Invoke(ctx, IdentityControlService_GetRole_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *identityControlServiceClient) RevokeRoleSessions(ctx context.Context, in *RevokeRoleSessionsRequest, opts ...grpc.CallOption) (*RevokeRoleSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeRoleSessionsResponse)
+	err := c.cc.Invoke(ctx, IdentityControlService_RevokeRoleSessions_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +265,16 @@ type IdentityControlServiceServer interface {
 	CreateAccessKey(context.Context, *CreateAccessKeyRequest) (*CreateAccessKeyResponse, error)
 	// UpdateAccessKey activates or deactivates an access key.
 	UpdateAccessKey(context.Context, *UpdateAccessKeyRequest) (*UpdateAccessKeyResponse, error)
+	// UpdateRole sets a role's trust policy (who may sts:AssumeRole it) and
+	// the longest session AssumeRole issues for it; an absent field is left
+	// as it is.
+	UpdateRole(context.Context, *UpdateRoleRequest) (*UpdateRoleResponse, error)
+	// GetRole returns a role's trust policy, its maximum session duration and
+	// when its sessions were last revoked.
+	GetRole(context.Context, *GetRoleRequest) (*GetRoleResponse, error)
+	// RevokeRoleSessions refuses, from now on, every session of a role issued
+	// before now (on every replica, as soon as its key cache sees the change).
+	RevokeRoleSessions(context.Context, *RevokeRoleSessionsRequest) (*RevokeRoleSessionsResponse, error)
 	// PutServicePolicy creates or replaces a service identity's policy.
 	PutServicePolicy(context.Context, *PutServicePolicyRequest) (*PutServicePolicyResponse, error)
 	// IssueCertificate signs a CSR for a service or an agent. The identity
@@ -264,6 +317,15 @@ func (UnimplementedIdentityControlServiceServer) CreateAccessKey(context.Context
 }
 func (UnimplementedIdentityControlServiceServer) UpdateAccessKey(context.Context, *UpdateAccessKeyRequest) (*UpdateAccessKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateAccessKey not implemented")
+}
+func (UnimplementedIdentityControlServiceServer) UpdateRole(context.Context, *UpdateRoleRequest) (*UpdateRoleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateRole not implemented")
+}
+func (UnimplementedIdentityControlServiceServer) GetRole(context.Context, *GetRoleRequest) (*GetRoleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRole not implemented")
+}
+func (UnimplementedIdentityControlServiceServer) RevokeRoleSessions(context.Context, *RevokeRoleSessionsRequest) (*RevokeRoleSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeRoleSessions not implemented")
 }
 func (UnimplementedIdentityControlServiceServer) PutServicePolicy(context.Context, *PutServicePolicyRequest) (*PutServicePolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutServicePolicy not implemented")
@@ -413,6 +475,60 @@ func _IdentityControlService_UpdateAccessKey_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IdentityControlService_UpdateRole_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateRoleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdentityControlServiceServer).UpdateRole(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdentityControlService_UpdateRole_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdentityControlServiceServer).UpdateRole(ctx, req.(*UpdateRoleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdentityControlService_GetRole_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRoleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdentityControlServiceServer).GetRole(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdentityControlService_GetRole_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdentityControlServiceServer).GetRole(ctx, req.(*GetRoleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdentityControlService_RevokeRoleSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeRoleSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdentityControlServiceServer).RevokeRoleSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdentityControlService_RevokeRoleSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdentityControlServiceServer).RevokeRoleSessions(ctx, req.(*RevokeRoleSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _IdentityControlService_PutServicePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PutServicePolicyRequest)
 	if err := dec(in); err != nil {
@@ -551,6 +667,18 @@ var IdentityControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateAccessKey",
 			Handler:    _IdentityControlService_UpdateAccessKey_Handler,
+		},
+		{
+			MethodName: "UpdateRole",
+			Handler:    _IdentityControlService_UpdateRole_Handler,
+		},
+		{
+			MethodName: "GetRole",
+			Handler:    _IdentityControlService_GetRole_Handler,
+		},
+		{
+			MethodName: "RevokeRoleSessions",
+			Handler:    _IdentityControlService_RevokeRoleSessions_Handler,
 		},
 		{
 			MethodName: "PutServicePolicy",
