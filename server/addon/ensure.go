@@ -78,8 +78,17 @@ func (s *Service) ensureOnce(ctx context.Context, req *controlv1.EnsureAddonRequ
 		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev)
 	if redriven {
 		hintDeadline(txn, next)
+		// A DeleteAddon removed its pod identity associations: the
+		// re-driven add-on has them again.
+		if err := s.pods.Sync(ctx, txn, c, next, podNamespace(next), next.GetSpec().GetPodIdentityAssociations()); err != nil {
+			return nil, false, withAddonFields(err, c.GetName(), a.Name)
+		}
 	}
 	if _, err := s.store.Commit(ctx, txn); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			// A service account's association was taken in between.
+			return nil, false, fmt.Errorf("ensure add-on %q: %w", a.Name, store.ErrConflict)
+		}
 		return nil, false, err
 	}
 	return next, redriven, nil
