@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/validation"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
@@ -717,6 +718,64 @@ func TestModelValidationWithSDK(t *testing.T) {
 			_, msg := wanterr.AWS(t, tc.call(), tc.exception, http.StatusBadRequest)
 			if msg != tc.message {
 				t.Errorf("message\n%s\nwant\n%s", msg, tc.message)
+			}
+		})
+	}
+	addonNoWrites(t, h, before)
+}
+
+// TestModelValidationOverGRPC: the gRPC port refuses what the façade
+// refuses, with the same exception (in the status's ErrorInfo) and
+// message; presence is the proto's there (an optional field set to "").
+func TestModelValidationOverGRPC(t *testing.T) {
+	h := newAddonHarness(t)
+	addonCreate(t, h, &eks.CreateAddonInput{AddonName: aws.String("coredns")})
+	before := addonKeyspace(t, h)
+	ctx := ctxT(t)
+	conn := h.srv.GRPC(t)
+	addons, tags := eksv1.NewAddonServiceClient(conn), eksv1.NewTagServiceClient(conn)
+	many := map[string]string{}
+	for i := range 51 {
+		many[fmt.Sprintf("k%02d", i)] = "v"
+	}
+	arn := "arn:aws:eks:" + h.srv.Config.Cluster.Region + ":" + h.account + ":cluster/" + h.cluster
+	tests := []struct {
+		name      string
+		call      func() error
+		code      codes.Code
+		exception string
+		message   string
+	}{
+		{
+			name: "UpdateAddon optional serviceAccountRoleArn set to empty", code: codes.InvalidArgument, exception: "InvalidParameterException",
+			call: func() error {
+				_, err := addons.UpdateAddon(ctx, &eksv1.UpdateAddonRequest{ClusterName: h.cluster, AddonName: "coredns", ServiceAccountRoleArn: proto.String("")})
+				return err
+			},
+			message: "1 validation error detected: Value '' at 'serviceAccountRoleArn' failed to satisfy constraint: Member must have length greater than or equal to 1",
+		},
+		{
+			name: "ListAddons maxResults 0", code: codes.InvalidArgument, exception: "InvalidParameterException",
+			call: func() error {
+				_, err := addons.ListAddons(ctx, &eksv1.ListAddonsRequest{ClusterName: h.cluster, MaxResults: proto.Int32(0)})
+				return err
+			},
+			message: "1 validation error detected: Value '0' at 'maxResults' failed to satisfy constraint: Member must have value greater than or equal to 1",
+		},
+		{
+			name: "TagResource 51 tags", code: codes.InvalidArgument, exception: "BadRequestException",
+			call: func() error {
+				_, err := tags.TagResource(ctx, &eksv1.TagResourceRequest{ResourceArn: arn, Tags: many})
+				return err
+			},
+			message: "at 'tags' failed to satisfy constraint: Member must have length less than or equal to 50",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := wanterr.Status(t, tc.call(), tc.code, tc.exception)
+			if !strings.Contains(st.Message(), tc.message) {
+				t.Errorf("message %q, want %q", st.Message(), tc.message)
 			}
 		})
 	}
