@@ -877,9 +877,10 @@ func (x *ListAddonsResponse) GetNextToken() string {
 }
 
 // UpdateAddonRequest is AWS's UpdateAddonRequest. Members left out keep
-// their value; an empty serviceAccountRoleArn or configurationValues clears
-// it, and an empty podIdentityAssociations list (`[]`) removes every
-// association, as AWS documents.
+// their value; an empty configurationValues clears it, and an empty
+// podIdentityAssociations list (`[]`) removes every association, as AWS
+// documents. An empty serviceAccountRoleArn is refused, as AWS's model
+// refuses it (at least 1 character).
 type UpdateAddonRequest struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	ClusterName           string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
