@@ -49,9 +49,9 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreatePodIdentityAssoci
 		if err := validateCreate(who.AccountID, req); err != nil {
 			return withCluster(err, cn)
 		}
-		if holder, err := s.holder(ctx, c.GetUid(), req.GetNamespace(), req.GetServiceAccount()); err != nil || holder != "" {
+		if held, err := holder(ctx, s.store, c.GetUid(), req.GetNamespace(), req.GetServiceAccount()); err != nil || held != "" {
 			if err == nil {
-				err = inUse(cn, holder)
+				err = inUse(cn, held)
 			}
 			return err
 		}
@@ -96,9 +96,9 @@ func deleteWrites(txn *store.Txn, rec *storagev1.PodIdentityAssociationRecord, r
 
 // holder returns the id of the association that holds (namespace,
 // serviceAccount) in cluster incarnation uid, "" when none does.
-func (s *Service) holder(ctx context.Context, uid, namespace, serviceAccount string) (string, error) {
+func holder(ctx context.Context, st *store.Store, uid, namespace, serviceAccount string) (string, error) {
 	sa := &storagev1.PodIdentityServiceAccountRecord{}
-	_, err := s.store.Get(ctx, store.PodIdentityServiceAccountKey(uid, namespace, serviceAccount), sa)
+	_, err := st.Get(ctx, store.PodIdentityServiceAccountKey(uid, namespace, serviceAccount), sa)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}

@@ -54,12 +54,12 @@ func (o *Owner) Sync(ctx context.Context, txn *store.Txn, c *storagev1.ClusterRe
 		wanted[w.GetAssociationId()] = true
 		cur, ok := have[w.GetAssociationId()]
 		if !ok {
-			holder, err := o.holder(ctx, c.GetUid(), namespace, w.GetServiceAccount())
+			held, err := holder(ctx, o.store, c.GetUid(), namespace, w.GetServiceAccount())
 			if err != nil {
 				return err
 			}
-			if holder != "" {
-				return inUse(c.GetName(), holder)
+			if held != "" {
+				return inUse(c.GetName(), held)
 			}
 			createWrites(txn, &storagev1.PodIdentityAssociationRecord{
 				ClusterUid:     c.GetUid(),
@@ -130,10 +130,6 @@ func (o *Owner) owned(ctx context.Context, uid, ownerArn string) (map[string]rev
 		}
 	})
 	return out, err
-}
-
-func (o *Owner) holder(ctx context.Context, uid, namespace, serviceAccount string) (string, error) {
-	return (&Service{store: o.store}).holder(ctx, uid, namespace, serviceAccount)
 }
 
 // eachAssociation calls f with every association of cluster incarnation

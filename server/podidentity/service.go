@@ -175,7 +175,3 @@ func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, id string
 	}
 	return rec, rev, nil
 }
-
-func clusterRef(account, name string) *controlv1.ClusterRef {
-	return &controlv1.ClusterRef{AccountId: account, Name: name}
-}
