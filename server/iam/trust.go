@@ -173,7 +173,13 @@ func strictJSON(raw []byte, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return err
+		// The decoder's words, without its package prefix; an unknown
+		// member says what is evaluated instead.
+		msg := strings.TrimPrefix(err.Error(), "json: ")
+		if field, ok := strings.CutPrefix(msg, "unknown field "); ok {
+			return fmt.Errorf("member %s is not supported: only Version, Id, Statement, Sid, Effect, Action and Principal are evaluated", field)
+		}
+		return errors.New(msg)
 	}
 	if dec.More() {
 		return errors.New("trailing data after the document")

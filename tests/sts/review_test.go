@@ -208,6 +208,12 @@ func keyEnv(c servertest.Creds) []string {
 // removes the variable.
 func runAWS(t *testing.T, env []string, args ...string) string {
 	t.Helper()
+	return runCmd(t, "aws", env, args...)
+}
+
+// runCmd runs a client program as runAWS runs the AWS CLI.
+func runCmd(t *testing.T, name string, env []string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	dir := t.TempDir()
@@ -232,12 +238,12 @@ func runAWS(t *testing.T, env []string, args ...string) string {
 		}
 		base = append(base, kv)
 	}
-	cmd := exec.CommandContext(ctx, "aws", args...)
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = base
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("aws %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", name, strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	return stdout.String()
 }
