@@ -14,7 +14,7 @@ const (
 	testSessionKey    = "ASIASALTBUSHTEST0001"
 	testSessionSecret = "c2Vzc2lvbi1zZXNzaW9uLXNlc3Npb24tc2Vzc2lvbg"
 	testSessionToken  = "dG9rZW4tdG9rZW4tdG9rZW4="
-	expiredKey    = "ASIASALTBUSHEXPIRED1"
+	expiredKey        = "ASIASALTBUSHEXPIRED1"
 )
 
 // sessionVerifier knows one long-term key (testLookup) and one session,
