@@ -42,6 +42,9 @@ func requestError(ctx context.Context, st *status.Status) (e *errdefs.Error, htt
 	case isSyntaxError(msg):
 		return &errdefs.Error{Exception: SerializationException, Message: "The request body is not valid JSON."},
 			http.StatusBadRequest, true
+	case strings.HasPrefix(msg, "proto:") && !isObject(validation.Body(ctx)):
+		return &errdefs.Error{Exception: SerializationException, Message: "The request body is not a JSON object."},
+			http.StatusBadRequest, true
 	case strings.HasPrefix(msg, "proto:"):
 		// A body protojson could not decode (an unknown or mistyped
 		// member): say which member, without the decoder's internals.
@@ -90,6 +93,13 @@ func operationOf(ctx context.Context) string {
 func isSyntaxError(msg string) bool {
 	return strings.HasPrefix(msg, "invalid character") || msg == "unexpected EOF" ||
 		strings.HasPrefix(msg, "json: ")
+}
+
+// isObject reports whether body is a JSON object, as every EKS request
+// body is; anything else is not an operation's input at all.
+func isObject(body []byte) bool {
+	b := bytes.TrimSpace(body)
+	return len(b) > 0 && b[0] == '{'
 }
 
 // protojson's errors: `proto: (line 1:15): invalid value for string field

@@ -475,7 +475,8 @@ func Member(operationName string, path []any) (name, typ string, ok bool) {
 			}
 			s, cur = shapes[s.member], fmt.Sprintf("%s.%d.member", cur, idx+1)
 		case kindMap:
-			return cur, "a map of " + typeName(shapes[s.value]) + "s", true
+			_, one, _ := strings.Cut(typeName(shapes[s.value]), " ")
+			return cur, "a map of " + one + "s", true
 		default:
 			return "", "", false
 		}

@@ -582,6 +582,20 @@ func TestRequestParseErrors(t *testing.T) {
 			message:   "1 validation error detected: Value '5' at 'podIdentityAssociations.1.member.roleArn' failed to satisfy constraint: Member must be a string",
 		},
 		{
+			name: "tag body member map value of the wrong type", method: http.MethodPost, path: tagPath, body: `{"tags": {"a": 1}}`,
+			exception: "BadRequestException",
+			message:   "1 validation error detected: Value '1' at 'tags' failed to satisfy constraint: Member must be a map of strings",
+		},
+		{
+			name: "body a JSON list", method: http.MethodPost, path: "/clusters", body: `[1, 2]`,
+			exception: "SerializationException", message: "The request body is not a JSON object.",
+		},
+		{
+			name: "query parameter given twice", method: http.MethodGet, path: "/clusters?maxResults=1&maxResults=2",
+			exception: "InvalidParameterException",
+			message:   "1 validation error detected: Value '1, 2' at 'maxResults' failed to satisfy constraint: Member must have one value",
+		},
+		{
 			name: "add-on body not JSON", method: http.MethodPost, path: "/clusters/" + h.cluster + "/addons",
 			body: `addonName=coredns`, exception: "SerializationException", message: "The request body is not valid JSON.",
 		},
