@@ -101,6 +101,23 @@ func principalRecordV1() proto.Message {
 		PolicyNames: []string{"read", "write"}, CreatedAt: goldenT}
 }
 
+// principalRecordV2 is a role with its session settings (trust policy,
+// maximum session duration, revocation instant).
+func principalRecordV2() proto.Message {
+	return &storagev1.PrincipalRecord{Arn: "arn:aws:iam::111122223333:role/ops/deployer", AccountId: "111122223333",
+		PolicyNames: []string{"read"}, CreatedAt: goldenT,
+		TrustPolicy:               `{"Statement":[{"Effect":"Allow","Principal":{"AWS":"111122223333"},"Action":"sts:AssumeRole"}]}`,
+		MaxSessionDurationSeconds: 7200, SessionsRevokedBefore: goldenT}
+}
+
+func sessionRecordV1() proto.Message {
+	return &storagev1.SessionRecord{AccessKeyId: "ASIAABCDEFGHIJKLMNOP", AccountId: "111122223333",
+		RoleArn: "arn:aws:iam::111122223333:role/ops/deployer", SessionArn: "arn:aws:sts::111122223333:assumed-role/deployer/run-1",
+		SessionName: "run-1", SealedSecret: []byte{1, 2, 3}, SessionTokenSha256: []byte{4, 5, 6}, IssuedAt: goldenT, ExpiresAt: goldenT,
+		SourcePrincipalArn: "arn:aws:iam::111122223333:user/alice", Tags: []*storagev1.SessionTag{{Key: "team", Value: "platform"}},
+		SourceIdentity: "alice"}
+}
+
 func accessKeyRecordV1() proto.Message {
 	return &storagev1.AccessKeyRecord{AccessKeyId: "AKIAABCDEFGHIJKLMNOP", AccountId: "111122223333",
 		PrincipalArn: "arn:aws:iam::111122223333:user/alice", SealedSecret: []byte{1, 2, 3, 4, 5}, Status: "Active", CreatedAt: goldenT}
@@ -200,6 +217,8 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"AddonDeadlineHint.v1.binpb", addonDeadlineHintV1},
 		{"AccountRecord.v1.binpb", accountRecordV1},
 		{"PrincipalRecord.v1.binpb", principalRecordV1},
+		{"PrincipalRecord.v2.binpb", principalRecordV2},
+		{"SessionRecord.v1.binpb", sessionRecordV1},
 		{"AccessKeyRecord.v1.binpb", accessKeyRecordV1},
 		{"PolicyRecord.v1.binpb", policyRecordV1},
 		{"ServiceRecord.v1.binpb", serviceRecordV1},
