@@ -139,6 +139,10 @@ func (s *Service) upgradable(ctx context.Context, c *storagev1.ClusterRecord, ve
 		if err != nil {
 			return err
 		}
+		if id == "" {
+			return errdefs.ResourceInUse("Cannot %s because cluster %s is currently in UPDATING state; it must be ACTIVE",
+				TypeVersionUpdate, name).WithField("clusterName", name)
+		}
 		// AWS's wording.
 		return errdefs.ResourceInUse("Cannot %s because cluster %s currently has update %s in progress",
 			TypeVersionUpdate, name, id).WithField("clusterName", name)

@@ -26,7 +26,8 @@ const (
 // observed: InProgress until the update's generation is reported READY
 // (Successful) or FAILED (Failed), or a later change supersedes it
 // (Cancelled). A cluster update is Successful from the start: its change
-// took effect when it was recorded.
+// took effect when it was recorded; except a VersionUpdate, InProgress
+// until the provisioner reports its outcome (control.v1 CompleteUpdate).
 type Update struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A UUID of its own, never the add-on ARN.
@@ -34,7 +35,8 @@ type Update struct {
 	// InProgress, Failed, Cancelled or Successful.
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	// AddonUpdate for add-on updates; AccessConfigUpdate, LoggingUpdate,
-	// DeletionProtectionUpdate or UpgradePolicyUpdate for cluster updates.
+	// DeletionProtectionUpdate, UpgradePolicyUpdate or VersionUpdate for
+	// cluster updates.
 	Type   string         `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	Params []*UpdateParam `protobuf:"bytes,4,rep,name=params,proto3" json:"params,omitempty"`
 	// Epoch seconds with millisecond fraction.
@@ -123,7 +125,8 @@ type UpdateParam struct {
 	// ConfigurationValues or PodIdentityAssociations (add-on updates);
 	// AuthenticationMode, ClusterLogging, DeletionProtection or UpgradePolicy
 	// (cluster updates, whose values are JSON as AWS sends them:
-	// `"API"` with its quotes).
+	// `"API"` with its quotes); Version and PlatformVersion (a VersionUpdate,
+	// plain: `1.36`, `eks.1`).
 	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields

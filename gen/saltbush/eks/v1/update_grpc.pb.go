@@ -30,8 +30,8 @@ const (
 // UpdateService serves EKS update records: add-on updates (type
 // AddonUpdate), reached as in AWS through the cluster and scoped by
 // `addonName`, and cluster updates (UpdateClusterConfig: AccessConfigUpdate,
-// LoggingUpdate, DeletionProtectionUpdate, UpgradePolicyUpdate), reached
-// without `addonName`.
+// LoggingUpdate, DeletionProtectionUpdate, UpgradePolicyUpdate;
+// UpdateClusterVersion: VersionUpdate), reached without `addonName`.
 type UpdateServiceClient interface {
 	// DescribeUpdate returns one update. For an add-on update `addonName` is
 	// required, as AWS requires it; without it the id names a cluster update.
@@ -76,8 +76,8 @@ func (c *updateServiceClient) ListUpdates(ctx context.Context, in *ListUpdatesRe
 // UpdateService serves EKS update records: add-on updates (type
 // AddonUpdate), reached as in AWS through the cluster and scoped by
 // `addonName`, and cluster updates (UpdateClusterConfig: AccessConfigUpdate,
-// LoggingUpdate, DeletionProtectionUpdate, UpgradePolicyUpdate), reached
-// without `addonName`.
+// LoggingUpdate, DeletionProtectionUpdate, UpgradePolicyUpdate;
+// UpdateClusterVersion: VersionUpdate), reached without `addonName`.
 type UpdateServiceServer interface {
 	// DescribeUpdate returns one update. For an add-on update `addonName` is
 	// required, as AWS requires it; without it the id names a cluster update.

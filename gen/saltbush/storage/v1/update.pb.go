@@ -84,8 +84,10 @@ func (UpdateStatus) EnumDescriptor() ([]byte, []int) {
 // outcome. A cluster update (UpdateClusterConfig) is stored at
 // clusters/{cluster-uid}/updates/cluster/{id}, written in the same
 // transaction as the cluster record it changed, with status SUCCESSFUL: the
-// change took effect when it committed. Its addon_name, addon_uid and
-// generation are empty.
+// change took effect when it committed; a VersionUpdate (UpdateClusterVersion)
+// is written IN_PROGRESS with the cluster UPDATING and ended by the
+// provisioner's CompleteUpdate. Its addon_name, addon_uid and generation are
+// empty.
 type UpdateRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A UUID of its own.
