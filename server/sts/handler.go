@@ -2,7 +2,8 @@
 // (GetCallerIdentity, AssumeRole) and the read-only IAM operations EKS
 // clients ask before they use a cluster's OIDC issuer
 // (ListOpenIDConnectProviders, GetOpenIDConnectProvider), on the same
-// address as the EKS REST API (docs/api.md, "STS and IAM").
+// address as the EKS REST API (docs/architecture.md, "Identity and
+// authorization"; docs/operations.md, "STS and IAM on the façade").
 //
 // A query-protocol request is a POST to "/" with a form body
 // (Action=…&Version=…), or a GET of "/?Action=…". It is signed with SigV4
