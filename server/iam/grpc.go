@@ -198,7 +198,7 @@ func (s *ControlServer) UpdateRole(ctx context.Context, req *controlv1.UpdateRol
 	}
 	return &controlv1.UpdateRoleResponse{
 		RoleArn: rec.GetArn(), TrustPolicy: rec.GetTrustPolicy(),
-		MaxSessionDurationSeconds: int32(MaxSession(rec) / time.Second),
+		MaxSessionDurationSeconds: MaxSessionSeconds(rec),
 	}, nil
 }
 
@@ -210,7 +210,7 @@ func (s *ControlServer) GetRole(ctx context.Context, req *controlv1.GetRoleReque
 	}
 	resp := &controlv1.GetRoleResponse{
 		RoleArn: rec.GetArn(), TrustPolicy: rec.GetTrustPolicy(),
-		MaxSessionDurationSeconds: int32(MaxSession(rec) / time.Second),
+		MaxSessionDurationSeconds: MaxSessionSeconds(rec),
 	}
 	if rb := rec.GetSessionsRevokedBefore(); rb != nil {
 		resp.SessionsRevokedBeforeEpochSeconds = rb.GetSeconds()

@@ -224,7 +224,7 @@ func (s *Service) UpdateRole(ctx context.Context, arn string, u RoleUpdate) (*st
 				p.TrustPolicy = *u.TrustPolicy
 			}
 			if u.MaxSessionDuration != nil {
-				p.MaxSessionDurationSeconds = int32(*u.MaxSessionDuration / time.Second)
+				p.MaxSessionDurationSeconds = int32(*u.MaxSessionDuration / time.Second) //nolint:gosec // G115: at most MaxSessionDurationLimit, checked above
 			}
 			out = p
 			return nil
@@ -243,8 +243,14 @@ func (s *Service) GetRole(ctx context.Context, arn string) (*storagev1.Principal
 	return s.role(ctx, arn)
 }
 
-// MaxSession is a role's effective maximum session duration.
-func MaxSession(role *storagev1.PrincipalRecord) time.Duration { return maxSession(role) }
+// MaxSessionSeconds is a role's effective maximum session duration in
+// seconds.
+func MaxSessionSeconds(role *storagev1.PrincipalRecord) int32 {
+	if s := role.GetMaxSessionDurationSeconds(); s > 0 {
+		return s
+	}
+	return int32(DefaultSessionDuration / time.Second)
+}
 
 // RevokeRoleSessions refuses every session of a role issued before now, as
 // AWS's "revoke active sessions" does. The change is one write to the

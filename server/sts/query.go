@@ -150,19 +150,6 @@ func (p params) get(name string) (string, bool) {
 	return vs[0], true
 }
 
-// list reads a query-protocol list: Name.member.1, Name.member.2, ...
-// (consecutive from 1, as the SDKs serialize them).
-func (p params) list(name string) []string {
-	var out []string
-	for i := 1; ; i++ {
-		v, ok := p.get(name + ".member." + strconv.Itoa(i))
-		if !ok {
-			return out
-		}
-		out = append(out, v)
-	}
-}
-
 // has reports whether any parameter of a structure or list named name was
 // sent (Name, Name.member.1, Name.member.1.Key, ...).
 func (p params) has(name string) bool {
