@@ -6,6 +6,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // EKSServer serves saltbush.eks.v1.InsightService: each method authorizes
@@ -35,6 +36,9 @@ func (s *EKSServer) authorize(ctx context.Context, action, cluster string) error
 // ListInsights implements eksv1.InsightServiceServer.
 func (s *EKSServer) ListInsights(ctx context.Context, req *eksv1.ListInsightsRequest) (*eksv1.ListInsightsResponse, error) {
 	const op = "ListInsights"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
 	if err := s.authorize(ctx, "eks:"+op, req.GetClusterName()); err != nil {
 		return nil, s.svc.wire(ctx, op, err)
 	}
@@ -48,6 +52,9 @@ func (s *EKSServer) ListInsights(ctx context.Context, req *eksv1.ListInsightsReq
 // DescribeInsight implements eksv1.InsightServiceServer.
 func (s *EKSServer) DescribeInsight(ctx context.Context, req *eksv1.DescribeInsightRequest) (*eksv1.DescribeInsightResponse, error) {
 	const op = "DescribeInsight"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
 	if err := s.authorize(ctx, "eks:"+op, req.GetClusterName()); err != nil {
 		return nil, s.svc.wire(ctx, op, err)
 	}

@@ -7,6 +7,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // The gRPC shell: each method authorizes, calls the domain and converts
@@ -53,6 +54,9 @@ func (s *EKSServer) authorizeAssociation(ctx context.Context, action, cluster, i
 // CreatePodIdentityAssociation implements eksv1.PodIdentityAssociationServiceServer.
 func (s *EKSServer) CreatePodIdentityAssociation(ctx context.Context, req *eksv1.CreatePodIdentityAssociationRequest) (*eksv1.CreatePodIdentityAssociationResponse, error) {
 	const op = "CreatePodIdentityAssociation"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, op, err)
+	}
 	if err := s.authorizeCluster(ctx, "eks:"+op, req.GetClusterName()); err != nil {
 		return nil, s.wire(ctx, op, err)
 	}
@@ -71,6 +75,9 @@ func (s *EKSServer) CreatePodIdentityAssociation(ctx context.Context, req *eksv1
 // DescribePodIdentityAssociation implements eksv1.PodIdentityAssociationServiceServer.
 func (s *EKSServer) DescribePodIdentityAssociation(ctx context.Context, req *eksv1.DescribePodIdentityAssociationRequest) (*eksv1.DescribePodIdentityAssociationResponse, error) {
 	const op = "DescribePodIdentityAssociation"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, op, err)
+	}
 	if err := s.authorizeAssociation(ctx, "eks:"+op, req.GetClusterName(), req.GetAssociationId()); err != nil {
 		return nil, s.wire(ctx, op, err)
 	}
@@ -84,6 +91,9 @@ func (s *EKSServer) DescribePodIdentityAssociation(ctx context.Context, req *eks
 // ListPodIdentityAssociations implements eksv1.PodIdentityAssociationServiceServer.
 func (s *EKSServer) ListPodIdentityAssociations(ctx context.Context, req *eksv1.ListPodIdentityAssociationsRequest) (*eksv1.ListPodIdentityAssociationsResponse, error) {
 	const op = "ListPodIdentityAssociations"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, op, err)
+	}
 	if err := s.authorizeCluster(ctx, "eks:"+op, req.GetClusterName()); err != nil {
 		return nil, s.wire(ctx, op, err)
 	}
@@ -103,6 +113,9 @@ func (s *EKSServer) ListPodIdentityAssociations(ctx context.Context, req *eksv1.
 // UpdatePodIdentityAssociation implements eksv1.PodIdentityAssociationServiceServer.
 func (s *EKSServer) UpdatePodIdentityAssociation(ctx context.Context, req *eksv1.UpdatePodIdentityAssociationRequest) (*eksv1.UpdatePodIdentityAssociationResponse, error) {
 	const op = "UpdatePodIdentityAssociation"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, op, err)
+	}
 	if err := s.authorizeAssociation(ctx, "eks:"+op, req.GetClusterName(), req.GetAssociationId()); err != nil {
 		return nil, s.wire(ctx, op, err)
 	}
@@ -121,6 +134,9 @@ func (s *EKSServer) UpdatePodIdentityAssociation(ctx context.Context, req *eksv1
 // DeletePodIdentityAssociation implements eksv1.PodIdentityAssociationServiceServer.
 func (s *EKSServer) DeletePodIdentityAssociation(ctx context.Context, req *eksv1.DeletePodIdentityAssociationRequest) (*eksv1.DeletePodIdentityAssociationResponse, error) {
 	const op = "DeletePodIdentityAssociation"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.wire(ctx, op, err)
+	}
 	if err := s.authorizeAssociation(ctx, "eks:"+op, req.GetClusterName(), req.GetAssociationId()); err != nil {
 		return nil, s.wire(ctx, op, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/saltbush/saltbush/server/cluster"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // The gRPC shells: each method authorizes, calls the domain and converts
@@ -33,6 +34,9 @@ func NewEKSServer(svc *Service, az *authz.Authorizer) *EKSServer {
 // names no resource: it is authorized on "*", as AWS does.
 func (s *EKSServer) DescribeClusterVersions(ctx context.Context, req *eksv1.DescribeClusterVersionsRequest) (*eksv1.DescribeClusterVersionsResponse, error) {
 	const op = "DescribeClusterVersions"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
 	if err := s.authz.Authorize(ctx, "eks:"+op, "*"); err != nil {
 		return nil, s.svc.wire(ctx, op, err)
 	}
@@ -47,6 +51,9 @@ func (s *EKSServer) DescribeClusterVersions(ctx context.Context, req *eksv1.Desc
 // authorized on the cluster's ARN.
 func (s *EKSServer) UpdateClusterVersion(ctx context.Context, req *eksv1.UpdateClusterVersionRequest) (*eksv1.UpdateClusterVersionResponse, error) {
 	const op = "UpdateClusterVersion"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
 	who, err := identity.AccountCaller(ctx)
 	if err != nil {
 		return nil, s.svc.wire(ctx, op, err)
