@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -434,5 +435,51 @@ func TestPodIdentityAssociationAddonConflicts(t *testing.T) {
 	}
 	if p := h.describePod(t, id); p.OwnerArn != nil {
 		t.Errorf("association after DeleteAddon preserve: owner %s", aws.ToString(p.OwnerArn))
+	}
+}
+
+// TestPodIdentityAssociationConcurrentCreates: of concurrent creates for
+// one service account exactly one wins; every other gets
+// ResourceInUseException naming the winner.
+func TestPodIdentityAssociationConcurrentCreates(t *testing.T) {
+	h := newAddonHarness(t)
+	const n = 8
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := h.eks.CreatePodIdentityAssociation(ctxT(t), &eks.CreatePodIdentityAssociationInput{ClusterName: aws.String(h.cluster),
+				Namespace: aws.String("apps"), ServiceAccount: aws.String("contended"), RoleArn: aws.String(podRoleARN)})
+			if err == nil {
+				ids[i] = aws.ToString(out.Association.AssociationId)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	winner := ""
+	for i := range n {
+		if errs[i] == nil {
+			if winner != "" {
+				t.Fatalf("two creates won: %s and %s", winner, ids[i])
+			}
+			winner = ids[i]
+		}
+	}
+	if winner == "" {
+		t.Fatalf("no create won: %v", errs)
+	}
+	for i := range n {
+		if errs[i] != nil {
+			wanterr.Type[*types.ResourceInUseException](t, errs[i])
+			wanterr.Contains(t, errs[i], winner)
+		}
+	}
+	out, err := h.eks.ListPodIdentityAssociations(ctxT(t), &eks.ListPodIdentityAssociationsInput{ClusterName: aws.String(h.cluster)})
+	if err != nil || len(out.Associations) != 1 || aws.ToString(out.Associations[0].AssociationId) != winner {
+		t.Errorf("listed %v, %v; want only %s", out, err, winner)
 	}
 }
