@@ -157,7 +157,7 @@ func (a *agentStream) sendDesiredSet(sn *snapshot) error {
 	}
 	set := &deliveryv1.DesiredSet{
 		Version: sn.desired.GetVersion(), Nonce: nonce(), Epoch: a.epoch, Digest: sn.desired.GetDigest(),
-		Addons: sn.desired.GetAddons(),
+		Addons: sn.desired.GetAddons(), PodIdentityAssociations: sn.desired.GetPodIdentityAssociations(),
 	}
 	a.lastSet.Store(&deliveryv1.DesiredSet{Version: set.GetVersion(), Nonce: set.GetNonce(), Digest: set.GetDigest()})
 	if err := a.put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_DesiredSet{DesiredSet: set}}); err != nil {
