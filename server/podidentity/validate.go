@@ -36,16 +36,21 @@ const maxPolicyLength = 2048
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 // NewID returns a new association id: a- and 17 random lowercase
-// alphanumerics.
+// alphanumerics, each uniform (bytes of 252 and above are drawn again, so
+// the modulo is unbiased).
 func NewID() string {
-	b := make([]byte, idLength-2)
-	if _, err := rand.Read(b); err != nil {
-		panic("podidentity: crypto/rand failed: " + err.Error())
+	out := make([]byte, 0, idLength)
+	out = append(out, "a-"...)
+	buf := make([]byte, 32)
+	for len(out) < idLength {
+		_, _ = rand.Read(buf) // crypto/rand.Read never fails
+		for _, c := range buf {
+			if c < 252 && len(out) < idLength {
+				out = append(out, idAlphabet[int(c)%len(idAlphabet)])
+			}
+		}
 	}
-	for i := range b {
-		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
-	}
-	return "a-" + string(b)
+	return string(out)
 }
 
 // validateID checks an association id named in a path.
