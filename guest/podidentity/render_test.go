@@ -89,14 +89,13 @@ func TestCarries(t *testing.T) {
 	records, _ := Render([]*deliveryv1.DesiredPodIdentityAssociation{assoc("a-1", "apps", "web")})
 	r := records[Key{"apps", "web"}]
 	exact := map[string]string{AnnotationAssociationARN: arnPrefix + "a-1", AnnotationRoleARN: role}
-	with := func(m map[string]string, kv ...string) map[string]string {
+	// with is m with key set to value ("": without key).
+	with := func(m map[string]string, key, value string) map[string]string {
 		out := maps.Clone(m)
-		for i := 0; i < len(kv); i += 2 {
-			if kv[i+1] == "" {
-				delete(out, kv[i])
-			} else {
-				out[kv[i]] = kv[i+1]
-			}
+		if value == "" {
+			delete(out, key)
+		} else {
+			out[key] = value
 		}
 		return out
 	}
@@ -108,7 +107,7 @@ func TestCarries(t *testing.T) {
 		want        bool
 	}{
 		{"exactly", label, exact, true},
-		{"and the user's own annotations", label, with(exact, "team", "payments", "eks.amazonaws.com/role-arn", "arn:aws:iam::1:role/irsa"), true},
+		{"and the user's own annotations", label, with(with(exact, "team", "payments"), "eks.amazonaws.com/role-arn", "arn:aws:iam::1:role/irsa"), true},
 		{"nothing yet", nil, map[string]string{"team": "payments"}, false},
 		{"another role", label, with(exact, AnnotationRoleARN, "arn:aws:iam::111122223333:role/old"), false},
 		{"a key the association no longer has", label, with(exact, AnnotationTargetRoleARN, "arn:aws:iam::1:role/t"), false},
