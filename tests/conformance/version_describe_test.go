@@ -92,6 +92,7 @@ func TestDescribeClusterVersions(t *testing.T) {
 		{"clusterType eks", &eks.DescribeClusterVersionsInput{ClusterType: aws.String("eks")}, all},
 		{"clusterType other", &eks.DescribeClusterVersionsInput{ClusterType: aws.String("eks-local-outposts")}, []string{}},
 		{"versionStatus", &eks.DescribeClusterVersionsInput{VersionStatus: types.VersionStatusStandardSupport}, standard},
+		//nolint:staticcheck // SA1019: the deprecated member is still AWS's, and still served
 		{"deprecated status", &eks.DescribeClusterVersionsInput{Status: types.ClusterVersionStatusStandardSupport}, standard},
 		{"includeAll", &eks.DescribeClusterVersionsInput{IncludeAll: aws.Bool(true)}, all},
 		{"versionStatus UNSUPPORTED", &eks.DescribeClusterVersionsInput{VersionStatus: types.VersionStatusUnsupported}, []string{}},
