@@ -120,7 +120,10 @@ func newAdminRoleCommand(af *adminFlags) *cobra.Command {
 				req.TrustPolicy = &doc
 			}
 			if maxSession != 0 {
-				secs := int32(maxSession / time.Second)
+				if maxSession < 0 || maxSession > 24*time.Hour {
+					return nil, fmt.Errorf("--max-session-duration %v: a role's sessions last 1h to 12h", maxSession)
+				}
+				secs := int32(maxSession / time.Second) //nolint:gosec // G115: at most a day, checked above
 				req.MaxSessionDurationSeconds = &secs
 			}
 			if req.TrustPolicy == nil && req.MaxSessionDurationSeconds == nil {

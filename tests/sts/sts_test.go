@@ -98,11 +98,10 @@ func (c *clock) advance(d time.Duration) {
 // policy but the trust policy does not name him; mallory is of another
 // account with a policy allowing everything.
 type world struct {
-	srv                  *servertest.Server
-	clock                *clock
-	alice, bob, mallory  servertest.Creds
-	assumeRolePolicy     string
-	roleSessionsPolicyOK string
+	srv                 *servertest.Server
+	clock               *clock
+	alice, bob, mallory servertest.Creds
+	assumeRolePolicy    string
 }
 
 func newWorld(t *testing.T) *world {
@@ -193,7 +192,7 @@ func TestAssumeRoleSession(t *testing.T) {
 	if exp := aws.ToTime(out.Credentials.Expiration); exp.Before(before.Add(1799*time.Second)) || exp.After(before.Add(1801*time.Second+time.Minute)) {
 		t.Errorf("Expiration = %v, want about %v", exp, before.Add(1800*time.Second))
 	}
-	if out.PackedPolicySize == nil {
+	if out.PackedPolicySize == nil { //nolint:staticcheck // SA1019: botocore's sts model, which saltbush answers, still has PackedPolicySize
 		t.Error("PackedPolicySize absent for a call with session tags")
 	}
 
