@@ -1,0 +1,5 @@
+//go:build !race
+
+package eksctl_test
+
+const raceEnabled = false
