@@ -173,8 +173,9 @@ type caseBuilder struct {
 	msg     protoreflect.MessageDescriptor
 }
 
-// validValue is a value of shape s that satisfies every constraint.
-func (b *caseBuilder) validValue(name string, member string, s modelShape, md protoreflect.MessageDescriptor) any {
+// validValue is a value of shape s (of the member named member, whose
+// proto message is md when it is one) that satisfies every constraint.
+func (b *caseBuilder) validValue(member string, s modelShape, md protoreflect.MessageDescriptor) any {
 	switch s.Type {
 	case "string":
 		if len(s.Enum) > 0 {
@@ -199,7 +200,7 @@ func (b *caseBuilder) validValue(name string, member string, s modelShape, md pr
 	case "timestamp":
 		return 1700000000
 	case "list":
-		item := b.validValue(s.Member.Shape, "", b.m.Shapes[s.Member.Shape], elementMessage(md, member))
+		item := b.validValue("", b.m.Shapes[s.Member.Shape], fieldMessage(md, member))
 		n := 1
 		if s.Min != nil && *s.Min > 1 {
 			n = int(*s.Min)
@@ -210,12 +211,12 @@ func (b *caseBuilder) validValue(name string, member string, s modelShape, md pr
 		}
 		return list
 	case "map":
-		return map[string]any{"k": b.validValue(s.Value.Shape, "", b.m.Shapes[s.Value.Shape], nil)}
+		return map[string]any{"k": b.validValue("", b.m.Shapes[s.Value.Shape], nil)}
 	case "structure":
 		obj := map[string]any{}
 		for _, req := range s.Required {
 			mr := s.Members[req]
-			obj[req] = b.validValue(mr.Shape, req, b.m.Shapes[mr.Shape], fieldMessage(md, req))
+			obj[req] = b.validValue(req, b.m.Shapes[mr.Shape], fieldMessage(md, req))
 		}
 		return obj
 	}
@@ -230,10 +231,6 @@ func fieldMessage(md protoreflect.MessageDescriptor, jsonName string) protorefle
 		return f.Message()
 	}
 	return nil
-}
-
-func elementMessage(md protoreflect.MessageDescriptor, jsonName string) protoreflect.MessageDescriptor {
-	return fieldMessage(md, jsonName)
 }
 
 // violations returns the cases breaking each constraint of the member at
@@ -273,7 +270,7 @@ func (b *caseBuilder) violations(path, member, loc string, s modelShape, md prot
 		}
 	case "list":
 		elem := b.m.Shapes[s.Member.Shape]
-		item := b.validValue(s.Member.Shape, "", elem, elementMessage(md, member))
+		item := b.validValue("", elem, fieldMessage(md, member))
 		if s.Min != nil && *s.Min >= 1 && loc == "" {
 			add("with too few items", make([]any, *s.Min-1), fmt.Sprintf("Member must have length greater than or equal to %d", *s.Min))
 		}
@@ -288,14 +285,12 @@ func (b *caseBuilder) violations(path, member, loc string, s modelShape, md prot
 			add("with too many items", list, fmt.Sprintf("Member must have length less than or equal to %d", *s.Max))
 		}
 		elemPath := path + ".1.member"
-		for _, c := range b.violations(elemPath, "", loc, elem, elementMessage(md, member), func(v any) map[string]any {
+		out = append(out, b.violations(elemPath, "", loc, elem, fieldMessage(md, member), func(v any) map[string]any {
 			return set([]any{v})
-		}) {
-			out = append(out, c)
-		}
+		})...)
 	case "map":
 		key, value := b.m.Shapes[s.Key.Shape], b.m.Shapes[s.Value.Shape]
-		validValue := b.validValue(s.Value.Shape, "", value, nil)
+		validValue := b.validValue("", value, nil)
 		if s.Min != nil && *s.Min >= 1 && loc == "" {
 			add("with too few entries", map[string]any{}, fmt.Sprintf("Member must have length greater than or equal to %d", *s.Min))
 		}
@@ -313,7 +308,7 @@ func (b *caseBuilder) violations(path, member, loc string, s modelShape, md prot
 			add("with a value too long", map[string]any{"k": strings.Repeat("v", int(*value.Max)+1)}, "Map value must satisfy constraint: [")
 		}
 	case "structure":
-		valid := b.validValue("", member, s, md)
+		valid := b.validValue(member, s, md)
 		for _, req := range s.Required {
 			if loc != "" {
 				continue
@@ -370,7 +365,7 @@ func (b *caseBuilder) cases(t *testing.T, op string) []modelCase {
 			t.Errorf("%s: the request message %s lacks the model's required member %s", op, b.msg.FullName(), req)
 			continue
 		}
-		base[req] = b.validValue(mr.Shape, req, b.m.Shapes[mr.Shape], fieldMessage(b.msg, req))
+		base[req] = b.validValue(req, b.m.Shapes[mr.Shape], fieldMessage(b.msg, req))
 	}
 	var out []modelCase
 	for _, req := range in.Required {
@@ -388,9 +383,6 @@ func (b *caseBuilder) cases(t *testing.T, op string) []modelCase {
 		}
 		out = append(out, b.violations(name, name, mr.Location, b.m.Shapes[mr.Shape], fieldMessage(b.msg, name), func(v any) map[string]any {
 			r := copyObject(base)
-			if _, isStruct := v.(map[string]any); !isStruct && b.m.Shapes[mr.Shape].Type == "structure" {
-				return r
-			}
 			r[name] = v
 			return r
 		})...)
