@@ -208,8 +208,9 @@ func TestAuthSigV4EndToEnd(t *testing.T) {
 			"InvalidSignatureException", "Signature expired: "},
 		{"signed 20 minutes ahead", dev, []func(*eks.Options){authSignedAt(20 * time.Minute)},
 			"InvalidSignatureException", "Signature not yet current: "},
-		// Saltbush issues no session credentials: a token is refused, the
-		// way AWS refuses a token it does not recognise.
+		// A session token names a role session (server/iam/session.go); a
+		// long-term key with one is refused, the way AWS refuses a token it
+		// does not recognise (tests/sts covers real sessions).
 		{"session token", dev, []func(*eks.Options){func(o *eks.Options) {
 			o.Credentials = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 				return aws.Credentials{AccessKeyID: dev.AccessKeyID, SecretAccessKey: dev.SecretAccessKey, SessionToken: "FwoGZXIvYXdzEXAMPLE"}, nil
