@@ -1,6 +1,7 @@
 package eksctl_test
 
 import (
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/saltbush/saltbush/tests/kubetest"
 )
 
 // The add-on eksctl drives: created at the older of two versions the
@@ -269,13 +272,15 @@ func testGetAccessEntry(t *testing.T, e *env) {
 }
 
 // testGetCluster: eksctl describes the cluster by name with the fields the
-// provisioner reported; listing clusters goes through CloudFormation
-// first, out of scope.
+// provisioner reported (endpoint, CA, token issuer, VPC and security
+// group); listing clusters goes through CloudFormation first, out of
+// scope.
 func testGetCluster(t *testing.T, e *env) {
 	var got []struct {
 		Name, Version, Status, Endpoint string
 		ResourcesVpcConfig              struct{ VpcId, ClusterSecurityGroupId string }
 		Identity                        struct{ Oidc struct{ Issuer string } }
+		CertificateAuthority            struct{ Data string }
 	}
 	e.okJSON(&got, "get", "cluster", "--name", e.cluster)
 	if len(got) != 1 {
@@ -283,7 +288,9 @@ func testGetCluster(t *testing.T, e *env) {
 	}
 	c := got[0]
 	if c.Name != e.cluster || c.Version != clusterVersion || c.Status != "ACTIVE" || c.Endpoint != e.kube.Host() ||
-		c.ResourcesVpcConfig.VpcId != vpcID || c.ResourcesVpcConfig.ClusterSecurityGroupId != securityGroupID {
+		c.ResourcesVpcConfig.VpcId != vpcID || c.ResourcesVpcConfig.ClusterSecurityGroupId != securityGroupID ||
+		c.Identity.Oidc.Issuer != kubetest.ServiceAccountIssuer ||
+		c.CertificateAuthority.Data != base64.StdEncoding.EncodeToString(e.kube.CACert()) {
 		t.Fatalf("get cluster --name = %+v", c)
 	}
 	r := e.run("get", "cluster")
