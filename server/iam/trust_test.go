@@ -163,3 +163,49 @@ func newTestStoreOnly(t *testing.T) *store.Store {
 	_, st := newTestService(t)
 	return st
 }
+
+// TestRoleChaining: a role session may assume a role that trusts its role,
+// for at most an hour whatever the role allows.
+func TestRoleChaining(t *testing.T) {
+	svc, _ := newTestService(t)
+	ctx := ctxT(t)
+	const (
+		acct  = "111122223333"
+		first = "arn:aws:iam::" + acct + ":role/ci/first"
+		next  = "arn:aws:iam::" + acct + ":role/next"
+	)
+	if _, err := svc.CreateAccount(ctx, acct, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{first, next} {
+		if _, err := svc.CreatePrincipal(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trust := `{"Statement":[{"Effect":"Allow","Principal":{"AWS":"` + first + `"},"Action":"sts:AssumeRole"}]}`
+	longest := 4 * time.Hour
+	if _, err := svc.UpdateRole(ctx, next, RoleUpdate{TrustPolicy: &trust, MaxSessionDuration: &longest}); err != nil {
+		t.Fatal(err)
+	}
+	session := identity.Caller{AccountID: acct, PrincipalARN: "arn:aws:sts::" + acct + ":assumed-role/first/run-1"}
+	tests := []struct {
+		name     string
+		duration time.Duration
+		wantErr  string
+	}{
+		{"an hour", time.Hour, ""},
+		{"the default", 0, ""},
+		{"beyond an hour", time.Hour + time.Second, "1 hour session limit for roles assumed by role chaining"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := svc.AssumeRole(ctx, AssumeRoleInput{Caller: session, RoleARN: next, SessionName: "chained", Duration: tc.duration})
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("AssumeRole: %v", err)
+			case tc.wantErr != "" && (!errdefs.IsException(err, errdefs.InvalidParameterException) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("AssumeRole: %v, want InvalidParameter saying %q", err, tc.wantErr)
+			}
+		})
+	}
+}
