@@ -177,8 +177,9 @@ func TestAssumeRoleWithAWSCLI(t *testing.T) {
 }
 
 // TestDevProfileReachesSTS: the development profile the first start
-// writes points sts (and iam) at the façade, so `aws sts
-// get-caller-identity --profile saltbush` names the development user.
+// writes points sts and iam at the façade, so `aws sts
+// get-caller-identity --profile saltbush` names the development user and
+// `aws iam list-open-id-connect-providers` answers from saltbush.
 func TestDevProfileReachesSTS(t *testing.T) {
 	requireAWSCLI(t)
 	srv := servertest.Start(t)
@@ -189,6 +190,12 @@ func TestDevProfileReachesSTS(t *testing.T) {
 	decode(t, runAWS(t, env, "sts", "get-caller-identity"), &ident)
 	if dev := srv.Dev(t); ident.Arn != dev.PrincipalARN || ident.Account != dev.AccountID {
 		t.Errorf("get-caller-identity = %+v, want %s", ident, dev.PrincipalARN)
+	}
+	// IAM too: the CLI signs it for IAM's global region, which is taken.
+	var providers struct{ OpenIDConnectProviderList []struct{ Arn string } }
+	decode(t, runAWS(t, env, "iam", "list-open-id-connect-providers"), &providers)
+	if len(providers.OpenIDConnectProviderList) != 0 {
+		t.Errorf("list-open-id-connect-providers = %+v, want none (no cluster)", providers)
 	}
 }
 
