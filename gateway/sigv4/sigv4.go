@@ -7,6 +7,10 @@
 // URLs inside EKS bearer tokens (service "sts", path "/", so the same
 // canonical form).
 //
+// A request signed with temporary credentials (a role session) carries
+// X-Amz-Security-Token, signed as a header or as a presigned URL's query
+// parameter; Verifier.SessionLookup resolves such key ids with their token.
+//
 // The package only authenticates: it says which access key signed a
 // request and for which region. Mapping keys to accounts and principals,
 // and authorization, are the caller's job.
