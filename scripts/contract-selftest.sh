@@ -2,6 +2,7 @@
 # Proves that the contract checks fire. In a scratch copy of the work tree it
 # makes changes that must be caught and one that must not:
 #   1. a proto change without regenerating    -> make check-generated fails
+#      (and a validation table edited by hand -> make check-generated fails)
 #   2. a JSON rename in eks/v1                 -> make breaking fails (WIRE_JSON)
 #   3. a field renumber in storage/v1          -> make breaking fails (WIRE)
 #   4. a removed RPC in control/v1             -> make breaking fails (FILE)
@@ -36,6 +37,14 @@ expect pass "unchanged tree" breaking
 fresh
 sed -i 's/^message Cluster {$/message Cluster {\n  string selftest_added = 99;/' "$scratch/tree/proto/saltbush/eks/v1/cluster.proto"
 expect fail "proto changed, gen/ not regenerated" check-generated
+
+fresh
+sed -i 's/"ListClustersRequestMaxResults": *{kind: kindInteger, min: ptr(1), max: ptr(100)}/"ListClustersRequestMaxResults": {kind: kindInteger, min: ptr(1), max: ptr(1000)}/' \
+	"$scratch/tree/server/validation/model_gen.go"
+grep -q "max: ptr(1000)" "$scratch/tree/server/validation/model_gen.go"
+# Committed: regenerating restores the file, so only a committed table differs.
+(cd "$scratch/tree" && git -c user.name=selftest -c user.email=selftest@invalid commit -qam 'stale table')
+expect fail "validation table differs from the EKS model" check-generated
 
 fresh
 sed -i 's/  string role_arn = 3;/  string role_arn_renamed = 3;/' "$scratch/tree/proto/saltbush/eks/v1/cluster.proto"
