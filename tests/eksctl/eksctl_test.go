@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/saltbush/saltbush/tests/kubetest"
+	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
 // The add-on eksctl drives: created at the older of two versions the
@@ -35,6 +36,7 @@ const (
 const (
 	deleteAddonStacks  = `Error: failed to fetch addons stacks: describing CloudFormation stacks for %q: operation error CloudFormation: ListStacks, https response error StatusCode: 4`
 	listClustersStacks = `Error: failed to list cluster stacks in region %q: operation error CloudFormation: ListStacks, https response error StatusCode: 4`
+	accessEntryStacks  = `Error: error listing access entry stacks: operation error CloudFormation: ListStacks, https response error StatusCode: 4`
 )
 
 // TestEksctl runs eksctl's add-on, access-entry and cluster commands once
@@ -54,6 +56,7 @@ func TestEksctl(t *testing.T) {
 		{"update addon", testUpdateAddon},
 		{"delete addon", testDeleteAddon},
 		{"get accessentry", testGetAccessEntry},
+		{"create accessentry", testCreateAccessEntry},
 		{"get cluster", testGetCluster},
 	}
 	for _, s := range steps {
@@ -269,6 +272,20 @@ func testGetAccessEntry(t *testing.T, e *env) {
 		}
 	}
 	t.Fatalf("no entry with AmazonEKSClusterAdminPolicy on the cluster scope: %+v", got)
+}
+
+// testCreateAccessEntry: eksctl creates access entries as CloudFormation
+// stacks and lists the stacks first: the command fails there, before any
+// EKS call, and no entry exists.
+func testCreateAccessEntry(t *testing.T, e *env) {
+	principal := "arn:aws:iam::" + e.account + ":user/alice"
+	r := e.run("create", "accessentry", "--cluster", e.cluster, "--principal-arn", principal)
+	if r.err == nil || !strings.Contains(r.output(), accessEntryStacks) {
+		t.Fatalf("want create accessentry to stop at CloudFormation with %q (docs/clients.md):\n%s", accessEntryStacks, r)
+	}
+	_, err := e.eks.DescribeAccessEntry(e.ctx(30*time.Second), &eks.DescribeAccessEntryInput{
+		ClusterName: aws.String(e.cluster), PrincipalArn: aws.String(principal)})
+	wanterr.Type[*types.ResourceNotFoundException](t, err)
 }
 
 // testGetCluster: eksctl describes the cluster by name with the fields the
