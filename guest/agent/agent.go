@@ -102,6 +102,9 @@ type podIdentityState struct {
 	needApply bool
 	retryAt   time.Time
 	retries   int
+	// refused: the last reconciliation had a verdict, the cluster refused
+	// some records (the set counts as applied; they are tried again).
+	refused bool
 	// The last reconciliation's outcome.
 	last podidentity.Outcome
 }

@@ -62,16 +62,23 @@ func (a *Agent) step(ctx context.Context) {
 				a.applyStep(pass, s, gs.Epoch)
 			}
 		}
-		if (due || a.healthDue) && !s.desired.GetDeleting() {
-			a.evaluate(pass, s)
-		}
 	}
+	// The associations after the add-ons (whose bundles make their
+	// service accounts) and before health: an add-on whose association
+	// the cluster refused is not READY.
 	if a.pod.needApply && !now.Before(a.pod.retryAt) {
 		if pass.Err() != nil {
 			return
 		}
-		// Issues it finds make health due: judged on the next pass.
 		a.podIdentityStep(pass)
+	}
+	for _, name := range a.sortedNames() {
+		if pass.Err() != nil {
+			return
+		}
+		if s := a.addons[name]; (due || a.healthDue) && !s.desired.GetDeleting() {
+			a.evaluate(pass, s)
+		}
 	}
 	a.sendReports(ctx, gs.Epoch)
 	if a.pendingAck != nil && a.settled() {
@@ -98,7 +105,7 @@ func (a *Agent) settled() bool {
 			return false
 		}
 	}
-	return !a.pod.needApply
+	return !a.pod.needApply || a.pod.refused
 }
 
 // watchedRefs are the objects health and drift follow: every add-on's
@@ -371,6 +378,7 @@ func (a *Agent) podIdentityStep(ctx context.Context) {
 		}
 		cancel()
 	}
+	retries := a.pod.retries
 	out, err := a.pods.Reconcile(ctx, associations)
 	a.metrics.written.Add(float64(out.Changed))
 	if err != nil {
@@ -385,6 +393,12 @@ func (a *Agent) podIdentityStep(ctx context.Context) {
 		return
 	}
 	a.pod = podIdentityState{last: out}
+	if len(out.Issues) > 0 {
+		// Nothing signals that the cluster would now take a refused record
+		// (an admission policy or RBAC changed): try again, paced.
+		a.pod.refused, a.pod.needApply, a.pod.retries = true, true, retries+1
+		a.pod.retryAt = time.Now().Add(min(time.Second<<min(retries, 6), time.Minute))
+	}
 	for name, s := range a.addons {
 		if issues := out.Issues[name]; !slices.EqualFunc(issues, s.podIdentityIssues, func(x, y *deliveryv1.Issue) bool { return proto.Equal(x, y) }) {
 			s.podIdentityIssues = issues

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -352,4 +353,92 @@ func saManagers(sa *corev1.ServiceAccount) []string {
 		return nil
 	}
 	return managersOf(sa.ManagedFields)
+}
+
+// refuseRecords installs a ValidatingAdmissionPolicy that refuses the
+// agent's record on the service account name (in any namespace) and waits
+// until the apiserver enforces it (a dry-run write of such a record is
+// refused); it is removed when the test ends.
+func (e *env) refuseRecords(name string) {
+	e.t.Helper()
+	ctx := e.ctx(time.Minute)
+	policy := "refuse-pod-identity-" + e.cluster[len(e.cluster)-4:]
+	deny := admissionregistrationv1.Deny
+	adm := e.k8s.AdmissionregistrationV1()
+	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: policy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"serviceaccounts"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf(`object.metadata.name != %q || !has(object.metadata.labels) || !(%q in object.metadata.labels)`,
+					name, podidentity.LabelAssociationID),
+				Message: "pod identity records are not allowed on " + name,
+			}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy},
+		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy, ValidationActions: []admissionregistrationv1.ValidationAction{deny}},
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		ctx := e.ctx(time.Minute)
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, policy, metav1.DeleteOptions{})
+		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, policy, metav1.DeleteOptions{})
+	})
+	probe := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{podidentity.LabelAssociationID: "a-probe"}}}
+	waitFor(e.t, waitChange, "the admission policy is enforced", func() (bool, string) {
+		_, err := e.k8s.CoreV1().ServiceAccounts("default").Create(e.ctx(10*time.Second), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Sprint(err)
+	})
+}
+
+// TestPodIdentityRecordRefused: when the cluster refuses the record of an
+// add-on's association (an admission policy), the add-on's generation
+// fails with AdmissionRequestDenied naming the service account; a new
+// generation once the policy is gone records it and is ACTIVE.
+func TestPodIdentityRecordRefused(t *testing.T) {
+	e := newEnv(t, envOptions{}, "i-a")
+	e.startAgent("i-a", agentOptions{})
+	e.refuseRecords(ebsCSISA)
+	role := "arn:aws:iam::" + e.account + ":role/ebs"
+	e.createAddon(eks.CreateAddonInput{AddonName: aws.String(ebsCSI), PodIdentityAssociations: []types.AddonPodIdentityAssociations{
+		{ServiceAccount: aws.String(ebsCSISA), RoleArn: aws.String(role)}}})
+	failed := e.waitStatus(ebsCSI, types.AddonStatusCreateFailed)
+	want := "ServiceAccount/kube-system/" + ebsCSISA
+	if failed.Health == nil || !slices.ContainsFunc(failed.Health.Issues, func(i types.AddonIssue) bool {
+		return i.Code == types.AddonIssueCodeAdmissionRequestDenied && slices.Contains(i.ResourceIds, want)
+	}) {
+		t.Fatalf("CREATE_FAILED with issues %s, want AdmissionRequestDenied on %s", issuesOf(failed), want)
+	}
+	if got, _ := recorded(e.serviceAccount("kube-system", ebsCSISA)); len(got) != 0 {
+		t.Fatalf("refused, yet recorded: %v", got)
+	}
+
+	adm := e.k8s.AdmissionregistrationV1()
+	policy := "refuse-pod-identity-" + e.cluster[len(e.cluster)-4:]
+	if err := adm.ValidatingAdmissionPolicyBindings().Delete(e.ctx(10*time.Second), policy, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probe := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ebsCSISA, Labels: map[string]string{podidentity.LabelAssociationID: "a-probe"}}}
+	waitFor(t, waitChange, "the admission policy is no longer enforced", func() (bool, string) {
+		_, err := e.k8s.CoreV1().ServiceAccounts("default").Create(e.ctx(10*time.Second), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, fmt.Sprint(err)
+	})
+	id := e.updateAddon(eks.UpdateAddonInput{AddonName: aws.String(ebsCSI), ServiceAccountRoleArn: aws.String(role)})
+	e.waitUpdate(ebsCSI, id, types.UpdateStatusSuccessful)
+	e.waitRecorded("kube-system", ebsCSISA, e.addonAssociation(ebsCSI))
+	e.waitActive(ebsCSI)
+	if _, err := e.eks.DeleteAddon(e.ctx(waitDeleted), &eks.DeleteAddonInput{ClusterName: aws.String(e.cluster), AddonName: aws.String(ebsCSI)}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDeleted(ebsCSI)
 }
