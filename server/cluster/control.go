@@ -195,6 +195,15 @@ func (s *Service) SetStatus(ctx context.Context, req *controlv1.SetStatusRequest
 		if err := refusedWhileDeleting(c, "set status "+StatusName(target)); err != nil {
 			return err
 		}
+		// An UPDATING cluster has a VersionUpdate in progress: its outcome is
+		// reported with CompleteUpdate, which ends the update and sets the
+		// status in one transaction. SetStatus here would leave the update
+		// InProgress forever.
+		if c.GetStatus() == storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING {
+			return errdefs.InvalidRequest("Cannot set status %s: cluster %s has a version update in progress; "+
+				"report its outcome with CompleteUpdate.", StatusName(target), c.GetName()).
+				WithField("clusterName", c.GetName())
+		}
 		c.Status = target
 		c.StatusReason = ""
 		if target == storagev1.ClusterStatus_CLUSTER_STATUS_FAILED {

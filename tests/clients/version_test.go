@@ -101,14 +101,18 @@ func TestUpgradeWithBotocore(t *testing.T) {
 	if du.Update.Status != "Successful" || du.Update.Type != "VersionUpdate" {
 		t.Errorf("describe-update printed %+v", du.Update)
 	}
-	var dv struct{ ClusterVersions []struct{ ClusterVersion string } }
+	var dv struct {
+		ClusterVersions []struct{ ClusterVersion string }
+	}
 	if err := json.Unmarshal([]byte(cli("describe-cluster-versions", "--cluster-versions", "1.36", "1.37")), &dv); err != nil {
 		t.Fatalf("describe-cluster-versions: %v", err)
 	}
 	if len(dv.ClusterVersions) != 2 || dv.ClusterVersions[0].ClusterVersion != "1.37" {
 		t.Errorf("describe-cluster-versions printed %+v", dv.ClusterVersions)
 	}
-	var dc struct{ Cluster struct{ Status, Version string } }
+	var dc struct {
+		Cluster struct{ Status, Version string }
+	}
 	if err := json.Unmarshal([]byte(cli("describe-cluster", "--name", h.cluster)), &dc); err != nil {
 		t.Fatalf("describe-cluster: %v", err)
 	}

@@ -161,8 +161,8 @@ func TestSetStatusRefusals(t *testing.T) {
 	}
 	// has-endpoint was reported an endpoint while FAILED, but no CA.
 	if _, err := control.SetStatus(ctx, &controlv1.SetStatusRequest{
-		Cluster:  &controlv1.ClusterRef{AccountId: "000000000000", Name: "has-endpoint"},
-		Status:   controlv1.ClusterStatus_CLUSTER_STATUS_FAILED, Reason: "boot",
+		Cluster: &controlv1.ClusterRef{AccountId: "000000000000", Name: "has-endpoint"},
+		Status:  controlv1.ClusterStatus_CLUSTER_STATUS_FAILED, Reason: "boot",
 		Endpoint: "https://10.0.0.8:6443",
 	}); err != nil {
 		t.Fatalf("SetStatus FAILED: %v", err)

@@ -247,6 +247,15 @@ func TestUpgradeWithIncompatibleAddon(t *testing.T) {
 	}
 	_, err = h.upgrade(t, "1.36", "")
 	wanterr.Type[*types.ResourceInUseException](t, err)
+	// The provisioner ends a version update with CompleteUpdate; SetStatus
+	// would leave the update InProgress under an ACTIVE cluster.
+	_, err = controlv1.NewClusterControlServiceClient(h.srv.GRPC(t)).SetStatus(ctxT(t), &controlv1.SetStatusRequest{
+		Cluster: h.ref(), Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+	})
+	wanterr.Status(t, err, codes.FailedPrecondition, "InvalidRequestException")
+	if c := h.describe(t); c.Status != types.ClusterStatusUpdating {
+		t.Fatalf("cluster %s after a refused SetStatus, want UPDATING", c.Status)
+	}
 
 	list, err := h.eks.ListUpdates(ctxT(t), &eks.ListUpdatesInput{Name: aws.String(h.cluster)})
 	if err != nil || !slices.Contains(list.UpdateIds, aws.ToString(u.Id)) {
