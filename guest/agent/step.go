@@ -369,9 +369,9 @@ func issueText(issues []*deliveryv1.Issue) []string {
 // is logged and shown in the status (EKS has no health for associations).
 func (a *Agent) podIdentityStep(ctx context.Context) {
 	associations := a.st.Desired.GetPodIdentityAssociations()
+	records, _ := podidentity.Render(associations)
+	a.saWatch.Want(records)
 	if len(associations) > 0 {
-		records, _ := podidentity.Render(associations)
-		a.saWatch.Want(records)
 		ectx, cancel := context.WithTimeout(ctx, ensureTimeout)
 		if err := a.saWatch.Ensure(ectx); err != nil {
 			a.log.Warn("watching the associations' service accounts", "err", err)
