@@ -297,3 +297,32 @@ func TestAssumeRoleRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestAssumeRoleCrossAccount: a principal of another account assumes the
+// role when the role's trust policy names its account and its own policy
+// allows sts:AssumeRole on the role; the session belongs to the role's
+// account and has the role's permissions there.
+func TestAssumeRoleCrossAccount(t *testing.T) {
+	w := newWorld(t)
+	ctx := ctxT(t)
+	const trusted = "222222222222"
+	w.srv.NewAccount(t, trusted)
+	erin := w.srv.NewUser(t, "arn:aws:iam::"+trusted+":user/erin", w.assumeRolePolicy)
+	noPolicy := w.srv.NewUser(t, "arn:aws:iam::"+trusted+":user/frank", "")
+
+	sess, _ := w.assume(t, erin, &sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("from-222")})
+	id, err := stsAs(w.srv, sess).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
+	if err != nil {
+		t.Fatalf("GetCallerIdentity as the cross-account session: %v", err)
+	}
+	if aws.ToString(id.Account) != account || aws.ToString(id.Arn) != "arn:aws:sts::"+account+":assumed-role/"+roleName+"/from-222" {
+		t.Errorf("GetCallerIdentity = %s %s, want the role's account %s", aws.ToString(id.Account), aws.ToString(id.Arn), account)
+	}
+	if _, err := w.srv.EKSAs(t, sess).ListClusters(ctx, &eks.ListClustersInput{}); err != nil {
+		t.Fatalf("ListClusters in the role's account: %v", err)
+	}
+	// The trust policy names the account, so its principals' own policies
+	// must allow the call too.
+	_, err = stsAs(w.srv, noPolicy).AssumeRole(ctx, &sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("from-222")})
+	queryError(t, err, "AccessDenied", http.StatusForbidden)
+}
