@@ -49,6 +49,7 @@ func TestEksctl(t *testing.T) {
 		run  func(t *testing.T, e *env)
 	}{
 		{"version", testVersion},
+		{"describe-cluster-versions", testDescribeClusterVersions},
 		{"describe-addon-versions", testDescribeAddonVersions},
 		{"get addons before", testNoAddons},
 		{"create addon", testCreateAddon},
@@ -78,6 +79,36 @@ func testVersion(t *testing.T, e *env) {
 	r := e.ok("version")
 	if got, want := strings.TrimSpace(r.stdout), strings.TrimPrefix(eksctlVersion, "v"); got != want {
 		t.Fatalf("eksctl version = %q, want %q (tools/eksctl/go.mod); run `make eksctl`", got, want)
+	}
+}
+
+// testDescribeClusterVersions: eksctl lists the Kubernetes versions the
+// SDK's DescribeClusterVersions does, the cluster's among them.
+func testDescribeClusterVersions(t *testing.T, e *env) {
+	var got struct {
+		ClusterVersions []struct{ ClusterVersion string }
+	}
+	r := e.ok("utils", "describe-cluster-versions")
+	if err := decodeJSON(r.stdout, &got); err != nil {
+		t.Fatalf("decode: %v\n%s", err, r)
+	}
+	var versions []string
+	for _, v := range got.ClusterVersions {
+		versions = append(versions, v.ClusterVersion)
+	}
+	var want []string
+	p := eks.NewDescribeClusterVersionsPaginator(e.eks, &eks.DescribeClusterVersionsInput{})
+	for p.HasMorePages() {
+		page, err := p.NextPage(e.ctx(30 * time.Second))
+		if err != nil {
+			t.Fatalf("DescribeClusterVersions: %v", err)
+		}
+		for _, v := range page.ClusterVersions {
+			want = append(want, aws.ToString(v.ClusterVersion))
+		}
+	}
+	if !slices.Equal(versions, want) || !slices.Contains(versions, clusterVersion) {
+		t.Fatalf("eksctl lists versions %v, the SDK %v (the cluster runs %s)", versions, want, clusterVersion)
 	}
 }
 
