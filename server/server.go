@@ -670,17 +670,23 @@ func (s *Server) listen() error {
 // facadeHosts are the host:port names a client reaches the bound façade
 // by, as `aws eks get-token` puts them in a token when its STS endpoint
 // URL is the façade's (the development profile's is): the bound address,
-// and for a loopback or wildcard listener the loopback names too.
+// for a loopback or wildcard listener the loopback names too, and for a
+// wildcard listener the machine's host name.
 func facadeHosts(bound string) token.Hosts {
 	hosts := token.Hosts{bound: true}
 	host, port, err := net.SplitHostPort(bound)
 	if err != nil {
 		return hosts
 	}
-	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+	ip := net.ParseIP(host)
+	if ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
 		for _, h := range []string{"127.0.0.1", "localhost", "[::1]"} {
 			hosts[h+":"+port] = true
 		}
+	}
+	if name, err := os.Hostname(); err == nil && ip != nil && ip.IsUnspecified() {
+		// Listening on every address: clients may name the machine.
+		hosts[net.JoinHostPort(name, port)] = true
 	}
 	return hosts
 }
