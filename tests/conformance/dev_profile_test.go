@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
@@ -14,9 +15,10 @@ import (
 )
 
 // TestDevProfileEndpoints: the AWS profile the first start writes sends
-// EKS calls to saltbush and nothing else, so `aws eks get-token` with that
-// profile presigns a URL to STS (which the cluster accepts), not to
-// saltbush's façade (which it would refuse).
+// EKS, STS and IAM calls to saltbush's façade (which answers all three,
+// server/sts), so `aws eks get-token` with that profile presigns its URL
+// for the façade, whose own address token review accepts
+// (server/token's HTTPHosts), and GetCallerIdentity answers the dev user.
 func TestDevProfileEndpoints(t *testing.T) {
 	srv := servertest.Start(t)
 	dir := filepath.Join(srv.Config.DataDir, "aws")
@@ -38,7 +40,14 @@ func TestDevProfileEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Scheme != "https" || u.Host != "sts.us-east-1.amazonaws.com" {
-		t.Errorf("STS through the profile presigns %s://%s, want https://sts.us-east-1.amazonaws.com", u.Scheme, u.Host)
+	if got := u.Scheme + "://" + u.Host; got != srv.URL {
+		t.Errorf("STS through the profile presigns %s, want the façade %s", got, srv.URL)
+	}
+	id, err := sts.NewFromConfig(cfg).GetCallerIdentity(ctxT(t), &sts.GetCallerIdentityInput{})
+	if err != nil {
+		t.Fatalf("GetCallerIdentity through the profile: %v", err)
+	}
+	if got, want := aws.ToString(id.Arn), srv.Dev(t).PrincipalARN; got != want {
+		t.Errorf("GetCallerIdentity Arn = %s, want the dev user %s", got, want)
 	}
 }
