@@ -185,6 +185,10 @@ func roleName(r deliveryv1.Role) string {
 // Snapshot is the agent's status now.
 func (a *Agent) Snapshot() Status {
 	st := *a.status.Load()
+	// The stream, like the grant, is read now: run publishes the rest
+	// after its next pass, and a role without its stream would mislead.
+	st.Endpoint = a.link.Endpoint()
+	st.Connected = st.Endpoint != ""
 	g := a.grant.Snapshot()
 	st.Role, st.Epoch, st.Executor, st.Writable = roleName(g.Role), g.Epoch, g.ExecutorInstance, g.Writable
 	if g.Writable {
