@@ -130,7 +130,6 @@ func ToAPI(rec *storagev1.ClusterRecord) *eksv1.Cluster {
 		PlatformVersion:    rec.GetPlatformVersion(),
 		ClientRequestToken: rec.GetClientRequestToken(),
 		Tags:               rec.GetTags(),
-		Id:                 rec.GetUid(),
 		AccessConfig: &eksv1.AccessConfigResponse{
 			AuthenticationMode:                      rec.GetAccessConfig().GetAuthenticationMode(),
 			BootstrapClusterCreatorAdminPermissions: proto.Bool(rec.GetAccessConfig().GetBootstrapClusterCreatorAdminPermissions()),

@@ -445,11 +445,7 @@ func TestAddonCreateRacingClusterDelete(t *testing.T) {
 	for round := range 3 {
 		cl := "racing-" + strconv.Itoa(round)
 		addonCluster(t, h, cl, "1.35")
-		desc, err := h.eks.DescribeCluster(ctxT(t), &eks.DescribeClusterInput{Name: aws.String(cl)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		uid := aws.ToString(desc.Cluster.Id)
+		uid := clusterUID(t, h.srv, h.account, cl)
 		_, errs := concurrently(len(names)+1, func(i int) (any, error) {
 			if i == len(names)/2 {
 				_, err := h.eks.DeleteCluster(ctxT(t), &eks.DeleteClusterInput{Name: aws.String(cl)})

@@ -299,8 +299,9 @@ func TestAuthTenancyIsolation(t *testing.T) {
 			if got := aws.ToString(out.Cluster.Arn); got != wantARN {
 				t.Errorf("B's cluster ARN = %s, want %s", got, wantARN)
 			}
-			if aws.ToString(out.Cluster.Id) == aws.ToString(viewA.Cluster.Id) || aws.ToString(out.Cluster.Id) == aws.ToString(viewA.Shared.Id) {
-				t.Errorf("B's cluster %s has the id of one of A's", name)
+			if uid := clusterUID(t, h.srv, acctB, name); uid == clusterUID(t, h.srv, h.account, h.cluster) ||
+				uid == clusterUID(t, h.srv, h.account, "shared-2") {
+				t.Errorf("B's cluster %s has the uid of one of A's", name)
 			}
 		}
 		cc := controlv1.NewClusterControlServiceClient(srv.GRPC(t))

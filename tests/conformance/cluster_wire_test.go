@@ -91,10 +91,10 @@ func normalizeCluster(t *testing.T, body map[string]any) map[string]any {
 		t.Errorf("createdAt = %#v, want a JSON number (epoch seconds)", c["createdAt"])
 	}
 	c["createdAt"] = "<epoch-seconds>"
-	if id, _ := c["id"].(string); len(id) != 36 {
-		t.Errorf("id = %#v, want a UUID", c["id"])
+	// id is an Outposts cluster's; eksctl would sign tokens with it.
+	if id, ok := c["id"]; ok {
+		t.Errorf("id = %#v, want no id (AWS sends it only for local clusters on Outposts)", id)
 	}
-	c["id"] = "<uuid>"
 	return body
 }
 

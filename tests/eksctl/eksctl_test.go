@@ -3,6 +3,7 @@ package eksctl_test
 import (
 	"encoding/base64"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/saltbush/saltbush/tests/kubetest"
 	"github.com/saltbush/saltbush/tests/wanterr"
@@ -59,6 +61,7 @@ func TestEksctl(t *testing.T) {
 		{"get accessentry", testGetAccessEntry},
 		{"create accessentry", testCreateAccessEntry},
 		{"get cluster", testGetCluster},
+		{"write-kubeconfig", testWriteKubeconfig},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, e.in(t)) }) {
@@ -344,6 +347,31 @@ func testGetCluster(t *testing.T, e *env) {
 	r := e.run("get", "cluster")
 	if want := fmt.Sprintf(listClustersStacks, e.srv.Config.Cluster.Region); r.err == nil || !strings.Contains(r.output(), want) {
 		t.Fatalf("want listing clusters to stop at CloudFormation with %q (docs/clients.md):\n%s", want, r)
+	}
+}
+
+// testWriteKubeconfig: eksctl names the cluster in its token command by
+// DescribeCluster's id when there is one (AWS sends an id only for a local
+// cluster on an Outpost), and token review matches the cluster's name, so
+// the kubeconfig must name the cluster, not its uid.
+func testWriteKubeconfig(t *testing.T, e *env) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	e.ok("utils", "write-kubeconfig", "--cluster", e.cluster, "--kubeconfig", path)
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatalf("the kubeconfig eksctl wrote: %v", err)
+	}
+	if len(cfg.AuthInfos) == 0 {
+		t.Fatalf("kubeconfig %s has no users", path)
+	}
+	for name, u := range cfg.AuthInfos {
+		if u.Exec == nil {
+			t.Fatalf("user %s has no exec credential plugin", name)
+		}
+		i := slices.IndexFunc(u.Exec.Args, func(a string) bool { return a == "--cluster-name" || a == "-i" })
+		if i < 0 || i+1 >= len(u.Exec.Args) || u.Exec.Args[i+1] != e.cluster {
+			t.Fatalf("user %s runs %s %q, want the cluster named %s", name, u.Exec.Command, u.Exec.Args, e.cluster)
+		}
 	}
 }
 

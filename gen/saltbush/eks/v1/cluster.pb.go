@@ -43,7 +43,10 @@ type Cluster struct {
 	PlatformVersion      string              `protobuf:"bytes,13,opt,name=platform_version,json=platformVersion,proto3" json:"platform_version,omitempty"`
 	Tags                 map[string]string   `protobuf:"bytes,14,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	EncryptionConfig     []*EncryptionConfig `protobuf:"bytes,15,rep,name=encryption_config,json=encryptionConfig,proto3" json:"encryption_config,omitempty"`
-	// The cluster's incarnation id.
+	// AWS returns id only for a local cluster on an Outpost, and eksctl signs
+	// its tokens with the id instead of the name when one is present (token
+	// review would refuse them), so saltbush leaves it empty. A cluster's
+	// incarnation uid is ClusterControlService.GetCluster's ClusterInfo.uid.
 	Id                        string                     `protobuf:"bytes,16,opt,name=id,proto3" json:"id,omitempty"`
 	AccessConfig              *AccessConfigResponse      `protobuf:"bytes,17,opt,name=access_config,json=accessConfig,proto3" json:"access_config,omitempty"`
 	UpgradePolicy             *UpgradePolicy             `protobuf:"bytes,18,opt,name=upgrade_policy,json=upgradePolicy,proto3" json:"upgrade_policy,omitempty"`
