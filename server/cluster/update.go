@@ -256,7 +256,7 @@ func (s *Service) UpdateConfig(ctx context.Context, req *eksv1.UpdateClusterConf
 	}
 	// A retry of an update that already happened gets that update, even
 	// though the same change would be refused now.
-	if prior, err := s.replayUpdate(ctx, tok, who.AccountID, name); prior != nil || err != nil {
+	if prior, err := ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "config"); prior != nil || err != nil {
 		return prior, err
 	}
 
@@ -293,7 +293,7 @@ func (s *Service) UpdateConfig(ctx context.Context, req *eksv1.UpdateClusterConf
 		}
 		if tok.Present() {
 			// A concurrent request with the same token may have won.
-			if prior, rerr := s.replayUpdate(ctx, tok, who.AccountID, name); prior != nil || rerr != nil {
+			if prior, rerr := ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "config"); prior != nil || rerr != nil {
 				return prior, rerr
 			}
 		}
@@ -321,11 +321,13 @@ func updatable(c *storagev1.ClusterRecord, k configKind) error {
 	return nil
 }
 
-// replayUpdate returns the update an earlier request with the same token
-// made, nil when the token is new. An update of an earlier incarnation of
-// the cluster is not returned: the token is refused.
-func (s *Service) replayUpdate(ctx context.Context, tok idempotency.Token, account, name string) (*storagev1.UpdateRecord, error) {
-	prior, err := tok.Lookup(ctx, s.store)
+// ReplayUpdate returns the cluster-level update (UpdateClusterConfig's,
+// UpdateClusterVersion's) an earlier request with the same token made, nil
+// when the token is new. An update of an earlier incarnation of the cluster
+// is not returned: the token is refused. what names the call in errors
+// ("config", "version").
+func ReplayUpdate(ctx context.Context, st *store.Store, tok idempotency.Token, account, name, what string) (*storagev1.UpdateRecord, error) {
+	prior, err := tok.Lookup(ctx, st)
 	if err != nil {
 		return nil, withClusterName(err, name)
 	}
@@ -336,21 +338,21 @@ func (s *Service) replayUpdate(ctx context.Context, tok idempotency.Token, accou
 		"The clientRequestToken was already used for an update of cluster %s, which no longer exists.", name).
 		WithField("clusterName", name)
 	c := &storagev1.ClusterRecord{}
-	if _, err := s.store.Get(ctx, store.ClusterKey(account, name), c); err != nil {
+	if _, err := st.Get(ctx, store.ClusterKey(account, name), c); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, notFound(name).WithCause(err)
 		}
-		return nil, fmt.Errorf("update cluster %q config: %w", name, err)
+		return nil, fmt.Errorf("update cluster %q %s: %w", name, what, err)
 	}
 	if !strings.HasPrefix(prior.GetResourceKey(), store.ClusterUpdatesPrefix(c.GetUid())) {
 		return nil, gone
 	}
 	u := &storagev1.UpdateRecord{}
-	if _, err := s.store.Get(ctx, prior.GetResourceKey(), u); err != nil {
+	if _, err := st.Get(ctx, prior.GetResourceKey(), u); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, gone.WithCause(err)
 		}
-		return nil, fmt.Errorf("update cluster %q config: read the update of an earlier request: %w", name, err)
+		return nil, fmt.Errorf("update cluster %q %s: read the update of an earlier request: %w", name, what, err)
 	}
 	return u, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -73,7 +72,7 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 	if err != nil {
 		return nil, withClusterName(err, name)
 	}
-	if prior, err := s.replay(ctx, tok, who.AccountID, name); prior != nil || err != nil {
+	if prior, err := cluster.ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "version"); prior != nil || err != nil {
 		return prior, err
 	}
 
@@ -111,7 +110,7 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 		}
 		if tok.Present() {
 			// A concurrent request with the same token may have won.
-			if prior, rerr := s.replay(ctx, tok, who.AccountID, name); prior != nil || rerr != nil {
+			if prior, rerr := cluster.ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "version"); prior != nil || rerr != nil {
 				return prior, rerr
 			}
 		}
@@ -184,38 +183,4 @@ func (s *Service) inProgress(ctx context.Context, clusterUID string) (string, er
 		}
 		token = page.NextToken
 	}
-}
-
-// replay returns the update an earlier request with the same token made,
-// nil when the token is new. An update of an earlier incarnation of the
-// cluster is not returned: the token is refused.
-func (s *Service) replay(ctx context.Context, tok idempotency.Token, account, name string) (*storagev1.UpdateRecord, error) {
-	prior, err := tok.Lookup(ctx, s.store)
-	if err != nil {
-		return nil, withClusterName(err, name)
-	}
-	if prior == nil {
-		return nil, nil
-	}
-	gone := errdefs.ResourceInUse(
-		"The clientRequestToken was already used for an update of cluster %s, which no longer exists.", name).
-		WithField("clusterName", name)
-	c := &storagev1.ClusterRecord{}
-	if _, err := s.store.Get(ctx, store.ClusterKey(account, name), c); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, clusterNotFound(name).WithCause(err)
-		}
-		return nil, fmt.Errorf("update cluster %q version: %w", name, err)
-	}
-	if !strings.HasPrefix(prior.GetResourceKey(), store.ClusterUpdatesPrefix(c.GetUid())) {
-		return nil, gone
-	}
-	u := &storagev1.UpdateRecord{}
-	if _, err := s.store.Get(ctx, prior.GetResourceKey(), u); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, gone.WithCause(err)
-		}
-		return nil, fmt.Errorf("update cluster %q version: read the update of an earlier request: %w", name, err)
-	}
-	return u, nil
 }
