@@ -4,11 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +21,6 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/store"
-	"github.com/saltbush/saltbush/store/embedetcd"
 )
 
 // TestAccessEntryKillMidWriteKeepsInvariants drives access-entry creates,
@@ -120,32 +116,9 @@ func TestAccessEntryKillMidWriteKeepsInvariants(t *testing.T) {
 			}
 		}(uint64(w + 1))
 	}
-	time.Sleep(1500 * time.Millisecond)
-	if err := p.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	var exitErr *exec.ExitError
-	if err := p.wait(t, 30*time.Second); !errors.As(err, &exitErr) {
-		t.Fatalf("exit after SIGKILL: %v", err)
-	}
-	stopWork()
-	wg.Wait()
-
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dataDir, "etcd"), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("reopen the data directory: %v", err)
-	}
-	cli, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := checkAccessInvariants(t, ctx, cli, &acked)
-	_ = cli.Close()
-	etcd.Close()
-	if n == 0 {
-		t.Fatal("no access entries survived: the workload wrote nothing before the kill")
-	}
-	t.Logf("checked %d access entries after SIGKILL", n)
+	killMidWrite(t, ctx, p, dataDir, "access entries", stopWork, &wg, func(cli *clientv3.Client) int {
+		return checkAccessInvariants(t, ctx, cli, &acked)
+	})
 
 	p = startServe(t, bin, dataDir)
 	for _, cl := range clusters {

@@ -2,11 +2,8 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +18,6 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/store"
-	"github.com/saltbush/saltbush/store/embedetcd"
 )
 
 // TestAddonKillMidWriteKeepsInvariants drives add-on creates, updates,
@@ -111,33 +107,9 @@ func TestAddonKillMidWriteKeepsInvariants(t *testing.T) {
 			}
 		}(uint64(w + 1))
 	}
-	time.Sleep(1500 * time.Millisecond)
-	if err := p.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	var exitErr *exec.ExitError
-	if err := p.wait(t, 30*time.Second); !errors.As(err, &exitErr) {
-		t.Fatalf("exit after SIGKILL: %v", err)
-	}
-	stopWork()
-	wg.Wait()
-
-	// Open the dead server's etcd data directly and check the keyspace.
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dataDir, "etcd"), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("reopen the data directory: %v", err)
-	}
-	cli, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := checkAddonInvariants(t, ctx, cli, &acked, &removed)
-	_ = cli.Close()
-	etcd.Close()
-	if n == 0 {
-		t.Fatal("no add-on records survived: the workload wrote nothing before the kill")
-	}
-	t.Logf("checked %d add-on records after SIGKILL", n)
+	killMidWrite(t, ctx, p, dataDir, "add-on records", stopWork, &wg, func(cli *clientv3.Client) int {
+		return checkAddonInvariants(t, ctx, cli, &acked, &removed)
+	})
 
 	// And the restarted binary serves them.
 	p = startServe(t, bin, dataDir)

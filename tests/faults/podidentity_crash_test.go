@@ -2,11 +2,8 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +18,6 @@ import (
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
-	"github.com/saltbush/saltbush/store/embedetcd"
 )
 
 // TestPodIdentityKillMidWriteKeepsInvariants drives pod identity
@@ -145,32 +141,9 @@ func TestPodIdentityKillMidWriteKeepsInvariants(t *testing.T) {
 			}
 		}(uint64(w + 1))
 	}
-	time.Sleep(1500 * time.Millisecond)
-	if err := p.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	var exitErr *exec.ExitError
-	if err := p.wait(t, 30*time.Second); !errors.As(err, &exitErr) {
-		t.Fatalf("exit after SIGKILL: %v", err)
-	}
-	stopWork()
-	wg.Wait()
-
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dataDir, "etcd"), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("reopen the data directory: %v", err)
-	}
-	cli, err := etcd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := checkPodIdentityInvariants(t, ctx, cli, &acked)
-	_ = cli.Close()
-	etcd.Close()
-	if n == 0 {
-		t.Fatal("no pod identity associations survived: the workload wrote nothing before the kill")
-	}
-	t.Logf("checked %d pod identity associations after SIGKILL", n)
+	killMidWrite(t, ctx, p, dataDir, "pod identity associations", stopWork, &wg, func(cli *clientv3.Client) int {
+		return checkPodIdentityInvariants(t, ctx, cli, &acked)
+	})
 
 	p = startServe(t, bin, dataDir)
 	for _, cl := range clusters {
