@@ -40,6 +40,7 @@ func TestLoad_EmbeddedCatalogue(t *testing.T) {
 		{"metrics-server", "observability", "eks", "aws", "kube-system", false},
 		{"nvidia-device-plugin", "machine-learning", "nvidia", "community", "kube-system", true},
 		{"saltbush-noop", "testing", "saltbush", "saltbush", "saltbush-noop", true},
+		{"saltbush-pod-identity", "testing", "saltbush", "saltbush", "saltbush-pod-identity", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

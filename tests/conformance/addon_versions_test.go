@@ -19,7 +19,7 @@ import (
 // creatable by name but not listed.
 var (
 	listedAddons = []string{"argocd", "aws-ebs-csi-driver", "aws-load-balancer-controller", "coredns", "kube-proxy", "metrics-server", "vpc-cni"}
-	hiddenAddons = []string{"nvidia-device-plugin", "saltbush-noop"}
+	hiddenAddons = []string{"nvidia-device-plugin", "saltbush-noop", "saltbush-pod-identity"}
 )
 
 // describeAllVersions walks every page of DescribeAddonVersions.
