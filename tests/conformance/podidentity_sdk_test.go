@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -481,5 +482,147 @@ func TestPodIdentityAssociationConcurrentCreates(t *testing.T) {
 	out, err := h.eks.ListPodIdentityAssociations(ctxT(t), &eks.ListPodIdentityAssociationsInput{ClusterName: aws.String(h.cluster)})
 	if err != nil || len(out.Associations) != 1 || aws.ToString(out.Associations[0].AssociationId) != winner {
 		t.Errorf("listed %v, %v; want only %s", out, err, winner)
+	}
+}
+
+// TestPodIdentityTwoAssociationsOfOneAddon: one add-on
+// (catalog/addons/saltbush-pod-identity) owns two associations, created
+// with it, changed and dropped by UpdateAddon one at a time, and deleted
+// with it.
+func TestPodIdentityTwoAssociationsOfOneAddon(t *testing.T) {
+	const (
+		name       = "saltbush-pod-identity"
+		ns         = "saltbush-pod-identity"
+		controller = "saltbush-pod-identity-controller"
+		node       = "saltbush-pod-identity-node"
+		podRole3   = "arn:aws:iam::000000000000:role/pods-3"
+	)
+	h := newAddonHarness(t)
+	ctx := ctxT(t)
+	idOf := func(arn string) string { return arn[strings.LastIndex(arn, "/")+1:] }
+	assoc := func(sa, role string) types.AddonPodIdentityAssociations {
+		return types.AddonPodIdentityAssociations{ServiceAccount: aws.String(sa), RoleArn: aws.String(role)}
+	}
+	// check holds the add-on, DescribePodIdentityAssociation and
+	// ListPodIdentityAssociations to want (service account to role) and
+	// returns the association id of each service account.
+	check := func(t *testing.T, addonARN string, want map[string]string) map[string]string {
+		t.Helper()
+		arns := h.describe(t, name).PodIdentityAssociations
+		if len(arns) != len(want) {
+			t.Fatalf("add-on associations %v, want %d", arns, len(want))
+		}
+		ids := map[string]string{}
+		for _, arn := range arns {
+			if !podAssocARNPattern.MatchString(arn) {
+				t.Errorf("association ARN %q", arn)
+			}
+			p := h.describePod(t, idOf(arn))
+			sa := aws.ToString(p.ServiceAccount)
+			role, ok := want[sa]
+			if !ok || ids[sa] != "" {
+				t.Fatalf("association %s of service account %s, want one of each of %v", arn, sa, want)
+			}
+			ids[sa] = aws.ToString(p.AssociationId)
+			if aws.ToString(p.AssociationArn) != arn || aws.ToString(p.OwnerArn) != addonARN ||
+				aws.ToString(p.Namespace) != ns || aws.ToString(p.RoleArn) != role ||
+				!podAssocIDPattern.MatchString(aws.ToString(p.AssociationId)) {
+				t.Errorf("association of %s = %+v, want role %s owned by %s", sa, p, role, addonARN)
+			}
+		}
+		out, err := h.eks.ListPodIdentityAssociations(ctx, &eks.ListPodIdentityAssociationsInput{ClusterName: aws.String(h.cluster)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Associations) != len(want) {
+			t.Fatalf("listed %+v, want %d associations", out.Associations, len(want))
+		}
+		for _, s := range out.Associations {
+			sa := aws.ToString(s.ServiceAccount)
+			if aws.ToString(s.AssociationId) != ids[sa] || aws.ToString(s.OwnerArn) != addonARN ||
+				aws.ToString(s.Namespace) != ns || aws.ToString(s.ClusterName) != h.cluster {
+				t.Errorf("summary %+v, want %s of %s owned by %s", s, ids[sa], sa, addonARN)
+			}
+		}
+		return ids
+	}
+	update := func(t *testing.T, assocs ...types.AddonPodIdentityAssociations) {
+		t.Helper()
+		if _, err := h.eks.UpdateAddon(ctx, &eks.UpdateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String(name),
+			PodIdentityAssociations: assocs}); err != nil {
+			t.Fatalf("UpdateAddon %+v: %v", assocs, err)
+		}
+		gen := h.get(t, name).GetGeneration()
+		if r := h.report(t, name, gen, controlv1.AddonPhase_ADDON_PHASE_READY); !r.GetAccepted() {
+			t.Fatalf("READY for generation %d not accepted: %v", gen, r)
+		}
+	}
+
+	ad := addonActive(t, h, &eks.CreateAddonInput{AddonName: aws.String(name),
+		PodIdentityAssociations: []types.AddonPodIdentityAssociations{assoc(controller, podRoleARN), assoc(node, podRole2ARN)}})
+	addonARN := aws.ToString(ad.AddonArn)
+	if len(ad.PodIdentityAssociations) != 2 {
+		t.Fatalf("CreateAddon associations %v, want 2", ad.PodIdentityAssociations)
+	}
+	ids := check(t, addonARN, map[string]string{controller: podRoleARN, node: podRole2ARN})
+
+	t.Run("direct change refused", func(t *testing.T) {
+		for _, id := range ids {
+			before := addonKeyspace(t, h)
+			_, err := h.eks.UpdatePodIdentityAssociation(ctx, &eks.UpdatePodIdentityAssociationInput{
+				ClusterName: aws.String(h.cluster), AssociationId: aws.String(id), RoleArn: aws.String(podRole3)})
+			wanterr.Type[*types.InvalidRequestException](t, err)
+			_, err = h.eks.DeletePodIdentityAssociation(ctx, &eks.DeletePodIdentityAssociationInput{
+				ClusterName: aws.String(h.cluster), AssociationId: aws.String(id)})
+			wanterr.Type[*types.InvalidRequestException](t, err)
+			wanterr.Contains(t, err, addonARN)
+			addonNoWrites(t, h, before)
+		}
+	})
+
+	// One replaced: the node's role changes, the controller's stays; both
+	// keep their ids.
+	update(t, assoc(controller, podRoleARN), assoc(node, podRole3))
+	if got := check(t, addonARN, map[string]string{controller: podRoleARN, node: podRole3}); !maps.Equal(got, ids) {
+		t.Errorf("ids after changing a role %v, want the kept %v", got, ids)
+	}
+
+	// One dropped: the node's association is deleted, the controller's kept.
+	update(t, assoc(controller, podRoleARN))
+	if got := check(t, addonARN, map[string]string{controller: podRoleARN}); got[controller] != ids[controller] {
+		t.Errorf("controller association %s after dropping the node's, want the kept %s", got[controller], ids[controller])
+	}
+	h.podGone(t, ids[node])
+	// The dropped service account is free for a direct association.
+	direct := h.createPod(t, ns, node)
+	if direct.OwnerArn != nil {
+		t.Errorf("direct association owned by %s", aws.ToString(direct.OwnerArn))
+	}
+	if _, err := h.eks.DeletePodIdentityAssociation(ctx, &eks.DeletePodIdentityAssociationInput{
+		ClusterName: aws.String(h.cluster), AssociationId: direct.AssociationId}); err != nil {
+		t.Fatalf("DeletePodIdentityAssociation of the direct association: %v", err)
+	}
+
+	// Back to two, then DeleteAddon deletes both.
+	update(t, assoc(controller, podRoleARN), assoc(node, podRole2ARN))
+	ids = check(t, addonARN, map[string]string{controller: podRoleARN, node: podRole2ARN})
+	if _, err := h.eks.DeleteAddon(ctx, &eks.DeleteAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String(name)}); err != nil {
+		t.Fatalf("DeleteAddon: %v", err)
+	}
+	gen := h.get(t, name).GetGeneration()
+	if r := h.report(t, name, gen, controlv1.AddonPhase_ADDON_PHASE_REMOVED); !r.GetAccepted() {
+		t.Fatalf("REMOVED for generation %d not accepted: %v", gen, r)
+	}
+	_, err := h.eks.DescribeAddon(ctx, &eks.DescribeAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String(name)})
+	wanterr.Type[*types.ResourceNotFoundException](t, err)
+	for _, id := range ids {
+		h.podGone(t, id)
+	}
+	out, err := h.eks.ListPodIdentityAssociations(ctx, &eks.ListPodIdentityAssociationsInput{ClusterName: aws.String(h.cluster)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Associations) != 0 {
+		t.Errorf("listed %+v after DeleteAddon, want none", out.Associations)
 	}
 }
