@@ -442,3 +442,109 @@ func TestPodIdentityRecordRefused(t *testing.T) {
 	}
 	e.waitDeleted(ebsCSI)
 }
+
+// TestPodIdentityTwoAssociationsOfOneAddon: the two associations of one
+// add-on (catalog/addons/saltbush-pod-identity) are recorded on its two
+// service accounts; an update that changes one role changes that record
+// only, one that drops an association drops its record only, and deleting
+// the add-on takes both service accounts and associations.
+func TestPodIdentityTwoAssociationsOfOneAddon(t *testing.T) {
+	const (
+		addon      = "saltbush-pod-identity"
+		ns         = "saltbush-pod-identity"
+		controller = "saltbush-pod-identity-controller"
+		node       = "saltbush-pod-identity-node"
+	)
+	e := newEnv(t, envOptions{}, "i-a")
+	e.startAgent("i-a", agentOptions{})
+	role := func(name string) string { return "arn:aws:iam::" + e.account + ":role/" + name }
+	assoc := func(sa, r string) types.AddonPodIdentityAssociations {
+		return types.AddonPodIdentityAssociations{ServiceAccount: aws.String(sa), RoleArn: aws.String(role(r))}
+	}
+	// associations is the add-on's associations by service account.
+	associations := func(e *env) map[string]*types.PodIdentityAssociation {
+		e.t.Helper()
+		out, err := e.eks.DescribeAddon(e.ctx(10*time.Second), &eks.DescribeAddonInput{ClusterName: aws.String(e.cluster), AddonName: aws.String(addon)})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		bySA := map[string]*types.PodIdentityAssociation{}
+		for _, arn := range out.Addon.PodIdentityAssociations {
+			p := e.describeAssociation(arn[strings.LastIndex(arn, "/")+1:])
+			bySA[aws.ToString(p.ServiceAccount)] = p
+		}
+		return bySA
+	}
+
+	e.createAddon(eks.CreateAddonInput{AddonName: aws.String(addon),
+		PodIdentityAssociations: []types.AddonPodIdentityAssociations{assoc(controller, "controller"), assoc(node, "node")}})
+	e.waitActive(addon)
+	first := associations(e)
+	if len(first) != 2 || first[controller] == nil || first[node] == nil {
+		t.Fatalf("associations %v, want one for each of %s and %s", slices.Collect(maps.Keys(first)), controller, node)
+	}
+	for _, sa := range []string{controller, node} {
+		if aws.ToString(first[sa].OwnerArn) == "" {
+			t.Fatalf("association of %s has no ownerArn: %+v", sa, first[sa])
+		}
+		if got := e.waitRecorded(ns, sa, first[sa]); !hasManager(got, "eks") || !hasManager(got, podidentity.FieldManager) {
+			t.Errorf("managers of %s %v: want eks and %s applying", sa, saManagers(got), podidentity.FieldManager)
+		}
+	}
+
+	t.Run("one role changed", func(t *testing.T) {
+		e := e.in(t)
+		id := e.updateAddon(eks.UpdateAddonInput{AddonName: aws.String(addon),
+			PodIdentityAssociations: []types.AddonPodIdentityAssociations{assoc(controller, "controller"), assoc(node, "node-two")}})
+		e.waitUpdate(addon, id, types.UpdateStatusSuccessful)
+		now := associations(e)
+		if aws.ToString(now[node].RoleArn) != role("node-two") || aws.ToString(now[node].AssociationId) != aws.ToString(first[node].AssociationId) {
+			t.Fatalf("node association after the update %+v, want %s with role node-two", now[node], aws.ToString(first[node].AssociationId))
+		}
+		e.waitRecorded(ns, node, now[node])
+		e.waitRecorded(ns, controller, first[controller])
+	})
+
+	t.Run("one dropped", func(t *testing.T) {
+		e := e.in(t)
+		id := e.updateAddon(eks.UpdateAddonInput{AddonName: aws.String(addon),
+			PodIdentityAssociations: []types.AddonPodIdentityAssociations{assoc(controller, "controller")}})
+		e.waitUpdate(addon, id, types.UpdateStatusSuccessful)
+		now := associations(e)
+		if len(now) != 1 || aws.ToString(now[controller].AssociationId) != aws.ToString(first[controller].AssociationId) {
+			t.Fatalf("associations after dropping the node's %v, want only %s", now, aws.ToString(first[controller].AssociationId))
+		}
+		if sa := e.waitRecorded(ns, node, nil); sa == nil || !hasManager(sa, "eks") {
+			t.Fatalf("the dropped association's service account went or lost its manager: %v", saManagers(sa))
+		}
+		e.waitRecorded(ns, controller, first[controller])
+		e.waitActive(addon)
+	})
+
+	t.Run("deleted with the add-on", func(t *testing.T) {
+		e := e.in(t)
+		id := e.updateAddon(eks.UpdateAddonInput{AddonName: aws.String(addon),
+			PodIdentityAssociations: []types.AddonPodIdentityAssociations{assoc(controller, "controller"), assoc(node, "node")}})
+		e.waitUpdate(addon, id, types.UpdateStatusSuccessful)
+		both := associations(e)
+		for _, sa := range []string{controller, node} {
+			e.waitRecorded(ns, sa, both[sa])
+		}
+		if _, err := e.eks.DeleteAddon(e.ctx(waitDeleted), &eks.DeleteAddonInput{ClusterName: aws.String(e.cluster), AddonName: aws.String(addon)}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitDeleted(addon)
+		for _, sa := range []string{controller, node} {
+			if got := e.serviceAccount(ns, sa); got != nil {
+				t.Errorf("the deleted add-on's service account %s is still there: %v", sa, got.Annotations)
+			}
+		}
+		list, err := e.eks.ListPodIdentityAssociations(e.ctx(10*time.Second), &eks.ListPodIdentityAssociationsInput{ClusterName: aws.String(e.cluster)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Associations) != 0 {
+			t.Errorf("associations listed after DeleteAddon: %+v", list.Associations)
+		}
+	})
+}
