@@ -79,7 +79,12 @@ type Error struct {
 	// Fields are the modelled members of the exception (clusterName,
 	// addonName, ...), rendered beside message in the body.
 	Fields map[string]string
-	cause  error
+	// code overrides the exception's gRPC code (the exceptions table)
+	// where one exception covers cases gRPC tells apart: a concurrent
+	// modification is ResourceInUseException like an existing resource,
+	// but Aborted, not AlreadyExists. Zero (codes.OK) means no override.
+	code  codes.Code
+	cause error
 }
 
 func (e *Error) Error() string {
@@ -168,6 +173,16 @@ func ResourceInUse(format string, args ...any) *Error {
 	return newError(ResourceInUseException, format, args)
 }
 
+// Conflict is AWS's ResourceInUseException (409) for a resource modified
+// concurrently (the write lost its races until the caller's deadline): on
+// the gRPC port it is Aborted, which tells a client to retry the whole
+// read-modify-write, where AlreadyExists would tell it to stop.
+func Conflict(format string, args ...any) *Error {
+	e := newError(ResourceInUseException, format, args)
+	e.code = codes.Aborted
+	return e
+}
+
 // ResourceLimitExceeded is AWS's ResourceLimitExceededException (400).
 func ResourceLimitExceeded(format string, args ...any) *Error {
 	return newError(ResourceLimitExceededException, format, args)
@@ -230,7 +245,7 @@ func Classify(err error) *Error {
 	case errors.Is(err, KindExists):
 		return ResourceInUse("The specified resource already exists.").WithCause(err)
 	case errors.Is(err, KindConflict):
-		return ResourceInUse("The resource was modified concurrently; retry the request.").WithCause(err)
+		return Conflict("The resource was modified concurrently; retry the request.").WithCause(err)
 	case errors.Is(err, KindUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return ServiceUnavailable("The service is unavailable. Try again later.").WithCause(err)
 	case errors.Is(err, context.Canceled):
@@ -257,6 +272,9 @@ func ToGRPC(err error) error {
 	code := codes.Internal
 	if m, ok := exceptions[e.Exception]; ok {
 		code = m.code
+	}
+	if e.code != codes.OK {
+		code = e.code
 	}
 	st := status.New(code, e.Message)
 	withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{

@@ -26,7 +26,7 @@ func TestSentinelsClassify(t *testing.T) {
 		{store.ErrInvalidToken, "invalid continuation token", errdefs.InvalidParameterException, "The nextToken provided is not valid.", codes.InvalidArgument},
 		{store.ErrNotFound, "not found", errdefs.ResourceNotFoundException, "The specified resource could not be found.", codes.NotFound},
 		{store.ErrExists, "already exists", errdefs.ResourceInUseException, "The specified resource already exists.", codes.AlreadyExists},
-		{store.ErrConflict, "conflict", errdefs.ResourceInUseException, "The resource was modified concurrently; retry the request.", codes.AlreadyExists},
+		{store.ErrConflict, "conflict", errdefs.ResourceInUseException, "The resource was modified concurrently; retry the request.", codes.Aborted},
 		{store.ErrUnavailable, "store unavailable", errdefs.ServiceUnavailableException, "The service is unavailable. Try again later.", codes.Unavailable},
 		{store.ErrCorrupt, "corrupt record", errdefs.ServerException, "An internal error occurred.", codes.Internal},
 	}

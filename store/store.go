@@ -80,8 +80,14 @@ type Options struct {
 	// deadline; 5s when zero.
 	RequestTimeout time.Duration
 	// MaxUpdateAttempts bounds GuaranteedUpdate's CAS retries; when zero
-	// they are bounded only by the request's deadline (or RequestTimeout).
+	// they are bounded only by the request's deadline (or
+	// ContentionTimeout).
 	MaxUpdateAttempts int
+	// ContentionTimeout bounds how long GuaranteedUpdate keeps retrying
+	// lost races when the request's context has no deadline;
+	// DefaultContentionTimeout when zero. Each etcd request within it is
+	// still bounded by RequestTimeout.
+	ContentionTimeout time.Duration
 	// LeaseReuseWindow is how long one lease is shared by CreateWithTTL keys
 	// of the same TTL; one minute when zero, a lease per transaction when
 	// negative.
@@ -93,6 +99,7 @@ type Store struct {
 	client      *clientv3.Client
 	prefix      string
 	timeout     time.Duration
+	contention  time.Duration
 	maxAttempts int
 	tokens      *tokenSigner
 	leases      *leasePool
@@ -105,6 +112,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, er
 		client:      client,
 		prefix:      opts.Prefix,
 		timeout:     opts.RequestTimeout,
+		contention:  opts.ContentionTimeout,
 		maxAttempts: opts.MaxUpdateAttempts,
 		leases:      newLeasePool(client, opts.LeaseReuseWindow),
 	}
@@ -116,6 +124,9 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, er
 	}
 	if s.timeout <= 0 {
 		s.timeout = 5 * time.Second
+	}
+	if s.contention <= 0 {
+		s.contention = DefaultContentionTimeout
 	}
 	if s.maxAttempts < 0 {
 		s.maxAttempts = 0
@@ -254,6 +265,11 @@ func mapErr(err error, key string) error {
 		errors.Is(err, rpctypes.ErrLeaderChanged), errors.Is(err, rpctypes.ErrNotCapable),
 		errors.Is(err, rpctypes.ErrStopped):
 		return fmt.Errorf("%s: %w: %v", key, ErrUnavailable, err)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		// The NOSPACE alarm: etcd refuses every write until an operator
+		// compacts, defragments and disarms it (docs/operations.md). Reads
+		// still work; a write is unavailable, not a bug of the request.
+		return fmt.Errorf("%s: %w: etcd space quota exhausted (NOSPACE alarm): %v", key, ErrUnavailable, err)
 	}
 	if st, ok := status.FromError(err); ok {
 		switch st.Code() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,22 +43,16 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 	}
 	value, modRev := resp.Kvs[0].Value, resp.Kvs[0].ModRevision
 
-	// Contention is retried for as long as the request may take (the
-	// caller's deadline, or the store's request timeout): a hot record under
-	// many writers still converges instead of failing writes that would
-	// have succeeded a moment later.
-	loopCtx, cancelLoop := s.withTimeout(ctx)
+	// Contention is retried for as long as the caller may wait (its
+	// deadline, or the store's contention timeout when it set none), with
+	// a pause that grows with every lost race: a hot record under many
+	// writers converges however slow the machine is, instead of failing
+	// writes that would have succeeded a moment later.
+	loopCtx, cancelLoop := s.contentionContext(ctx)
 	defer cancelLoop()
 	for attempt := 0; s.maxAttempts == 0 || attempt < s.maxAttempts; attempt++ {
-		if attempt >= 3 {
-			// Past the first few immediate retries, spread the losers out.
-			backoff := 50 * time.Millisecond
-			if shift := attempt - 3; shift < 6 {
-				backoff = time.Millisecond << shift
-			}
-			if !sleep(loopCtx, jitter(backoff)) {
-				break
-			}
+		if attempt > 0 && !sleep(loopCtx, conflictBackoff(attempt)) {
+			break
 		}
 		if err := ctx.Err(); err != nil {
 			return 0, mapErr(err, key)
@@ -114,9 +109,9 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 		}
 		value, modRev = kvs[0].Value, kvs[0].ModRevision
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, mapErr(err, key)
-	}
+	// Out of time (or attempts) while still losing races: that is a
+	// conflict, whatever the deadline says, so the caller learns to retry
+	// rather than that etcd is down.
 	return 0, fmt.Errorf("%s: every attempt lost the race: %w", key, ErrConflict)
 }
 
@@ -130,29 +125,71 @@ func Update[T proto.Message](ctx context.Context, s *Store, key string, into T, 
 	})
 }
 
-// Retries of RetryOnConflict: the attempts after the first, and the pause
-// before retry i (i+1 times the step). The policy lives here so that every
-// service retries the same way.
+// DefaultContentionTimeout bounds the retries of a write that keeps losing
+// races when the caller's context has no deadline (a gRPC or HTTP client
+// that set none). Options.ContentionTimeout overrides it for GuaranteedUpdate.
+const DefaultContentionTimeout = 30 * time.Second
+
+// The pause before retry n of a lost race grows exponentially from
+// conflictBackoffBase to conflictBackoffMax, with full jitter: the more
+// writers contend, the more often each loses and the further apart their
+// attempts spread, so every round has a winner and the hot record is not
+// hammered by every loser at once. The first retry is immediate: most
+// races have a single rival that has just won.
 const (
-	conflictRetries   = 20
-	conflictRetryStep = time.Millisecond
+	conflictBackoffBase = time.Millisecond
+	conflictBackoffMax  = 250 * time.Millisecond
 )
 
+func conflictBackoff(retry int) time.Duration {
+	return rand.N(conflictBackoffBound(retry) + 1) //nolint:gosec // G404: jitter spreads retries; nothing depends on it being unpredictable
+}
+
+// conflictBackoffBound is the longest pause before retry n.
+func conflictBackoffBound(retry int) time.Duration {
+	if retry <= 1 {
+		return 0
+	}
+	if shift := retry - 2; shift < 8 {
+		return min(conflictBackoffBase<<shift, conflictBackoffMax)
+	}
+	return conflictBackoffMax
+}
+
+// contentionContext is how long a write may keep retrying lost races: the
+// caller's deadline, or the store's contention timeout when it has none.
+func (s *Store) contentionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.contention)
+}
+
 // RetryOnConflict runs attempt until it does not fail with ErrConflict (a
-// guard on another record failed because that record changed in between,
-// or a fast read was stale: read again and retry), the retries are used up
-// (the last error is returned) or the context ends. attempt is told
-// whether this is the first try: only the first may read fast (a
-// serializable read that a failed guard then corrects).
+// lost race on the records it read), for as long as ctx allows: until its
+// deadline, or DefaultContentionTimeout when it has none. The pause between
+// attempts grows with the number of races lost (conflictBackoff). attempt
+// receives true on its first run, so callers can read cheaply
+// (serializably) first and linearizably after a conflict. When time runs
+// out, the last conflict is returned: the caller is told the resource was
+// modified concurrently, not that etcd is unavailable.
 func RetryOnConflict(ctx context.Context, attempt func(first bool) error) error {
+	loopCtx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		loopCtx, cancel = context.WithTimeout(ctx, DefaultContentionTimeout)
+	}
+	defer cancel()
 	for i := 0; ; i++ {
 		err := attempt(i == 0)
-		if !errors.Is(err, ErrConflict) || i >= conflictRetries {
+		if !errors.Is(err, ErrConflict) {
 			return err
 		}
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// The caller gave up: nobody is waiting for a verdict.
 			return ctx.Err()
 		}
-		time.Sleep(time.Duration(i+1) * conflictRetryStep)
+		if ctx.Err() != nil || !sleep(loopCtx, conflictBackoff(i+1)) {
+			return err
+		}
 	}
 }

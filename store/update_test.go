@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -449,22 +450,30 @@ func TestRetryOnConflict(t *testing.T) {
 	other := errors.New("other")
 	cases := []struct {
 		name      string
-		fails     int   // attempts that fail with ErrConflict before one succeeds
-		err       error // what the attempt after them returns
-		cancelled bool
+		fails     int           // attempts that fail with ErrConflict before one succeeds
+		err       error         // what the attempt after them returns
+		cancelled bool          // the context is cancelled before the first attempt
+		deadline  time.Duration // the context's deadline, when not zero
+		minCalls  int           // at least this many attempts (wantCalls is then ignored)
 		wantCalls int
 		want      error
 	}{
 		{name: "first try succeeds", fails: 0, wantCalls: 1},
 		{name: "conflicts then success", fails: 3, wantCalls: 4},
+		{name: "many conflicts then success", fails: 40, wantCalls: 41},
 		{name: "another error is not retried", fails: 1, err: other, wantCalls: 2, want: other},
-		{name: "retries run out", fails: 100, wantCalls: 21, want: store.ErrConflict},
+		// Retries end with the caller's deadline, not after a fixed count,
+		// and what surfaces is the conflict, not the deadline.
+		{name: "the deadline ends retrying with the conflict", fails: 1 << 30, deadline: 300 * time.Millisecond, minCalls: 3, want: store.ErrConflict},
 		{name: "a cancelled context stops retrying", fails: 100, cancelled: true, wantCalls: 1, want: context.Canceled},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithCancel(context.Background())
+			if tc.deadline > 0 {
+				ctx, cancel = context.WithTimeout(context.Background(), tc.deadline)
+			}
 			defer cancel()
 			if tc.cancelled {
 				cancel()
@@ -483,9 +492,45 @@ func TestRetryOnConflict(t *testing.T) {
 			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
-			if calls != tc.wantCalls || firsts != 1 {
-				t.Fatalf("%d calls (%d first), want %d (1 first)", calls, firsts, tc.wantCalls)
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v: the deadline leaked out as the cause", err)
+			}
+			if firsts != 1 {
+				t.Fatalf("%d first attempts, want 1", firsts)
+			}
+			if tc.minCalls > 0 {
+				if calls < tc.minCalls {
+					t.Fatalf("%d calls before the deadline, want at least %d", calls, tc.minCalls)
+				}
+			} else if calls != tc.wantCalls {
+				t.Fatalf("%d calls, want %d", calls, tc.wantCalls)
 			}
 		})
+	}
+}
+
+// TestConflictBackoffGrows: the pause before a retry never exceeds its
+// bound, and the bound grows with the number of races lost, up to a cap.
+func TestConflictBackoffGrows(t *testing.T) {
+	t.Parallel()
+	for retry := 0; retry < 20; retry++ {
+		bound := store.ConflictBackoffBound(retry)
+		if retry > 2 && bound < store.ConflictBackoffBound(retry-1) {
+			t.Errorf("bound(%d) = %v < bound(%d) = %v", retry, bound, retry-1, store.ConflictBackoffBound(retry-1))
+		}
+		for i := 0; i < 50; i++ {
+			if d := store.ConflictBackoff(retry); d < 0 || d > bound {
+				t.Fatalf("backoff(%d) = %v, outside [0, %v]", retry, d, bound)
+			}
+		}
+	}
+	if store.ConflictBackoffBound(1) != 0 {
+		t.Errorf("the first retry waits up to %v, want none", store.ConflictBackoffBound(1))
+	}
+	if got := store.ConflictBackoffBound(30); got != 250*time.Millisecond {
+		t.Errorf("bound after many losses = %v, want the 250ms cap", got)
+	}
+	if store.ConflictBackoffBound(5) <= store.ConflictBackoffBound(2) {
+		t.Error("the bound does not grow with lost races")
 	}
 }

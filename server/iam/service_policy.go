@@ -47,7 +47,7 @@ func (s *Service) PutServicePolicy(ctx context.Context, name, document string) (
 		rec := &storagev1.ServiceRecord{Name: name, Document: document, CreatedAt: now, ModifiedAt: now}
 		if _, err := s.store.Create(ctx, serviceKey(name), rec); err != nil {
 			if errors.Is(err, store.ErrExists) {
-				return nil, errdefs.ResourceInUse("Service %s was created concurrently; retry.", name)
+				return nil, errdefs.Conflict("Service %s was created concurrently; retry.", name)
 			}
 			return nil, fmt.Errorf("put policy of service %s: %w", name, err)
 		}

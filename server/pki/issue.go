@@ -192,7 +192,7 @@ func (a *Authority) issue(ctx context.Context, pub crypto.PublicKey, spiffeID st
 			return nil, "", time.Time{}, fmt.Errorf("pki: record certificate %s for %s: %w", serial, spiffeID, err)
 		}
 	}
-	return nil, "", time.Time{}, errdefs.ResourceInUse("The certificate authorities changed while issuing for %s; retry.", spiffeID)
+	return nil, "", time.Time{}, errdefs.Conflict("The certificate authorities changed while issuing for %s; retry.", spiffeID)
 }
 
 // ServingCertificate returns a tls.Config.GetCertificate for the gRPC
