@@ -1,6 +1,7 @@
 package invariants
 
 import (
+	"slices"
 	"sort"
 	"sync"
 )
@@ -187,28 +188,36 @@ func Tagged(of Write, arn, key, value string) Write {
 // for concurrent use.
 //
 // A workload calls Begin before it sends a request and Add with that token
-// when the server answers; before it asks for a deletion it calls Forget
-// with the deletion's scope. Add drops a write that a Forget since its
-// Begin covers: the deletion may have been applied after the write, so
-// the write's absence proves nothing. What Forget removes was asked to go;
+// when the server answers. Before it asks for a deletion it calls Forget
+// with the deletion's scope, and the function Forget returns once the
+// deletion request has returned, whatever its outcome (or the server died
+// under it). A deletion is not a point in time: from Forget to its return
+// the server may apply it before or after any other request. So Add drops
+// a write in a scope whose deletion was pending at any time since the
+// write's Begin: that write may have been applied first and deleted after,
+// and its absence proves nothing. What Forget removes was asked to go;
 // everything else in the set must be in the keyspace.
+//
+// Only deletions that are done when their request returns fit this:
+// add-on deletion ends later, with a REMOVED report, so a write that may
+// still be accepted while an add-on is DELETING (its tags) must not be
+// recorded.
 type Acked struct {
-	mu      sync.Mutex
-	seq     uint64
-	writes  map[string]Write
-	forgets []forget
+	mu     sync.Mutex
+	seq    uint64
+	writes map[string]Write
+	// Per scope: deletions pending now, and when the last one returned.
+	pending map[string]int
+	ended   map[string]uint64
 }
 
-type forget struct {
-	seq   uint64
-	scope string
-}
-
-// Token is where in the sequence of forgets a request began.
+// Token is where in the sequence of deletions a request began.
 type Token struct{ seq uint64 }
 
 // NewAcked returns an empty set.
-func NewAcked() *Acked { return &Acked{writes: map[string]Write{}} }
+func NewAcked() *Acked {
+	return &Acked{writes: map[string]Write{}, pending: map[string]int{}, ended: map[string]uint64{}}
+}
 
 // Begin returns the token of a request about to be sent.
 func (a *Acked) Begin() Token {
@@ -218,15 +227,14 @@ func (a *Acked) Begin() Token {
 }
 
 // Add records w, acknowledged for the request that began at t. It reports
-// whether w was recorded (false: a deletion was asked for in between).
+// whether w was recorded (false: a deletion in its scope was pending at
+// some time since t).
 func (a *Acked) Add(t Token, w Write) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for i := len(a.forgets) - 1; i >= 0 && a.forgets[i].seq > t.seq; i-- {
-		for _, s := range w.scopes {
-			if s == a.forgets[i].scope {
-				return false
-			}
+	for _, s := range w.scopes {
+		if a.pending[s] > 0 || a.ended[s] > t.seq {
+			return false
 		}
 	}
 	a.writes[w.identity()] = w
@@ -234,19 +242,27 @@ func (a *Acked) Add(t Token, w Write) bool {
 }
 
 // Forget drops every write in scope: call it before sending the request
-// that deletes what scope names.
-func (a *Acked) Forget(scope string) {
+// that deletes what scope names, and call the function it returns once
+// that request has returned.
+func (a *Acked) Forget(scope string) (done func()) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.seq++
-	a.forgets = append(a.forgets, forget{seq: a.seq, scope: scope})
+	a.pending[scope]++
 	for id, w := range a.writes {
-		for _, s := range w.scopes {
-			if s == scope {
-				delete(a.writes, id)
-				break
-			}
+		if slices.Contains(w.scopes, scope) {
+			delete(a.writes, id)
 		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.seq++
+			a.pending[scope]--
+			a.ended[scope] = a.seq
+		})
 	}
 }
 

@@ -317,7 +317,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				edit(t, f, alphaAddon("vpc-cni"), func(r *storagev1.AddonRecord) { r.Name = "kube-proxy" })
 			}},
 			// Its acknowledged create names vpc-cni: not this case's point.
-			acked: func(a *Acked) { a.Forget(AddonScope(acct, "alpha", "vpc-cni")) },
+			acked: func(a *Acked) { a.Forget(AddonScope(acct, "alpha", "vpc-cni"))() },
 			want:  []string{InvKey}, detail: "names kube-proxy",
 		},
 		{
@@ -344,7 +344,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			}},
 			// The policy is then not found where the principal's entry
 			// must be: not this case's point.
-			acked: func(a *Acked) { a.Forget(PolicyScope(acct, "alpha", roleARN, policyARN)) },
+			acked: func(a *Acked) { a.Forget(PolicyScope(acct, "alpha", roleARN, policyARN))() },
 			want:  []string{InvKey}, detail: "canonical principal",
 		},
 		{
@@ -414,7 +414,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			history: []func(*testing.T, fixture){func(_ *testing.T, f fixture) {
 				delete(f, store.AddonUpdateKey(uidAlpha, "coredns", "u-2"))
 			}},
-			acked: func(a *Acked) { a.Forget(AddonScope(acct, "alpha", "coredns")) },
+			acked: func(a *Acked) { a.Forget(AddonScope(acct, "alpha", "coredns"))() },
 			want:  []string{InvLifecycle}, detail: "without its update record",
 		},
 		{
@@ -601,7 +601,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				},
 				func(*testing.T, fixture) {}, // restored: every step starts from the base fixture
 			},
-			acked: func(a *Acked) { a.Forget(PodIdentityScope(acct, "alpha", "a-web0000000000001")) },
+			acked: func(a *Acked) { a.Forget(PodIdentityScope(acct, "alpha", "a-web0000000000001"))() },
 			want:  []string{InvMonotonic}, detail: "was gone and is back",
 		},
 		{
@@ -612,7 +612,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 					delete(f, k)
 				}
 			}},
-			acked: func(a *Acked) { a.Forget(TagScope(addonARN("alpha", "coredns", uidCoreDNS), "tier")) },
+			acked: func(a *Acked) { a.Forget(TagScope(addonARN("alpha", "coredns", uidCoreDNS), "tier"))() },
 			want:  []string{InvAcked}, detail: "add-on coredns " + uidCoreDNS,
 		},
 		{
@@ -629,7 +629,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			history: []func(*testing.T, fixture){func(_ *testing.T, f fixture) {
 				delete(f, store.AccessEntryKey(uidAlpha, roleCanon))
 			}},
-			acked: func(a *Acked) { a.Forget(PolicyScope(acct, "alpha", roleARN, policyARN)) },
+			acked: func(a *Acked) { a.Forget(PolicyScope(acct, "alpha", roleARN, policyARN))() },
 			want:  []string{InvAcked}, detail: "access entry " + uidEntry,
 		},
 		{
@@ -645,7 +645,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				delete(f, store.PodIdentityAssociationKey(uidAlpha, "a-web0000000000001"))
 				delete(f, store.PodIdentityServiceAccountKey(uidAlpha, "apps", "web"))
 			}},
-			acked: func(a *Acked) { a.Forget(TagScope(assocARN("alpha", "a-web0000000000001"), "app")) },
+			acked: func(a *Acked) { a.Forget(TagScope(assocARN("alpha", "a-web0000000000001"), "app"))() },
 			want:  []string{InvAcked}, detail: "pod identity association a-web0000000000001",
 		},
 		{
@@ -767,34 +767,51 @@ func TestAcked(t *testing.T) {
 			a.Add(tok, coredns)
 			a.Add(tok, tag)
 			a.Add(tok, ClusterCreated(acct, "beta"))
-			a.Forget(ClusterScope(acct, "alpha"))
+			a.Forget(ClusterScope(acct, "alpha"))()
 		}, []string{ClusterCreated(acct, "beta").String()}},
 		{"forgetting an entry forgets its policies, not other entries", func(a *Acked) {
 			tok := a.Begin()
 			a.Add(tok, entry)
 			a.Add(tok, policy)
 			a.Add(tok, AccessEntryCreated(acct, "alpha", userARN, "e2"))
-			a.Forget(AccessEntryScope(acct, "alpha", roleARN))
+			a.Forget(AccessEntryScope(acct, "alpha", roleARN))()
 		}, []string{AccessEntryCreated(acct, "alpha", userARN, "e2").String()}},
 		{"an answer to a request begun before a deletion was asked is dropped", func(a *Acked) {
 			tok := a.Begin()
-			a.Forget(AddonScope(acct, "alpha", "coredns"))
+			a.Forget(AddonScope(acct, "alpha", "coredns"))()
 			if a.Add(tok, coredns) {
 				a.Add(a.Begin(), ClusterCreated(acct, "add-reported-true"))
 			}
 		}, nil},
-		{"an answer to a request begun after the deletion is kept", func(a *Acked) {
-			a.Forget(AddonScope(acct, "alpha", "coredns"))
+		{"an answer to a request begun while a deletion is pending is dropped", func(a *Acked) {
+			done := a.Forget(AccessEntryScope(acct, "alpha", roleARN))
+			tok := a.Begin()
+			a.Add(tok, policy)
+			done()
+			a.Add(tok, entry)
+		}, nil},
+		{"an answer to a request begun after the deletion returned is kept", func(a *Acked) {
+			a.Forget(AddonScope(acct, "alpha", "coredns"))()
 			a.Add(a.Begin(), coredns)
 		}, []string{coredns.String()}},
+		{"of two pending deletions of one scope, the first returning leaves it pending", func(a *Acked) {
+			first := a.Forget(AddonScope(acct, "alpha", "coredns"))
+			second := a.Forget(AddonScope(acct, "alpha", "coredns"))
+			first()
+			first() // returns once
+			a.Add(a.Begin(), coredns)
+			second()
+			a.Add(a.Begin(), AddonCreated(acct, "alpha", "coredns", "u2"))
+		}, []string{AddonCreated(acct, "alpha", "coredns", "u2").String()}},
 		{"an unrelated deletion drops nothing", func(a *Acked) {
 			tok := a.Begin()
-			a.Forget(AddonScope(acct, "alpha", "kube-proxy"))
+			done := a.Forget(AddonScope(acct, "alpha", "kube-proxy"))
 			a.Add(tok, coredns)
+			done()
 		}, []string{coredns.String()}},
 		{"a new tag value replaces the old", func(a *Acked) {
 			a.Add(a.Begin(), tag)
-			a.Forget(TagScope("arn:coredns", "k"))
+			a.Forget(TagScope("arn:coredns", "k"))()
 			a.Add(a.Begin(), Tagged(coredns, "arn:coredns", "k", "v2"))
 		}, []string{Tagged(coredns, "arn:coredns", "k", "v2").String()}},
 	}
