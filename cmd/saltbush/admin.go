@@ -49,7 +49,8 @@ func newAdminCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&af.key, "key", "", "client key (default TLS_DIR/admin.key)")
 	cmd.PersistentFlags().StringVar(&af.serverName, "server-name", "", "name to verify the server certificate against (default: the host of --grpc-addr)")
 	cmd.AddCommand(newAdminClusterCommand(af), newAdminAddonCommand(af),
-		newAdminAccountCommand(af), newAdminServiceCommand(af), newAdminCertCommand(af), newAdminDeliveryCommand(af))
+		newAdminAccountCommand(af), newAdminServiceCommand(af), newAdminCertCommand(af), newAdminDeliveryCommand(af),
+		newAdminEtcdCommand())
 	return cmd
 }
 
