@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -208,10 +209,15 @@ func (h *Handler) audit(ctx context.Context, rid string, a api, action string, w
 	})
 }
 
-// clip bounds client text echoed in messages.
+// clip bounds client text echoed in messages, cutting at a character
+// boundary so the message stays UTF-8.
 func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
+	if len(s) <= 64 {
+		return s
 	}
-	return s
+	cut := 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
