@@ -264,9 +264,10 @@ func (h *Handler) errorHandler(ctx context.Context, _ *runtime.ServeMux, _ runti
 	h.writeError(ctx, w, r, e, errdefs.HTTPStatus(e.Exception))
 }
 
-// decodeDetail matches protojson's "proto: (line 1:13): " prefix (its
-// spaces are sometimes U+00A0, deliberately).
-var decodeDetail = regexp.MustCompile(`^proto:[\s\x{00a0}]*(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
+// decodeDetail matches protojson's "proto: (line 1:13): " and "proto:
+// syntax error (line 1:13): " prefixes (its spaces are sometimes U+00A0,
+// deliberately).
+var decodeDetail = regexp.MustCompile(`^proto:[\s\x{00a0}]*(syntax error[\s\x{00a0}]*)?(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
 
 func (h *Handler) routingErrorHandler(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	e := &errdefs.Error{

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,10 +45,27 @@ func newAWSJSON(pb *runtime.JSONPb) awsJSON {
 // errors), and then a member bound to a path label is refused too
 // (`{"clusterName": …}` in a CreateAddon body). It is not a body member in
 // AWS's model, and the path value would silently win over it.
+//
+// The body must be one JSON value and nothing else: JSONPb's decoder reads
+// the first value of the stream and ignores what follows, so
+// `{"addonName": "a"} garbage` or a second object after the first would be
+// taken as the first alone although SigV4 signed, and the client sent,
+// something else. encoding/json's own error for the trailing data ("invalid
+// character … after top-level value") is a syntax error to the error
+// handler (parse.go).
 func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
-	inner := m.JSONPb.NewDecoder(r)
 	return runtime.DecoderFunc(func(v any) error {
-		if err := inner.Decode(v); err != nil {
+		body, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
+			var first json.RawMessage
+			if err := json.Unmarshal(body, &first); err != nil {
+				return err
+			}
+		}
+		if err := m.JSONPb.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
 			return err
 		}
 		msg, ok := v.(proto.Message)

@@ -126,3 +126,36 @@ func TestAWSJSONRefusesPathMembersInTheBody(t *testing.T) {
 		})
 	}
 }
+
+// TestDecoderOneValue: the body is one JSON value; anything after it but
+// whitespace is a syntax error (which the error handler answers with
+// SerializationException), never silently dropped.
+func TestDecoderOneValue(t *testing.T) {
+	m := newAWSJSON(&runtime.JSONPb{})
+	tests := []struct {
+		name, body string
+		// syntax is true when the body must be refused as not JSON.
+		syntax bool
+	}{
+		{name: "one object", body: `{"addonName": "a"}`},
+		{name: "whitespace after it", body: "{\"addonName\": \"a\"}\n\t "},
+		{name: "garbage after it", body: `{"addonName": "a"} garbage`, syntax: true},
+		{name: "a second object", body: `{"addonName": "a"} {"addonName": "b"}`, syntax: true},
+		{name: "a closing brace too many", body: `{"addonName": "a"}}`, syntax: true},
+		{name: "truncated", body: `{"addonName": `, syntax: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var req eksv1.CreateAddonRequest
+			err := m.NewDecoder(strings.NewReader(tc.body)).Decode(&req)
+			switch {
+			case tc.syntax && (err == nil || !isSyntaxError(err.Error())):
+				t.Errorf("Decode(%q) = %v, want a syntax error", tc.body, err)
+			case !tc.syntax && err != nil:
+				t.Errorf("Decode(%q) = %v", tc.body, err)
+			case !tc.syntax && req.GetAddonName() != "a":
+				t.Errorf("Decode(%q) addonName %q, want a", tc.body, req.GetAddonName())
+			}
+		})
+	}
+}

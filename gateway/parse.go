@@ -39,7 +39,7 @@ func requestError(ctx context.Context, st *status.Status) (e *errdefs.Error, htt
 	}
 	msg := st.Message()
 	switch {
-	case isSyntaxError(msg):
+	case isSyntaxError(msg) || isEncodingError(msg):
 		return &errdefs.Error{Exception: SerializationException, Message: "The request body is not valid JSON."},
 			http.StatusBadRequest, true
 	case strings.HasPrefix(msg, "proto:") && !isObject(validation.Body(ctx)):
@@ -86,13 +86,20 @@ func operationOf(ctx context.Context) string {
 	return method[strings.LastIndexByte(method, '/')+1:]
 }
 
-// isSyntaxError reports a body that is not JSON: grpc-gateway's JSONPb
-// reads the body with encoding/json before protojson decodes it, so only
+// isSyntaxError reports a body that is not JSON: the decoder (marshal.go)
+// checks the body with encoding/json before protojson decodes it, so only
 // encoding/json's errors are about the syntax ("proto:" ones are about
 // members of valid JSON).
 func isSyntaxError(msg string) bool {
 	return strings.HasPrefix(msg, "invalid character") || msg == "unexpected EOF" ||
-		strings.HasPrefix(msg, "json: ")
+		msg == "unexpected end of JSON input" || strings.HasPrefix(msg, "json: ")
+}
+
+// isEncodingError reports a body that encoding/json scanned but that is
+// not UTF-8, which JSON text must be (RFC 8259, section 8.1): protojson is
+// the first to look at the bytes inside strings.
+func isEncodingError(msg string) bool {
+	return strings.HasPrefix(msg, "proto:") && strings.Contains(msg, "invalid UTF-8")
 }
 
 // isObject reports whether body is a JSON object, as every EKS request
@@ -124,7 +131,8 @@ func decodeMessage(op string, body []byte, msg string) string {
 	}
 	line, _ := strconv.Atoi(pos[1])
 	col, _ := strconv.Atoi(pos[2])
-	path, ok := pathAt(body, offsetOf(body, line, col))
+	off := offsetOf(body, line, col)
+	path, ok := pathAt(body, off)
 	if !ok {
 		return detail
 	}
@@ -132,8 +140,57 @@ func decodeMessage(op string, body []byte, msg string) string {
 	if !ok {
 		return detail
 	}
-	return fmt.Sprintf("1 validation error detected: Value '%s' at '%s' failed to satisfy constraint: Member must be %s",
-		strings.Trim(val[1], `"`), name, typ)
+	value := strings.Trim(val[1], `"`)
+	if value == "[" || value == "{" {
+		// protojson names only the opening token of a list or object sent
+		// where a scalar belongs: show the value, as AWS's messages do.
+		value = valueAt(body, off, value)
+	}
+	constraint := "Member must be " + typ
+	if typ == "an integer" && integerLiteral.MatchString(value) {
+		// A whole number protojson refused is out of the 32-bit range: say
+		// which bound of the model's it is beyond, as for a query parameter.
+		constraint = rangeConstraint(op, name, value)
+	}
+	return fmt.Sprintf("1 validation error detected: Value '%s' at '%s' failed to satisfy constraint: %s", value, name, constraint)
+}
+
+// maxShownValue bounds the characters of a value a message shows.
+const maxShownValue = 256
+
+// valueAt renders the JSON value at offset in body (fallback when it does
+// not decode), at most maxShownValue characters of it.
+func valueAt(body []byte, offset int, fallback string) string {
+	if offset < 0 || offset >= len(body) {
+		return fallback
+	}
+	dec := json.NewDecoder(bytes.NewReader(body[offset:]))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return fallback
+	}
+	s := validation.Render(v)
+	if r := []rune(s); len(r) > maxShownValue {
+		s = string(r[:maxShownValue]) + "…"
+	}
+	return s
+}
+
+// integerLiteral is a JSON number without fraction or exponent.
+var integerLiteral = regexp.MustCompile(`^-?[0-9]+$`)
+
+// rangeConstraint is the constraint a whole number beyond 32 bits fails:
+// the model's maximum or minimum of the member when it has one.
+func rangeConstraint(op, member, value string) string {
+	minV, maxV, ok := validation.MemberConstraint(op, member)
+	switch {
+	case ok && maxV != nil && !strings.HasPrefix(value, "-"):
+		return fmt.Sprintf("Member must have value less than or equal to %d", *maxV)
+	case ok && minV != nil && strings.HasPrefix(value, "-"):
+		return fmt.Sprintf("Member must have value greater than or equal to %d", *minV)
+	}
+	return "Member must be a 32-bit integer"
 }
 
 // offsetOf turns protojson's 1-based line and column into a byte offset.
@@ -236,15 +293,7 @@ func parseMessage(op, member, detail string) string {
 		default:
 			constraint = "Member must be an integer"
 			if m[3] == "value out of range" {
-				minV, maxV, ok := validation.MemberConstraint(op, member)
-				switch {
-				case ok && maxV != nil && !strings.HasPrefix(value, "-"):
-					constraint = fmt.Sprintf("Member must have value less than or equal to %d", *maxV)
-				case ok && minV != nil && strings.HasPrefix(value, "-"):
-					constraint = fmt.Sprintf("Member must have value greater than or equal to %d", *minV)
-				default:
-					constraint = "Member must be a 32-bit integer"
-				}
+				constraint = rangeConstraint(op, member, value)
 			}
 		}
 	}

@@ -76,3 +76,64 @@ func TestJSONName(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeMessage(t *testing.T) {
+	tests := []struct {
+		name, op, body, msg, want string
+	}{
+		{
+			name: "a list where a structure belongs", op: "CreateCluster", body: `{"resourcesVpcConfig": ["a", 1]}`,
+			msg:  `proto: syntax error (line 1:24): unexpected token [`,
+			want: "1 validation error detected: Value '[a, 1]' at 'resourcesVpcConfig' failed to satisfy constraint: Member must be a structure",
+		},
+		{
+			name: "an object where a string belongs", op: "UpdateAddon", body: `{"configurationValues": {"b": 2, "a": 1}}`,
+			msg:  `proto: syntax error (line 1:25): unexpected token {`,
+			want: "1 validation error detected: Value '{a=1, b=2}' at 'configurationValues' failed to satisfy constraint: Member must be a string",
+		},
+		{
+			name: "a body integer beyond 32 bits", op: "ListInsights", body: `{"maxResults": 9223372036854775808}`,
+			msg:  `proto: (line 1:16): invalid value for int32 field maxResults: 9223372036854775808`,
+			want: "1 validation error detected: Value '9223372036854775808' at 'maxResults' failed to satisfy constraint: Member must have value less than or equal to 100",
+		},
+		{
+			name: "a negative body integer beyond 32 bits", op: "ListInsights", body: `{"maxResults": -9223372036854775809}`,
+			msg:  `proto: (line 1:16): invalid value for int32 field maxResults: -9223372036854775809`,
+			want: "1 validation error detected: Value '-9223372036854775809' at 'maxResults' failed to satisfy constraint: Member must have value greater than or equal to 1",
+		},
+		{
+			name: "a body fraction", op: "ListInsights", body: `{"maxResults": 1.5}`,
+			msg:  `proto: (line 1:16): invalid value for int32 field maxResults: 1.5`,
+			want: "1 validation error detected: Value '1.5' at 'maxResults' failed to satisfy constraint: Member must be an integer",
+		},
+		{
+			name: "a duplicate member", op: "CreateAddon", body: `{"addonName": "a", "addonName": "b"}`,
+			msg:  "proto:\u00a0(line 1:20): duplicate field \"addonName\"",
+			want: `Could not parse the request body: duplicate field "addonName"`,
+		},
+		{
+			name: "a protojson syntax error keeps its detail only", op: "CreateCluster", body: `{"name": "x"}`,
+			msg:  "proto: syntax error (line 1:10): something else",
+			want: `Could not parse the request body: something else`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := decodeMessage(tc.op, []byte(tc.body), tc.msg); got != tc.want {
+				t.Errorf("decodeMessage\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsEncodingError(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"proto: syntax error (line 1:10): invalid UTF-8 in string": true,
+		"proto: (line 1:2): unknown field \"x\"":                   false,
+		"invalid UTF-8 somewhere":                                  false,
+	} {
+		if got := isEncodingError(msg); got != want {
+			t.Errorf("isEncodingError(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -406,6 +406,11 @@ func patternMatches(pattern, value string) bool {
 	return !ok || re.MatchString(value)
 }
 
+// Render writes a JSON value (as encoding/json decodes it, numbers as
+// json.Number) as AWS's validation messages write values, for the
+// façade's messages about a body it could not decode.
+func Render(value any) string { return render(value) }
+
 // render writes a value as AWS's messages do: strings as they are, lists
 // as [a, b], maps and structures as {k=v, …}.
 func render(value any) string {
