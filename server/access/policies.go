@@ -151,7 +151,10 @@ func (s *Service) ListAssociated(ctx context.Context, cluster, principalArn stri
 	if nextToken != "" {
 		after, err := s.store.OpenPageToken(nextToken, scope)
 		if err != nil {
-			return nil, "", paging.InvalidToken(err).WithField("clusterName", cluster)
+			// The model lists InvalidRequestException, not
+			// InvalidParameterException, for this operation: the one its
+			// validation errors get too.
+			return nil, "", errdefs.InvalidRequest("The nextToken provided is not valid.").WithCause(err).WithField("clusterName", cluster)
 		}
 		start, _ = slices.BinarySearchFunc(all, after, func(p *storagev1.AssociatedPolicyRecord, t string) int {
 			return strings.Compare(p.GetPolicyArn(), t)
