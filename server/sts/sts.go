@@ -3,6 +3,7 @@ package sts
 import (
 	"context"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -212,6 +213,11 @@ func parseAssumeRole(p params) (iam.AssumeRoleInput, error) {
 	if ds, ok := p.get("DurationSeconds"); ok {
 		n, err := strconv.Atoi(ds)
 		switch {
+		case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(ds, "-"):
+			// A whole number beyond 64 bits is beyond the model's bounds too.
+			v.add("Value '%s' at 'durationSeconds' failed to satisfy constraint: Member must have value less than or equal to 43200", clip(ds))
+		case errors.Is(err, strconv.ErrRange):
+			v.add("Value '%s' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900", clip(ds))
 		case err != nil:
 			v.add("Value '%s' at 'durationSeconds' failed to satisfy constraint: Member must be an integer", clip(ds))
 		case n < 900:
