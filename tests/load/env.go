@@ -1,0 +1,468 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/cluster/clustertest"
+	"github.com/saltbush/saltbush/server/iam"
+	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tlsclient"
+)
+
+// env is one run's world: a 3-member embedded etcd, the saltbush replicas
+// over it (in this process, built as `saltbush serve` builds them), and
+// the tenants the clients act as.
+type env struct {
+	dir      string
+	etcd     *embedetcd.Cluster
+	etcdCli  *clientv3.Client
+	replicas []*replica
+	admin    *grpc.ClientConn
+	control  controlv1.ClusterControlServiceClient
+	tenants  []*tenant
+	clusters []*clusterInfo
+	logs     *logCounter
+
+	closeOnce sync.Once
+}
+
+// replica is one running saltbush.
+type replica struct {
+	srv  *server.Server
+	cfg  server.Config
+	url  string
+	stop context.CancelFunc
+	done chan error
+}
+
+// tenant is an account, the IAM user its clients sign as (an EKS policy
+// attached, so every call is authorized by policy evaluation as a real
+// user's is), and the roles its access entries name.
+type tenant struct {
+	account   string
+	userARN   string
+	akid      string
+	secret    string
+	roles     []string // principals of access entries
+	clusterRA string   // the cluster service role
+}
+
+// clusterInfo is an ACTIVE cluster and the members its agents are.
+type clusterInfo struct {
+	tenant  *tenant
+	name    string
+	uid     string
+	members []string
+}
+
+// tenantPolicy is what each tenant's user may do: the EKS API and passing
+// its account's roles, as an operator's CI user would have.
+const tenantPolicy = `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["eks:*","iam:PassRole"],"Resource":"*"}]}`
+
+// rolesPerTenant is how many IAM roles each tenant has for access entries;
+// a cluster has at most this many entries besides its creator's.
+const rolesPerTenant = 12
+
+var subnets = []string{"subnet-0a1b2c3d4e5f60718", "subnet-0f1e2d3c4b5a69788"}
+
+// startEnv starts etcd and the replicas and makes the tenants and the
+// ACTIVE clusters with their members (agents connect later).
+func startEnv(ctx context.Context, o *options, nReplicas int, dir string, progress io.Writer) (_ *env, err error) {
+	e := &env{dir: dir, logs: newLogCounter(o.verbose, progress)}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	step := stepper(progress)
+
+	done := step("3-member etcd")
+	cl, err := embedetcd.StartCluster(ctx, embedetcd.ClusterConfig{Dir: filepath.Join(dir, "etcd"), Size: 3, UnsafeNoFsync: !o.fsync})
+	if err != nil {
+		return nil, err
+	}
+	e.etcd = cl
+	if e.etcdCli, err = clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	done()
+
+	done = step(fmt.Sprintf("%d saltbush replica(s)", nReplicas))
+	cat, err := catalog.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load the add-on catalogue: %w", err)
+	}
+	masterKey := make([]byte, iam.MasterKeySize)
+	if _, err := rand.Read(masterKey); err != nil {
+		return nil, err
+	}
+	// One after the other: the first bootstraps the empty store, the
+	// others find it bootstrapped (as production replicas may).
+	for i := range nReplicas {
+		r, err := startReplica(ctx, o, i, cl.Endpoints(), filepath.Join(dir, fmt.Sprintf("replica-%d", i)), masterKey, cat, e.logs)
+		if err != nil {
+			return nil, err
+		}
+		e.replicas = append(e.replicas, r)
+	}
+	done()
+
+	r0 := e.replicas[0]
+	tlsCfg, err := tlsclient.Load(filepath.Join(r0.cfg.TLSDir(), "ca.crt"), filepath.Join(r0.cfg.TLSDir(), "admin.crt"),
+		filepath.Join(r0.cfg.TLSDir(), "admin.key"), "127.0.0.1")
+	if err != nil {
+		return nil, fmt.Errorf("admin credentials: %w", err)
+	}
+	if e.admin, err = grpc.NewClient(r0.srv.GRPCAddr(), grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg))); err != nil {
+		return nil, fmt.Errorf("dial gRPC: %w", err)
+	}
+	e.control = controlv1.NewClusterControlServiceClient(e.admin)
+
+	done = step(fmt.Sprintf("%d accounts, their users and %d roles each", o.accounts, rolesPerTenant))
+	for a := range o.accounts {
+		t, err := makeTenant(ctx, r0.srv.IAM(), fmt.Sprintf("%012d", 100000000000+a))
+		if err != nil {
+			return nil, err
+		}
+		e.tenants = append(e.tenants, t)
+	}
+	done()
+
+	done = step(fmt.Sprintf("%d ACTIVE clusters with %d members", o.clusters, o.agents))
+	e.clusters = make([]*clusterInfo, o.clusters)
+	for c := range e.clusters {
+		e.clusters[c] = &clusterInfo{tenant: e.tenants[c%len(e.tenants)], name: fmt.Sprintf("load-%04d", c)}
+	}
+	// Agent i is a member of cluster i mod clusters: with agents a multiple
+	// of clusters every control plane has the same number of members.
+	for i := range o.agents {
+		c := e.clusters[i%len(e.clusters)]
+		c.members = append(c.members, fmt.Sprintf("i-%05d", i))
+	}
+	err = parallel(ctx, len(e.clusters), 8, func(c int) error { return e.makeCluster(ctx, e.clusters[c]) })
+	if err != nil {
+		return nil, err
+	}
+	done()
+	return e, nil
+}
+
+func startReplica(ctx context.Context, o *options, i int, endpoints []string, dir string, masterKey []byte, cat *catalog.Catalog, logs *logCounter) (*replica, error) {
+	cfg := server.DefaultConfig()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.DataDir = dir
+	cfg.EtcdEndpoints = endpoints
+	cfg.MasterKey = masterKey
+	cfg.ThrottleRate = o.throttleRate
+	cfg.ThrottleBurst = o.throttleBurst
+	cfg.ShutdownTimeout = 10 * time.Second
+	cfg.ReplicaName = fmt.Sprintf("load-%d", i)
+	cfg.Catalog = cat
+	cfg.Logger = slog.New(logs.handler(fmt.Sprintf("replica-%d", i)))
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start replica %d: %w", i, err)
+	}
+	serveCtx, stop := context.WithCancel(context.Background())
+	r := &replica{srv: srv, cfg: cfg, url: "http://" + srv.HTTPAddr(), stop: stop, done: make(chan error, 1)}
+	go func() { r.done <- srv.Serve(serveCtx) }()
+	return r, nil
+}
+
+func makeTenant(ctx context.Context, keys *iam.Service, account string) (*tenant, error) {
+	if _, err := keys.CreateAccount(ctx, account, "load-"+account); err != nil {
+		return nil, fmt.Errorf("create account %s: %w", account, err)
+	}
+	t := &tenant{account: account, userARN: "arn:aws:iam::" + account + ":user/load-operator", clusterRA: "arn:aws:iam::" + account + ":role/eks-cluster"}
+	for _, arn := range []string{t.userARN, t.clusterRA} {
+		if _, err := keys.CreatePrincipal(ctx, arn); err != nil {
+			return nil, fmt.Errorf("create principal %s: %w", arn, err)
+		}
+	}
+	for r := range rolesPerTenant {
+		arn := fmt.Sprintf("arn:aws:iam::%s:role/team-%02d", account, r)
+		if _, err := keys.CreatePrincipal(ctx, arn); err != nil {
+			return nil, fmt.Errorf("create principal %s: %w", arn, err)
+		}
+		t.roles = append(t.roles, arn)
+	}
+	if _, err := keys.PutPolicy(ctx, account, "load-operator", tenantPolicy); err != nil {
+		return nil, fmt.Errorf("put policy in %s: %w", account, err)
+	}
+	if err := keys.AttachPolicy(ctx, t.userARN, "load-operator"); err != nil {
+		return nil, fmt.Errorf("attach policy to %s: %w", t.userARN, err)
+	}
+	var err error
+	if t.akid, t.secret, err = keys.CreateAccessKey(ctx, t.userARN); err != nil {
+		return nil, fmt.Errorf("create access key for %s: %w", t.userARN, err)
+	}
+	return t, nil
+}
+
+// makeCluster creates c through the SDK as its tenant (with access
+// entries on: API_AND_CONFIG_MAP), makes it ACTIVE as a provisioner would
+// and adds its members.
+func (e *env) makeCluster(ctx context.Context, c *clusterInfo) error {
+	sdk := e.setupSDK(c.tenant, e.replicas[0])
+	_, err := sdk.CreateCluster(ctx, &eks.CreateClusterInput{
+		Name: aws.String(c.name), RoleArn: aws.String(c.tenant.clusterRA),
+		ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: subnets},
+		AccessConfig:       &ekstypes.CreateAccessConfigRequest{AuthenticationMode: ekstypes.AuthenticationModeApiAndConfigMap},
+	})
+	if err != nil {
+		return fmt.Errorf("create cluster %s: %w", c.name, err)
+	}
+	ca, err := clustertest.GenerateCertificateAuthorityData()
+	if err != nil {
+		return err
+	}
+	ref := &controlv1.ClusterRef{AccountId: c.tenant.account, Name: c.name}
+	err = unthrottled(ctx, func() error {
+		out, err := e.control.SetStatus(ctx, &controlv1.SetStatusRequest{
+			Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
+			Endpoint: clustertest.Endpoint, PlatformVersion: "eks.1", CertificateAuthorityData: ca,
+		})
+		c.uid = out.GetCluster().GetUid()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %s ACTIVE: %w", c.name, err)
+	}
+	for _, m := range c.members {
+		err := unthrottled(ctx, func() error {
+			_, err := e.control.AddMember(ctx, &controlv1.AddMemberRequest{Cluster: ref, InstanceId: m})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("add member %s to %s: %w", m, c.name, err)
+		}
+	}
+	return nil
+}
+
+// unthrottled calls call again while saltbush's throttle refuses it
+// (ResourceExhausted on gRPC), as a provisioner would back off.
+func unthrottled(ctx context.Context, call func() error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := call()
+		if status.Code(err) != codes.ResourceExhausted {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// sdk is an unmodified AWS SDK EKS client of t against r: SigV4 with t's
+// key, its own pool of keep-alive connections, and no retries (every
+// failure of the load is counted as the server returned it).
+func (e *env) sdk(t *tenant, r *replica, conns int) *eks.Client {
+	return e.sdkWith(t, r, conns, aws.NopRetryer{})
+}
+
+// setupSDK is sdk with the SDK's standard retries, without its client-side
+// retry quota: setup makes calls as fast as it can, and saltbush's
+// per-account throttle answers some with ThrottlingException.
+func (e *env) setupSDK(t *tenant, r *replica) *eks.Client {
+	return e.sdkWith(t, r, 2, retry.NewStandard(func(o *retry.StandardOptions) {
+		o.MaxAttempts = 30
+		o.MaxBackoff = 2 * time.Second
+		o.RateLimiter = ratelimit.None
+	}))
+}
+
+func (e *env) sdkWith(t *tenant, r *replica, conns int, retryer aws.Retryer) *eks.Client {
+	return eks.New(eks.Options{
+		Region:       r.cfg.Cluster.Region,
+		BaseEndpoint: aws.String(r.url),
+		Credentials:  credentials.NewStaticCredentialsProvider(t.akid, t.secret, ""),
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second,
+		}},
+		Retryer: retryer,
+	})
+}
+
+// agentTLS is the mTLS configuration of an agent of cluster uid, instance,
+// with a certificate from saltbush's CA (as `saltbush admin cert issue
+// --agent` makes one).
+func (e *env) agentTLS(ctx context.Context, uid, instance string, ttl time.Duration) (*tls.Config, error) {
+	ca := e.replicas[0].srv.Authority()
+	certPEM, keyPEM, _, err := ca.IssueLocal(ctx, identity.AgentID(uid, instance), ttl)
+	if err != nil {
+		return nil, fmt.Errorf("issue the certificate of %s: %w", instance, err)
+	}
+	bundle, _ := ca.Bundle()
+	return tlsclient.Config(bundle, certPEM, keyPEM, "127.0.0.1")
+}
+
+// close stops everything startEnv started, in reverse; later calls do
+// nothing.
+func (e *env) close() { e.closeOnce.Do(e.stopAll) }
+
+func (e *env) stopAll() {
+	if e.admin != nil {
+		_ = e.admin.Close()
+	}
+	var wg sync.WaitGroup
+	for _, r := range e.replicas {
+		wg.Go(func() {
+			r.stop()
+			<-r.done
+			r.srv.Close()
+		})
+	}
+	wg.Wait()
+	if e.etcdCli != nil {
+		_ = e.etcdCli.Close()
+	}
+	if e.etcd != nil {
+		// About a second per member: each waits up to a second for its
+		// peers' connections to end.
+		e.etcd.Close()
+	}
+}
+
+// stepper prints each setup step and how long it took.
+func stepper(w io.Writer) func(what string) func() {
+	return func(what string) func() {
+		t0 := time.Now()
+		_, _ = fmt.Fprintf(w, "setup: %s ...", what)
+		return func() { _, _ = fmt.Fprintf(w, " %.1fs\n", time.Since(t0).Seconds()) }
+	}
+}
+
+// parallel runs do(0..n-1) on workers goroutines and returns the first
+// error (the rest are skipped).
+func parallel(ctx context.Context, n, workers int, do func(i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := do(i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// logCounter is the replicas' log handler: it counts warnings and errors
+// by replica and message (printed with the results: a run that logged
+// "session not renewed in time" was not healthy whatever its latencies),
+// and writes them out with -v.
+type logCounter struct {
+	mu      sync.Mutex
+	counts  map[string]int64
+	verbose bool
+	out     io.Writer
+}
+
+func newLogCounter(verbose bool, out io.Writer) *logCounter {
+	return &logCounter{counts: map[string]int64{}, verbose: verbose, out: out}
+}
+
+func (l *logCounter) handler(replica string) slog.Handler {
+	return &countingHandler{l: l, replica: replica}
+}
+
+// top is every message counted, most frequent first.
+func (l *logCounter) top() []errCount {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []errCount
+	for k, n := range l.counts {
+		out = append(out, errCount{Kind: k, N: n})
+	}
+	slices.SortFunc(out, func(a, b errCount) int {
+		if a.N != b.N {
+			return int(b.N - a.N)
+		}
+		return strings.Compare(a.Kind, b.Kind)
+	})
+	return out
+}
+
+type countingHandler struct {
+	l       *logCounter
+	replica string
+	attrs   []slog.Attr
+}
+
+func (h *countingHandler) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	h.l.counts[r.Level.String()+" "+r.Message]++
+	if h.l.verbose {
+		var sb strings.Builder
+		for _, a := range h.attrs {
+			sb.WriteString(" " + a.String())
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			sb.WriteString(" " + a.String())
+			return true
+		})
+		_, _ = fmt.Fprintf(h.l.out, "%s %s %s %s%s\n", r.Time.Format("15:04:05.000"), h.replica, r.Level, r.Message, sb.String())
+	}
+	return nil
+}
+
+func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &countingHandler{l: h.l, replica: h.replica, attrs: append(slices.Clone(h.attrs), as...)}
+}
+
+func (h *countingHandler) WithGroup(string) slog.Handler { return h }

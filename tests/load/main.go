@@ -1,0 +1,425 @@
+// Command load runs saltbush under a realistic mix for a while and says
+// what it did: throughput and latency per operation, errors by type, and
+// the process's memory, goroutines and etcd's size over time, with a
+// verdict on whether memory stayed flat. It starts everything in this
+// process: a 3-member embedded etcd (store/embedetcd), one or two saltbush
+// replicas over it (server.New, as `saltbush serve --etcd-endpoints` builds
+// them), AWS SDK for Go v2 clients signing with SigV4 against the façade,
+// and protocol-level guest agents (tests/fakeagent) holding delivery
+// streams. docs/performance.md has the measurements and how to reproduce
+// them.
+//
+//	go run ./tests/load                          # 1 replica, 3 minutes
+//	go run ./tests/load -replicas both -duration 5m -csv load.csv -png load.png
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	"golang.org/x/time/rate"
+)
+
+// options are the flags.
+type options struct {
+	replicas       string
+	duration       time.Duration
+	sample         time.Duration
+	clients        int
+	rate           float64
+	accounts       int
+	clusters       int
+	agents         int
+	prefillAddons  int
+	prefillEntries int
+	reportEvery    time.Duration
+	compactEvery   time.Duration
+	fsync          bool
+	throttleRate   float64
+	throttleBurst  int
+	mixSpec        string
+	csv, png, dir  string
+	keep, verbose  bool
+	pprof          string
+	seed           uint64
+	flatPct        float64
+
+	mix *mix
+}
+
+func parseFlags(args []string, errOut io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.StringVar(&o.replicas, "replicas", "1", "saltbush replicas sharing the etcd: 1, 2, or both (1 then 2, each on a fresh etcd, results side by side)")
+	fs.DurationVar(&o.duration, "duration", 3*time.Minute, "how long the load runs (after setup)")
+	fs.DurationVar(&o.sample, "sample", 10*time.Second, "how often RSS, heap, goroutines, etcd's size and the interval's latencies are sampled and printed")
+	fs.IntVar(&o.clients, "clients", 48, "concurrent AWS SDK clients (spread over the accounts and the replicas); each owns some of its account's clusters")
+	fs.Float64Var(&o.rate, "rate", 100, "SDK calls per second over all clients; 0 runs them closed loop (each calls again as soon as it has an answer)")
+	fs.IntVar(&o.accounts, "accounts", 6, "AWS accounts (tenants), each with an IAM user whose policy allows eks:*; the clusters are spread over them")
+	fs.IntVar(&o.clusters, "clusters", 700, "ACTIVE clusters")
+	fs.IntVar(&o.agents, "agents", 2100, "guest agents, each holding one delivery stream; agent i is a member of cluster i mod -clusters")
+	fs.IntVar(&o.prefillAddons, "prefill-addons", 2, "add-ons each cluster gets before the load starts (at most 6)")
+	fs.IntVar(&o.prefillEntries, "prefill-entries", 2, "access entries each cluster gets before the load starts, besides its creator's")
+	fs.DurationVar(&o.reportEvery, "report-every", 30*time.Second, "each executor repeats the READY reports of its add-ons this often (level-triggered reports, as after a reconnect); 0 reports only what changed")
+	fs.DurationVar(&o.compactEvery, "compact", time.Minute, "compact etcd's history every this long, to the revision of the previous compaction (0 leaves etcd's hourly auto-compaction)")
+	fs.BoolVar(&o.fsync, "fsync", false, "etcd fsyncs its writes (off by default: the WAL on a shared disk would measure the disk)")
+	fs.Float64Var(&o.throttleRate, "throttle-rate", 50, "per-account request rate of saltbush's throttle (saltbush serve's default); 0 turns it off")
+	fs.IntVar(&o.throttleBurst, "throttle-burst", 100, "per-account burst of saltbush's throttle")
+	fs.StringVar(&o.mixSpec, "mix", "", "operation weights to change, e.g. 'DescribeAddon=40,UpdateAddon=0' (operations: "+strings.Join(opNames(), ", ")+")")
+	fs.StringVar(&o.csv, "csv", "", "write the time series (every sample, every operation's interval p50/p99) to this CSV file")
+	fs.StringVar(&o.png, "png", "", "write a plot of latency (p50/p99 per interval) and RSS over time to this PNG file")
+	fs.StringVar(&o.dir, "dir", "", "parent of the run's data directory (etcd members, replicas); the system's temporary directory when empty")
+	fs.BoolVar(&o.keep, "keep", false, "keep the data directory after the run")
+	fs.BoolVar(&o.verbose, "v", false, "print the replicas' warnings and errors as they are logged (they are counted either way)")
+	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060) while the program runs, to profile the replicas under load")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the clients' random choices")
+	fs.Float64Var(&o.flatPct, "flat", 1, "memory counts as flat when RSS and heap grow by at most this percent of their mean per minute over the second half")
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(errOut, "usage: go run ./tests/load [flags]\n\n"+
+			"Starts a 3-member embedded etcd and saltbush replicas in this process, drives AWS SDK clients and\n"+
+			"delivery agents against them for -duration, and prints throughput, latency per operation, errors by\n"+
+			"type and memory over time (docs/performance.md).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	var errs []error
+	switch o.replicas {
+	case "1", "2", "both":
+	default:
+		errs = append(errs, fmt.Errorf("-replicas must be 1, 2 or both, not %q", o.replicas))
+	}
+	if o.duration <= 0 || o.sample <= 0 {
+		errs = append(errs, errors.New("-duration and -sample must be positive"))
+	}
+	if o.accounts < 1 || o.clusters < 1 || o.clients < 1 || o.agents < 0 || o.rate < 0 {
+		errs = append(errs, errors.New("-accounts, -clusters and -clients must be at least 1, -agents and -rate not negative"))
+	}
+	if o.clients < o.accounts || o.clusters < o.accounts {
+		errs = append(errs, fmt.Errorf("every account needs a client and a cluster: -clients %d and -clusters %d must be at least -accounts %d", o.clients, o.clusters, o.accounts))
+	}
+	var err error
+	if o.mix, err = parseMix(o.mixSpec); err != nil {
+		errs = append(errs, err)
+	}
+	return o, errors.Join(errs...)
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.pprof != "" {
+		if err := servePprof(ctx, o.pprof); err != nil {
+			fmt.Fprintln(os.Stderr, "load:", err)
+			os.Exit(1)
+		}
+	}
+	results, err := runAll(ctx, o, os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+	if err := writeOutputs(o, results, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+// servePprof serves the profiles of this process (every replica, etcd
+// member, client and agent in it) on addr until ctx ends.
+func servePprof(ctx context.Context, addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("-pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
+}
+
+// runAll runs the replica counts -replicas asks for, one after the other,
+// and prints each result and, for both, the comparison.
+func runAll(ctx context.Context, o *options, out, progress io.Writer) ([]*result, error) {
+	counts := map[string][]int{"1": {1}, "2": {2}, "both": {1, 2}}[o.replicas]
+	var results []*result
+	for i, n := range counts {
+		if i > 0 {
+			// The next run starts from what this process holds: give back
+			// what the last one left.
+			runtime.GC()
+			debug.FreeOSMemory()
+		}
+		res, err := runOnce(ctx, o, n, out, progress)
+		if err != nil {
+			return results, fmt.Errorf("%d replica(s): %w", n, err)
+		}
+		printResult(out, res)
+		results = append(results, res)
+	}
+	if len(results) > 1 {
+		printComparison(out, results)
+	}
+	return results, nil
+}
+
+func writeOutputs(o *options, results []*result, out io.Writer) error {
+	if o.csv != "" {
+		if err := writeCSV(o.csv, results); err != nil {
+			return err
+		}
+		_, _ = fmt.Fprintf(out, "time series written to %s\n", o.csv)
+	}
+	if o.png != "" {
+		if err := writePNG(o.png, results); err != nil {
+			return err
+		}
+		_, _ = fmt.Fprintf(out, "plot written to %s\n", o.png)
+	}
+	return nil
+}
+
+// result is what one run measured.
+type result struct {
+	replicas    int
+	o           *options
+	setup       time.Duration
+	elapsed     time.Duration
+	loadBefore  string
+	loadAfter   string
+	clusters    int
+	agents      int
+	connected   int
+	ops         []opSummary
+	all         opSummary // every SDK operation together
+	samples     []sample
+	sets, acks  int64
+	reports     int64
+	repeats     int64
+	reconnects  int64
+	streamEnds  map[string]string
+	logs        []errCount
+	compactions int
+	compactErrs int
+	memory      verdict
+}
+
+// runOnce sets up a world with n replicas, runs the load on it for
+// -duration, and tears it down.
+func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_ *result, err error) {
+	res := &result{replicas: n, o: o, loadBefore: loadAverages(), clusters: o.clusters, agents: o.agents}
+	_, _ = fmt.Fprintf(out, "\n== saltbush load, %d replica(s): %d clusters, %d agents, %d SDK clients, %s ==\n",
+		n, o.clusters, o.agents, o.clients, rateText(o.rate))
+	_, _ = fmt.Fprintf(out, "load average before setup: %s\n", res.loadBefore)
+	dir, err := os.MkdirTemp(o.dir, "saltbush-load-")
+	if err != nil {
+		return nil, err
+	}
+	if !o.keep {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
+	t0 := time.Now()
+	e, err := startEnv(ctx, o, n, dir, progress)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+
+	rec := newRecorder(append(opNames(), opReport, opStream))
+	agentCtx, stopAgents := context.WithCancel(ctx)
+	f := newFleet(rec, o.reportEvery)
+	defer func() {
+		stopAgents()
+		f.close()
+	}()
+	done := stepper(progress)(fmt.Sprintf("%d agents connected and assigned", o.agents))
+	if err := f.connectAll(agentCtx, e, o.duration+time.Hour); err != nil {
+		return nil, err
+	}
+	done()
+
+	clients := makeClients(e, o, rec)
+	done = stepper(progress)(fmt.Sprintf("prefill: %d add-ons and %d access entries per cluster", o.prefillAddons, o.prefillEntries))
+	if err := prefill(ctx, o, clients, f, e); err != nil {
+		return nil, err
+	}
+	done()
+	res.setup = time.Since(t0)
+	res.connected = f.connected()
+	rec.reset()
+	f.sets.Store(0)
+	f.acks.Store(0)
+	f.reports.Store(0)
+	f.repeats.Store(0)
+
+	// The load.
+	var limiter *rate.Limiter
+	if o.rate > 0 {
+		limiter = rate.NewLimiter(rate.Limit(o.rate), 1)
+	}
+	_, _ = fmt.Fprintf(out, "load for %s (setup took %.1fs):\n", o.duration, res.setup.Seconds())
+	smp := newSampler(e.etcdCli, e.etcd.Endpoints(), rec, opNames(), out)
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	smp.begin(runCtx)
+	cmp := &compactor{cli: e.etcdCli}
+	var bg, load sync.WaitGroup
+	bg.Go(func() { smp.run(runCtx, o.sample) })
+	if o.compactEvery > 0 {
+		bg.Go(func() { cmp.run(runCtx, o.compactEvery) })
+	}
+	start := time.Now()
+	for _, c := range clients {
+		c.limiter = limiter
+		load.Go(func() { c.run(runCtx) })
+	}
+	select {
+	case <-time.After(o.duration):
+	case <-ctx.Done():
+	}
+	stopRun()
+	load.Wait()
+	res.elapsed = time.Since(start)
+	// What the replicas logged under load, not what shutting down makes
+	// them log.
+	res.logs = e.logs.top()
+	bg.Wait()
+	if last := smp.samples[len(smp.samples)-1]; time.Since(smp.start)-last.At > o.sample/4 {
+		smp.take(context.WithoutCancel(ctx)) // the partial last interval
+	}
+	if ctx.Err() != nil {
+		_, _ = fmt.Fprintln(progress, "interrupted: the results cover the load until now")
+	}
+
+	res.loadAfter = loadAverages()
+	res.ops = rec.summary()
+	res.all = rec.merged(opNames())
+	res.samples = smp.samples
+	res.sets, res.acks, res.reports, res.repeats, res.reconnects = f.sets.Load(), f.acks.Load(), f.reports.Load(), f.repeats.Load(), f.reconnects.Load()
+	f.mu.Lock()
+	res.streamEnds = f.examples
+	f.mu.Unlock()
+	res.compactions, res.compactErrs = cmp.runs, cmp.errs
+	res.memory = judgeMemory(res.samples, o.flatPct)
+	done = stepper(progress)("shutdown")
+	stopAgents()
+	f.close()
+	e.close()
+	done()
+	return res, nil
+}
+
+func rateText(r float64) string {
+	if r <= 0 {
+		return "closed loop"
+	}
+	return fmt.Sprintf("%g calls/s", r)
+}
+
+// makeClients makes -clients SDK clients: client i signs as account
+// i mod -accounts and calls replica i mod replicas; each account's clusters
+// are dealt out among its clients.
+func makeClients(e *env, o *options, rec *recorder) []*client {
+	clients := make([]*client, o.clients)
+	byTenant := map[*tenant][]*client{}
+	for i := range clients {
+		t := e.tenants[i%len(e.tenants)]
+		clients[i] = &client{
+			sdk: e.sdk(t, e.replicas[i%len(e.replicas)], 4), tenant: t, rec: rec, mix: o.mix,
+			rng:              rand.New(rand.NewPCG(o.seed, uint64(i))), //nolint:gosec // G404: the mix's choices, not secrets
+			throttleExpected: o.throttleRate > 0 && (o.rate == 0 || o.rate/float64(o.accounts) > o.throttleRate),
+		}
+		byTenant[t] = append(byTenant[t], clients[i])
+	}
+	dealt := map[*tenant]int{}
+	for _, c := range e.clusters {
+		cs := byTenant[c.tenant]
+		owner := cs[dealt[c.tenant]%len(cs)]
+		dealt[c.tenant]++
+		owner.clusters = append(owner.clusters, newClusterModel(c.name))
+	}
+	return clients
+}
+
+// prefill creates the clusters' first add-ons and entries (recorded apart
+// from the run; any failure stops the run) and waits until the executors
+// have reported the add-ons, so the load starts from a settled world.
+func prefill(ctx context.Context, o *options, clients []*client, f *fleet, e *env) error {
+	setup := newRecorder(opNames())
+	sdks := make([]*eks.Client, len(clients))
+	for i, c := range clients {
+		c.rec, sdks[i], c.sdk = setup, c.sdk, e.setupSDK(c.tenant, e.replicas[i%len(e.replicas)])
+	}
+	err := parallel(ctx, len(clients), 8, func(i int) error {
+		clients[i].prefill(ctx, o.prefillAddons, o.prefillEntries)
+		return nil
+	})
+	for i, c := range clients {
+		c.rec, c.sdk = f.rec, sdks[i]
+	}
+	if err != nil {
+		return err
+	}
+	for _, s := range setup.summary() {
+		if len(s.Errors) > 0 {
+			return fmt.Errorf("prefill: %d × %s %s", s.Errors[0].N, s.Op, s.Errors[0].Kind)
+		}
+	}
+	withAgents := 0
+	for _, c := range e.clusters {
+		if len(c.members) > 0 {
+			withAgents++
+		}
+	}
+	want := int64(withAgents * min(o.prefillAddons, len(loadAddons)))
+	deadline := time.Now().Add(2 * time.Minute)
+	for f.reports.Load() < want {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("prefill: the executors reported %d of %d add-ons within 2m", f.reports.Load(), want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
