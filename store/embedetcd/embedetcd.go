@@ -50,6 +50,11 @@ type Config struct {
 	CompactionRetention time.Duration
 	// StartTimeout bounds waiting for the member to be ready; 60s when zero.
 	StartTimeout time.Duration
+	// QuotaBackendBytes is the backend's space quota: past it etcd raises
+	// the NOSPACE alarm and refuses every write until an operator frees
+	// space and disarms the alarm (docs/operations.md). etcd's 2 GiB when
+	// zero; tests set a few MiB to reach it quickly.
+	QuotaBackendBytes int64
 	// Logger receives etcd's logs; when nil, errors go to stderr (minus
 	// clean-shutdown noise).
 	Logger *zap.Logger
@@ -177,6 +182,7 @@ func buildConfig(cfg Config) (*embed.Config, error) {
 	// cluster settings are ignored then.
 	ec.ClusterState = embed.ClusterStateFlagNew
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	retention := cfg.CompactionRetention
 	if retention <= 0 {
 		retention = time.Hour
@@ -325,6 +331,45 @@ func (c *Cluster) Endpoints() []string {
 
 // Size is the number of members.
 func (c *Cluster) Size() int { return len(c.cfgs) }
+
+// Leader returns the index of the member that leads, as the running
+// members' own status says (a member that leads names itself). It fails
+// when no running member names a leader among them, as during quorum loss
+// or an election.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	var errs []error
+	for i, m := range c.members {
+		if m == nil {
+			continue
+		}
+		lead, err := m.leads(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if lead {
+			return i, nil
+		}
+	}
+	if len(errs) > 0 {
+		return -1, fmt.Errorf("no running member of the cluster leads: %w", errors.Join(errs...))
+	}
+	return -1, errors.New("no running member of the cluster leads")
+}
+
+// leads asks the member whether it is the leader.
+func (s *Server) leads(ctx context.Context) (bool, error) {
+	cli, err := s.Client()
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = cli.Close() }()
+	st, err := cli.Status(ctx, s.clientURL)
+	if err != nil {
+		return false, fmt.Errorf("status of member %q: %w", s.name, err)
+	}
+	return st.Leader != 0 && st.Leader == st.Header.GetMemberId(), nil
+}
 
 // Stop stops member i (its data stays).
 func (c *Cluster) Stop(i int) {
