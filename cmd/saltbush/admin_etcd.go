@@ -130,8 +130,8 @@ func newAdminEtcdCommand() *cobra.Command {
 			}); err != nil {
 				return fmt.Errorf("restore %s into %s: %w", args[0], dir, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "restored %s into %s (revision bumped by %d)\n", args[0], dir, bump)
-			return nil
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "restored %s into %s (revision bumped by %d)\n", args[0], dir, bump)
+			return err
 		},
 	}
 	restore.Flags().StringVar(&restoreDir, "data-dir", "./data", "data directory of the saltbush serve to restore (DATA_DIR/etcd is written)")
