@@ -23,7 +23,9 @@ import (
 	"google.golang.org/grpc"
 	grpccreds "google.golang.org/grpc/credentials"
 
+	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/invariants"
 	"github.com/saltbush/saltbush/tlsclient"
 )
 
@@ -237,6 +239,16 @@ func killMidWrite(t *testing.T, ctx context.Context, p *process, dataDir, what s
 	}
 	defer func() { _ = cli.Close() }()
 	n := check(cli)
+	// Beside the test's own checks, the whole keyspace's invariants
+	// (tests/invariants): every record decodes, nothing orphaned, every
+	// index consistent.
+	rep, err := invariants.Check(ctx, cli, store.DefaultPrefix, nil)
+	if err != nil {
+		t.Fatalf("check the keyspace's invariants: %v", err)
+	}
+	for _, v := range rep.Violations {
+		t.Errorf("after SIGKILL: %s", v)
+	}
 	if n == 0 {
 		t.Fatalf("no %s survived: the workload wrote nothing before the kill", what)
 	}
