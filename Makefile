@@ -20,7 +20,7 @@ GOTEST    ?= $(GO) test
 # Every test runs under the race detector.
 TESTFLAGS ?= -count=1 -race -timeout=20m
 
-.PHONY: all build run test generate check-generated lint vulndb vulndb-selftest breaking baseline contract-selftest unit fuzz-short fuzz bench kube eksctl images-verify demo
+.PHONY: all build run test generate check-generated lint vulndb vulndb-selftest breaking baseline contract-selftest unit fuzz-short fuzz bench kube eksctl images-verify examples-verify demo
 
 all: build
 
@@ -32,7 +32,7 @@ run: build
 	./bin/saltbush serve
 
 ## test: generated-code check, lint, breaking-change check, their self-test, all tests (race detector on).
-test: check-generated lint breaking contract-selftest vulndb-selftest images-verify unit fuzz-short
+test: check-generated lint breaking contract-selftest vulndb-selftest images-verify examples-verify unit fuzz-short
 
 ## generate: regenerate gen/ (Go, gRPC, gateway, OpenAPI) from proto/.
 generate:
@@ -114,6 +114,15 @@ contract-selftest:
 images-verify:
 	$(GO) build -o bin/saltbush-agent ./cmd/saltbush-agent
 	GO=$(GO) bash scripts/verify-images.sh bin/saltbush-agent
+
+## examples-verify: check what docs/operations.md tells operators to
+## install, docs/examples: the systemd units with systemd-analyze verify and
+## security, the Prometheus alert rules with promtool (Debian packages
+## systemd and prometheus; neither need be running). tests/ops checks the
+## same files against running processes.
+examples-verify:
+	$(GO) build -o bin/saltbush ./cmd/saltbush
+	GO=$(GO) bash scripts/verify-examples.sh bin/saltbush
 
 ## demo: add-on delivery and cluster access end to end on one machine
 ## (saltbush, a real kube-apiserver using the agent's webhooks, controller
