@@ -86,13 +86,19 @@ type Outcome struct {
 }
 
 // Objects parses a rendered bundle into the objects to apply, each
-// labelled with the add-on's name.
+// labelled with the add-on's name. A bundle may not hold an inventory
+// record (any add-on's, by its name or its label): those are the agent's
+// alone, and what they list is what the agent prunes and deletes.
 func Objects(addon string, manifest []byte) ([]*unstructured.Unstructured, error) {
 	objs, err := ssautils.ReadObjects(bytes.NewReader(manifest))
 	if err != nil {
 		return nil, fmt.Errorf("add-on %s: bundle: %w", addon, err)
 	}
 	for _, o := range objs {
+		if _, labelled := o.GetLabels()[inventory.Label]; labelled || (o.GroupVersionKind().GroupKind().String() == "ConfigMap" &&
+			o.GetNamespace() == inventory.Namespace && strings.HasPrefix(o.GetName(), inventory.Name(""))) {
+			return nil, fmt.Errorf("add-on %s: bundle: %s is an inventory record, which only the agent writes", addon, inventory.RefOf(o))
+		}
 		labels := o.GetLabels()
 		if labels == nil {
 			labels = map[string]string{}
