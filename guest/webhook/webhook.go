@@ -217,15 +217,16 @@ func (s *Server) reviewToken(ctx context.Context, spec authenticationv1.TokenRev
 	start := time.Now()
 	req := &deliveryv1.ReviewTokenRequest{Cluster: s.cfg.Cluster, Token: spec.Token, Audiences: spec.Audiences,
 		AwsAuth: s.cfg.AwsAuth()}
-	// The key never holds the token, only its digest; it names the
-	// aws-auth version, so an edited ConfigMap is not answered from the
-	// cache of the one before.
-	sum := sha256.Sum256([]byte(spec.Token))
-	key := hex.EncodeToString(sum[:]) + "|" + req.GetAwsAuth().GetUid() + "|" + req.GetAwsAuth().GetResourceVersion()
-	for _, a := range spec.Audiences {
-		key += "|" + a
+	// The key is the digest of the request, deterministically encoded
+	// (never the token itself): the token, each audience and the aws-auth
+	// ConfigMap, so an edited ConfigMap is not answered from the cache of
+	// the one before, and audiences ["a", "b"] are not ["a|b"].
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return authenticationv1.TokenReviewStatus{Error: "encoding the review: " + err.Error()}
 	}
-	resp, source, err := s.ask(ctx, s.tokens, key, func(ctx context.Context) (proto.Message, bool, error) {
+	sum := sha256.Sum256(raw)
+	resp, source, err := s.ask(ctx, s.tokens, hex.EncodeToString(sum[:]), func(ctx context.Context) (proto.Message, bool, error) {
 		resp, err := s.cfg.Host.ReviewToken(ctx, req)
 		return resp, resp.GetAuthenticated(), err
 	})
