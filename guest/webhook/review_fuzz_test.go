@@ -142,7 +142,7 @@ func checkReview(t *testing.T, path, body string, rec *httptest.ResponseRecorder
 	_ = json.Unmarshal([]byte(body), &sent)
 	var got struct {
 		APIVersion, Kind string
-		Status       struct {
+		Status           struct {
 			Authenticated, Allowed, Denied bool
 			Error, EvaluationError         string
 			User                           struct{ Username string }
