@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -390,58 +391,90 @@ func TestNewRace(t *testing.T) {
 }
 
 // FuzzListToken: whatever the token, List either refuses it with
-// ErrInvalidToken or, for a token this store sealed for this listing,
-// continues the listing. It never panics or fails otherwise.
+// ErrInvalidToken or, for a token this store sealed for this very listing
+// (its scope and prefix), continues the listing exactly where that token
+// left off: the next items after the one it names, as many as the page
+// size asked for now, and a next token only when more remain. A token of
+// another listing (another scope, another prefix) is refused. It never
+// panics or fails otherwise.
 func FuzzListToken(f *testing.F) {
 	s := newStore(f)
-	fill(f, s, "f/", 7)
-	opts := store.ListOptions{Prefix: "f/", Scope: "fuzz", Limit: 2}
-	genuine := map[string]bool{}
-	tok := ""
-	for {
-		o := opts
-		o.Token = tok
-		page, err := s.List(testContext(f), o)
-		if err != nil {
-			f.Fatal(err)
+	names := fill(f, s, "f/", 7)
+	fill(f, s, "g/", 7)
+	listings := []store.ListOptions{
+		{Prefix: "f/", Scope: "fuzz"},
+		{Prefix: "f/", Scope: "other"},
+		{Prefix: "g/", Scope: "fuzz"},
+	}
+	// genuine is, for every token a listing's pages sealed, that listing
+	// and the index of the name it resumes after.
+	type sealed struct{ listing, after int }
+	genuine := map[string]sealed{}
+	for li, opts := range listings {
+		tok, seen := "", 0
+		for {
+			o := opts
+			o.Limit, o.Token = 2, tok
+			page, err := s.List(testContext(f), o)
+			if err != nil {
+				f.Fatal(err)
+			}
+			seen += len(page.Items)
+			if page.NextToken == "" {
+				break
+			}
+			tok = page.NextToken
+			genuine[tok] = sealed{li, seen - 1}
+			for v := range uint8(len(listings) * 2) {
+				f.Add(tok, v)
+			}
 		}
-		if page.NextToken == "" {
-			break
-		}
-		tok = page.NextToken
-		genuine[tok] = true
-		f.Add(tok)
 	}
 	for tok := range genuine {
 		raw, _ := base64.RawURLEncoding.DecodeString(tok)
-		f.Add(tok[:len(tok)-1])
-		f.Add(tok + "A")
-		f.Add(tok[:len(tok)-1] + string(tok[len(tok)-1]^1))
-		f.Add(tok[:3] + "\n" + tok[3:])
-		f.Add(base64.RawURLEncoding.EncodeToString(raw[:len(raw)-16]))
-		f.Add(base64.StdEncoding.EncodeToString(raw))
-		f.Add(forge(raw, `{"v":1,"s":"","a":"k003"}`))
+		for _, bad := range []string{
+			tok[:len(tok)-1], tok + "A", tok[:len(tok)-1] + string(tok[len(tok)-1]^1), tok[:3] + "\n" + tok[3:],
+			base64.RawURLEncoding.EncodeToString(raw[:len(raw)-16]), base64.StdEncoding.EncodeToString(raw),
+			forge(raw, `{"v":1,"s":"","a":"k003"}`),
+		} {
+			f.Add(bad, uint8(0))
+		}
 		break
 	}
-	f.Add("")
-	f.Add("=")
-	f.Add("AAAA")
-	f.Add(strings.Repeat("_", 4097))
+	for _, tok := range []string{"", "=", "AAAA", strings.Repeat("_", 4097)} {
+		f.Add(tok, uint8(0))
+	}
 
-	f.Fuzz(func(t *testing.T, token string) {
-		o := opts
-		o.Token = token
+	f.Fuzz(func(t *testing.T, token string, variant uint8) {
+		li := int(variant) % len(listings)
+		o := listings[li]
+		o.Limit, o.Token = 2+int(variant/uint8(len(listings)))%2, token
 		page, err := s.List(testContext(t), o)
+		g, ok := genuine[token]
 		switch {
-		case err == nil:
-			if token != "" && !genuine[token] {
-				t.Fatalf("List accepted a token it never sealed: %q", token)
-			}
-			if len(page.Items) == 0 {
-				t.Fatalf("genuine token %q gave an empty page", token)
-			}
-		case !errors.Is(err, store.ErrInvalidToken):
+		case err != nil && !errors.Is(err, store.ErrInvalidToken):
 			t.Fatalf("List(token %q) = %v, want ErrInvalidToken", token, err)
+		case err != nil && token != "" && ok && g.listing == li:
+			t.Fatalf("List refused a token it sealed for this listing: %q: %v", token, err)
+		case err != nil:
+			return
+		case token == "":
+			g = sealed{li, -1}
+		case !ok:
+			t.Fatalf("List accepted a token it never sealed: %q", token)
+		case g.listing != li:
+			t.Fatalf("List (%s %q) accepted a token of listing %s %q: %q", o.Scope, o.Prefix, listings[g.listing].Scope, listings[g.listing].Prefix, token)
+		}
+		want := names[g.after+1 : min(g.after+1+o.Limit, len(names))]
+		var got []string
+		for _, kv := range page.Items {
+			got = append(got, kv.Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("token %q (page size %d) continued with %v, want %v", token, o.Limit, got, want)
+		}
+		if more := g.after+1+o.Limit < len(names); more != (page.NextToken != "") {
+			t.Fatalf("token %q (page size %d): next token %q, want one: %v", token, o.Limit, page.NextToken, more)
 		}
 	})
 }
