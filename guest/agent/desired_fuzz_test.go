@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -171,19 +172,21 @@ var fuzzManifests = []string{
 }
 
 // FuzzDesiredSet feeds the agent a host message as the stream delivers it
-// (protobuf wire bytes, as gRPC decodes them), with one more add-on whose
-// name, conflict mode and bundle are fuzzed on their own, and then applies
-// every add-on of the set it took as the executor would, to a cluster that
+// (protobuf wire bytes, as gRPC decodes them). A message that is not a
+// desired set goes through the link's handler to an executor, whose grant
+// must follow it (checkHostMessage). A desired set, with one more add-on
+// whose name, conflict mode and bundle are fuzzed on their own, is taken
+// and every add-on of it applied as the executor would, to a cluster that
 // records each write. It never panics; a set older than the one held is
 // refused and changes nothing; a set taken is persisted exactly (the state
 // file reads back as the set, and adopting it again after a restart keeps
 // every add-on's state); an add-on with a bundle or mode the agent cannot
-// use is refused with an InternalFailure issue before any write; and
-// every write is of the add-on's own inventory record or of an object of
-// its bundle (never an inventory record, its own or another add-on's),
+// use is refused with an InternalFailure issue before any write; and every
+// write is of the add-on's own inventory record or of an object of its
+// bundle (never an inventory record, its own or another add-on's),
 // labelled with its name, applied under the field manager eks and forced
-// only in OVERWRITE, or of a service account that exists,
-// under the pod identity field manager and keys of its own.
+// only in OVERWRITE, or of a service account that exists, under the pod
+// identity field manager and keys of its own.
 func FuzzDesiredSet(f *testing.F) {
 	pia := &deliveryv1.DesiredPodIdentityAssociation{AssociationId: "a-00000000000000001",
 		AssociationArn: "arn:aws:eks:us-east-1:111122223333:podidentityassociation/demo/a-00000000000000001",
@@ -217,7 +220,22 @@ func FuzzDesiredSet(f *testing.F) {
 		f.Add([]byte(nil), name, "", []byte(fuzzManifests[0]))
 	}
 	f.Add([]byte{0xff, 0xff}, "extra", "", []byte(nil))
-	f.Add([]byte{0x1a, 0x02, 0x08, 0x01}, "extra", "", []byte(nil)) // a Fence: not a desired set
+	for _, hm := range []*deliveryv1.HostMessage{
+		{Message: &deliveryv1.HostMessage_Fence{Fence: &deliveryv1.Fence{Epoch: 5, Reason: "r"}}},
+		{Message: &deliveryv1.HostMessage_Fence{Fence: &deliveryv1.Fence{Epoch: 4}}},
+		{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{Role: deliveryv1.Role_ROLE_STANDBY, Epoch: 6}}},
+		{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{Role: deliveryv1.Role_ROLE_EXECUTOR, Epoch: 3,
+			Timing: &deliveryv1.Timing{FenceAfter: durationpb.New(-time.Second), HeartbeatInterval: durationpb.New(time.Hour)}}}},
+		{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}},
+		{Message: &deliveryv1.HostMessage_ReportResult{ReportResult: &deliveryv1.ReportResult{Addon: "held", Reason: "unavailable"}}},
+		{},
+	} {
+		wire, err := proto.Marshal(hm)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(wire, "extra", "", []byte(nil))
+	}
 
 	dir := f.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -228,6 +246,9 @@ func FuzzDesiredSet(f *testing.F) {
 		}
 		set := m.GetDesiredSet()
 		if set == nil {
+			// Another host message: through the link's handler, as the
+			// stream delivers it, to an executor at epoch 5.
+			checkHostMessage(t, dir, log, &m)
 			set = &deliveryv1.DesiredSet{Version: heldVersion + 1}
 		}
 		set.Addons = append(set.Addons, &deliveryv1.DesiredAddon{Name: name, Uid: "u-extra", Generation: 1, ResolveConflicts: mode, Manifest: manifest})
@@ -308,6 +329,45 @@ func FuzzDesiredSet(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkHostMessage hands m to an executor's link handler and run loop: a
+// Fence of its epoch or a later one ends its grant, an older one does not;
+// an Assignment leaves it writable only as the executor; anything else
+// leaves the grant as it was.
+func checkHostMessage(t *testing.T, dir string, log *slog.Logger, m *deliveryv1.HostMessage) {
+	t.Helper()
+	a := fuzzAgent(t, dir, log)
+	a.events = make(chan event, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h := &linkHandler{a: a, ctx: ctx}
+	h.Opened("fuzz")
+	h.Received(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Assignment{Assignment: &deliveryv1.Assignment{
+		Role: deliveryv1.Role_ROLE_EXECUTOR, Epoch: 5, ExecutorInstanceId: "i-a"}}})
+	h.Received(m)
+	for len(a.events) > 0 {
+		a.handle(ctx, <-a.events)
+	}
+	writable := a.grant.Snapshot().Writable
+	switch msg := m.GetMessage().(type) {
+	case *deliveryv1.HostMessage_Fence:
+		if ended := msg.Fence.GetEpoch() >= 5; writable == ended {
+			t.Fatalf("after a Fence at epoch %d of an executor at epoch 5: writable %v", msg.Fence.GetEpoch(), writable)
+		}
+	case *deliveryv1.HostMessage_Assignment:
+		executor := msg.Assignment.GetRole() == deliveryv1.Role_ROLE_EXECUTOR
+		if fa := msg.Assignment.GetTiming().GetFenceAfter().AsDuration(); executor && fa > 0 && fa < time.Minute {
+			return // it may have lapsed already
+		}
+		if writable != executor {
+			t.Fatalf("after an Assignment as %s: writable %v", msg.Assignment.GetRole(), writable)
+		}
+	default:
+		if !writable {
+			t.Fatalf("after a %T an executor is no longer writable", msg)
+		}
+	}
 }
 
 // checkApply checks what applying one add-on wrote and answered.
