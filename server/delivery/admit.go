@@ -91,8 +91,18 @@ func (s *Service) admit(ctx context.Context, agent *identity.Agent, h *deliveryv
 // is renewed while the stream lives; end it with closeSession.
 func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, h *deliveryv1.Hello) (*session, error) {
 	lease, err := s.renewer.acquire(ctx)
+	if errors.Is(err, errLeaseTooSlow) {
+		s.log.WarnContext(ctx, "agent refused: no fresh session lease", "instance", h.GetInstanceId(), "err", err)
+		return nil, errNotFresh(h.GetInstanceId())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("session lease for %s: %w", h.GetInstanceId(), err)
+	}
+	if !lease.fresh(s.clock, s.cfg) {
+		// The replica's lease is not being renewed in time.
+		s.renewer.release(lease)
+		s.log.WarnContext(ctx, "agent refused: the session lease is not fresh", "instance", h.GetInstanceId())
+		return nil, errNotFresh(h.GetInstanceId())
 	}
 	rec := &storagev1.AgentSessionRecord{
 		InstanceId: h.GetInstanceId(), BootId: h.GetBootId(), AgentVersion: h.GetAgentVersion(),
@@ -126,7 +136,25 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 		return nil, fmt.Errorf("session of %s: %w", h.GetInstanceId(), err)
 	}
 	ss.revision = res.Revision
+	if !ss.fresh(s.clock, s.cfg) {
+		// Written too late to promise the agent anything: it would be
+		// fenced at its first message.
+		s.renewer.release(lease)
+		go s.retire(ss)
+		s.log.WarnContext(ctx, "agent refused: its session was not fresh once written", "instance", h.GetInstanceId())
+		return nil, errNotFresh(h.GetInstanceId())
+	}
 	return ss, nil
+}
+
+// errNotFresh refuses a stream whose session could not be fresh when it
+// was written (etcd slow from this replica, or unreachable). Refused
+// before the host says a word, the agent's link counts this replica as
+// failing and tries the next; admitted only to be fenced at once, it
+// would count it as working and come back to it, again and again, while
+// another replica could serve it.
+func errNotFresh(instance string) error {
+	return status.Errorf(codes.Unavailable, "the delivery session of %s cannot be kept fresh from this replica (etcd is slow or unreachable from it); connect to another replica", instance)
 }
 
 // closeSession ends a stream's session once its receiver has stopped
@@ -145,6 +173,11 @@ func (s *Service) closeSession(ss *session, done <-chan struct{}) {
 // whose session is not fresh says nothing more but a Fence (the agent may
 // be replaced once the lease runs out, and it must have stopped by then).
 func (ss *session) fresh(clock monoClock, cfg Config) bool {
-	age := clock.since(ss.lease.renewed.Load())
+	return ss.lease.fresh(clock, cfg)
+}
+
+// fresh reports whether a session on l would be fresh now (session.fresh).
+func (l *replicaLease) fresh(clock monoClock, cfg Config) bool {
+	age := clock.since(l.renewed.Load())
 	return age < cfg.SessionTTL-cfg.FenceAfter-cfg.SafetyMargin
 }

@@ -57,6 +57,10 @@ type replicaLease struct {
 	users int
 }
 
+// errLeaseTooSlow: etcd answers this replica too slowly for a session
+// lease to be kept fresh.
+var errLeaseTooSlow = errors.New("etcd too slow to keep a session lease fresh")
+
 // renewer grants and renews the replica's lease. It renews while streams
 // use the lease; when the last one ends it stops, and the lease (with any
 // session whose retirement has not gone through yet) runs out its TTL.
@@ -109,6 +113,12 @@ func (r *renewer) acquire(ctx context.Context) (*replicaLease, error) {
 	g, err := r.client.Grant(ctx, int64(r.ttl/time.Second))
 	if err != nil {
 		return nil, err
+	}
+	if took := r.clock.since(sent); took >= r.interval {
+		// A renewal may take no longer than this (renew): a lease that
+		// took as long to grant could not be kept fresh. Nobody uses it;
+		// it runs out by itself.
+		return nil, fmt.Errorf("lease grant took %s, the renewal bound is %s: %w", took.Round(time.Millisecond), r.interval, errLeaseTooSlow)
 	}
 	l := &replicaLease{id: g.ID, lost: make(chan struct{}), users: 1}
 	l.renewed.Store(sent)
