@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/saltbush/saltbush/errdefs"
@@ -23,7 +23,7 @@ func (s *Service) Status(ctx context.Context, ref *controlv1.ClusterRef) (*contr
 	if err != nil {
 		return nil, err
 	}
-	sn, err := s.read(ctx, c.GetUid(), c.GetAccountId(), c.GetName(), nil)
+	sn, recs, err := s.readRecords(ctx, c.GetUid(), c.GetAccountId(), c.GetName(), nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -31,12 +31,13 @@ func (s *Service) Status(ctx context.Context, ref *controlv1.ClusterRef) (*contr
 	if e := sn.executor; e != nil {
 		out.Executor = executorToAPI(e)
 	}
-	// Sessions and add-ons with their values, at the snapshot's revision.
+	// Sessions and add-ons with their values, from the snapshot's own
+	// transaction.
 	for _, q := range []struct {
-		prefix string
-		each   func([]byte) error
+		kvs  []*mvccpb.KeyValue
+		each func([]byte) error
 	}{
-		{store.SessionsPrefix(c.GetUid()), func(b []byte) error {
+		{recs.sessions, func(b []byte) error {
 			r := &storagev1.AgentSessionRecord{}
 			if err := store.Decode(b, r); err != nil {
 				return err
@@ -47,7 +48,7 @@ func (s *Service) Status(ctx context.Context, ref *controlv1.ClusterRef) (*contr
 			})
 			return nil
 		}},
-		{store.AddonsPrefix(c.GetUid()), func(b []byte) error {
+		{recs.addons, func(b []byte) error {
 			r := &storagev1.AddonRecord{}
 			if err := store.Decode(b, r); err != nil {
 				return err
@@ -62,11 +63,7 @@ func (s *Service) Status(ctx context.Context, ref *controlv1.ClusterRef) (*contr
 			return nil
 		}},
 	} {
-		resp, err := s.client.Get(ctx, s.store.Key(q.prefix), clientv3.WithPrefix(), clientv3.WithRev(sn.revision))
-		if err != nil {
-			return nil, fmt.Errorf("delivery status of cluster %q: %w", c.GetName(), err)
-		}
-		for _, kv := range resp.Kvs {
+		for _, kv := range q.kvs {
 			if err := q.each(kv.Value); err != nil {
 				return nil, fmt.Errorf("delivery status of cluster %q: %s: %w", c.GetName(), kv.Key, err)
 			}

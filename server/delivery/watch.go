@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
@@ -291,15 +292,34 @@ func (w *clusterWatch) reread(ctx context.Context) {
 // record, executor, sessions, add-ons and pod identity associations, in
 // one etcd transaction.
 func (s *Service) read(ctx context.Context, uid, account, name string, prev *snapshot) (*snapshot, error) {
+	sn, _, err := s.readRecords(ctx, uid, account, name, prev, false)
+	return sn, err
+}
+
+// records are the session and add-on records of a snapshot's
+// transaction, for the status report.
+type records struct {
+	sessions, addons []*mvccpb.KeyValue
+}
+
+// readRecords is read, also returning the session and add-on records
+// (with the sessions' values) when withRecords: in the same transaction,
+// so that nothing is read at an older revision, which a compaction could
+// have removed by then.
+func (s *Service) readRecords(ctx context.Context, uid, account, name string, prev *snapshot, withRecords bool) (*snapshot, *records, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	clusterKey := s.store.Key(store.ClusterKey(account, name))
+	// Keys only: etcd answers from its index, without reading values (a
+	// 1,000-member cluster's connect storm re-reads them all on every
+	// connect); that carries the revisions, not the lease.
+	sessions := clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if withRecords {
+		sessions = clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix())
+	}
 	rest := []clientv3.Op{
 		clientv3.OpGet(s.store.Key(store.ExecutorKey(uid))),
-		// Keys only: etcd answers from its index, without reading values
-		// (a 1,000-member cluster's connect storm re-reads them all on
-		// every connect); that carries the revisions, not the lease.
-		clientv3.OpGet(s.store.Key(store.SessionsPrefix(uid)), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		sessions,
 		clientv3.OpGet(s.store.Key(store.AddonsPrefix(uid)), clientv3.WithPrefix()),
 		clientv3.OpGet(s.store.Key(store.PodIdentityAssociationsPrefix(uid)), clientv3.WithPrefix()),
 	}
@@ -316,7 +336,7 @@ func (s *Service) read(ctx context.Context, uid, account, name string, prev *sna
 		Else(append([]clientv3.Op{clientv3.OpGet(clusterKey)}, rest...)...).
 		Commit()
 	if err != nil {
-		return nil, fmt.Errorf("read cluster %s: %w", uid, err)
+		return nil, nil, fmt.Errorf("read cluster %s: %w", uid, err)
 	}
 	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]int64{}}
 	switch kvs := resp.Responses[0].GetResponseRange().GetKvs(); {
@@ -325,7 +345,7 @@ func (s *Service) read(ctx context.Context, uid, account, name string, prev *sna
 	case len(kvs) == 1 && !resp.Succeeded:
 		c := &storagev1.ClusterRecord{}
 		if err := store.Decode(kvs[0].Value, c); err != nil {
-			return nil, fmt.Errorf("cluster %s/%s: %w", account, name, err)
+			return nil, nil, fmt.Errorf("cluster %s/%s: %w", account, name, err)
 		}
 		if c.GetUid() == uid {
 			sn.cluster, sn.clusterRev = c, kvs[0].ModRevision
@@ -339,7 +359,7 @@ func (s *Service) read(ctx context.Context, uid, account, name string, prev *sna
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		e := &storagev1.ExecutorRecord{}
 		if err := store.Decode(kvs[0].Value, e); err != nil {
-			return nil, fmt.Errorf("executor of cluster %s: %w", uid, err)
+			return nil, nil, fmt.Errorf("executor of cluster %s: %w", uid, err)
 		}
 		sn.executor, sn.executorRev = e, kvs[0].ModRevision
 	}
@@ -354,8 +374,11 @@ func (s *Service) read(ctx context.Context, uid, account, name string, prev *sna
 		}
 		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(),
 			resp.Responses[4].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return sn, nil
+	if !withRecords {
+		return sn, nil, nil
+	}
+	return sn, &records{sessions: resp.Responses[2].GetResponseRange().GetKvs(), addons: resp.Responses[3].GetResponseRange().GetKvs()}, nil
 }
