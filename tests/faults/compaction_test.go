@@ -195,7 +195,7 @@ func TestCompactionBetweenPages(t *testing.T) {
 			}
 			firstTokens = append(firstTokens, token)
 			cursor := tc.key(page[len(page)-1])
-			rev := compactAll(t, ctx, cli)
+			compactAll(t, ctx, cli)
 			// Between the pages: one item created past the position, one
 			// behind it, and one not yet listed deleted.
 			var ahead, behind string
@@ -236,7 +236,7 @@ func TestCompactionBetweenPages(t *testing.T) {
 			}
 			got := slices.Clone(page)
 			for i := 1; token != nil; i++ {
-				rev = compactAll(t, ctx, cli)
+				rev := compactAll(t, ctx, cli)
 				var next []string
 				next, token, err = tc.list(clients[i%2], token)
 				if err != nil {

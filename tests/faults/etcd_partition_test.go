@@ -235,6 +235,11 @@ func runEtcdPartition(t *testing.T, cut func(p *netproxy.Proxy), standby bool) {
 	}); err != nil {
 		t.Fatalf("i-1's link did not take it to %s: %v\n%s", rb.name, err, agent.describe())
 	}
+	if gone := sessionGone(); !standby && !gone.IsZero() && gone.Before(back) {
+		// No replica with a watch of the cluster saw the gap (a was cut
+		// off, b had no stream of it): the epoch does not move.
+		t.Logf("i-1's session ran out %s before it came back; it is the executor again at epoch %d", back.Sub(gone).Round(time.Millisecond), epoch)
+	}
 	waitAddon(t, ctx, env, uid, addonName, 2, fmt.Sprintf("the update made during the cut ACTIVE through %s on %s", executor, rb.name))
 	if e, err := env.executor(ctx, uid); err != nil || e.GetInstanceId() != executor || e.GetEpoch() != epoch {
 		t.Errorf("executor %v (%v), want %s at epoch %d", e, err, executor, epoch)
@@ -388,9 +393,17 @@ func addonUID(t *testing.T, ctx context.Context, env *dlEnv, uid, name string) s
 	return a.GetUid()
 }
 
+// httpStatus is the status code of a GET of url (a loopback address of a
+// replica the test started).
 func httpStatus(t *testing.T, url string) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
