@@ -162,17 +162,30 @@ $(EKSCTL): tools/eksctl/go.mod tools/eksctl/go.sum
 unit: kube eksctl
 	SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) $(GOTEST) $(TESTFLAGS) ./...
 
-## fuzz-short: explore the untrusted-input parsers briefly (SigV4, policy
-## documents, get-token bearer tokens); `make fuzz FUZZTIME=10m` explores
-## longer by hand.
-FUZZTIME ?= 10s
+## fuzz-short: explore briefly every parser that takes outside bytes, one
+## target after another (package:target): SigV4 requests, policy documents,
+## get-token bearer tokens, add-on configuration values, list continuation
+## tokens, STS AssumeRole parameters, every EKS operation of the façade
+## (path labels, query strings, bodies) and STS/IAM query-protocol requests
+## against a real saltbush, the agent's configuration file, the host
+## messages and desired sets (bundles included) the agent receives, and the
+## review bodies its webhooks take. `make fuzz FUZZTIME=10m` explores each
+## longer by hand, with the two narrower façade body targets besides.
+FUZZTIME         ?= 4s
+FUZZMINIMIZETIME ?= 1s
+FUZZ_SHORT := ./gateway/sigv4:FuzzVerify ./server/policy:FuzzParse ./server/token:FuzzVerify \
+	./server/catalog:FuzzParseConfiguration ./store:FuzzListToken ./server/sts:FuzzParseAssumeRole \
+	./tests/conformance:FuzzFacadeOperations ./tests/conformance:FuzzQueryProtocol \
+	./guest/config:FuzzConfigFile ./guest/agent:FuzzDesiredSet ./guest/webhook:FuzzReviews
+FUZZ_ALL := $(FUZZ_SHORT) ./tests/conformance:FuzzCreateClusterBody ./tests/conformance:FuzzAccessEntryBodies
 fuzz-short:
-	$(GOTEST) -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./gateway/sigv4/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./server/policy/
-	$(GOTEST) -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./server/token/
+	@set -e; for t in $(FUZZ_SHORT); do \
+		echo "fuzz $${t#*:} ($${t%%:*}) for $(FUZZTIME)"; \
+		$(GOTEST) -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $${t%%:*}/; \
+	done
 
 fuzz:
-	$(MAKE) fuzz-short FUZZTIME=$(FUZZTIME)
+	$(MAKE) fuzz-short FUZZ_SHORT="$(FUZZ_ALL)" FUZZTIME=$(FUZZTIME) FUZZMINIMIZETIME=10s
 
 ## bench: the foundation benchmark (raw etcd vs gRPC vs façade); see tests/bench.
 bench:
