@@ -109,16 +109,13 @@ func (f *fleet) connectAll(ctx context.Context, e *env, certTTL time.Duration) e
 		f.mu.Lock()
 		f.live = append(f.live, a)
 		f.mu.Unlock()
-		assigned := make(chan error, 1)
+		assigned := make(chan struct{}, 1)
 		go a.run(ctx, assigned)
 		select {
-		case err := <-assigned:
-			if err != nil {
-				return fmt.Errorf("%s: %w", m.inst, err)
-			}
+		case <-assigned:
 			return nil
 		case <-time.After(2 * time.Minute):
-			return fmt.Errorf("%s: no Assignment within 2m", m.inst)
+			return fmt.Errorf("%s: no Assignment within 2m (%d streams reopened so far)", m.inst, f.reconnects.Load())
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -133,6 +130,16 @@ func (f *fleet) close() {
 	for _, a := range f.live {
 		_ = a.conn.Close() // a second Close only says it was closed
 	}
+}
+
+// reset forgets what the agents counted (during setup).
+func (f *fleet) reset() {
+	for _, c := range []*atomic.Int64{&f.sets, &f.acks, &f.reports, &f.repeats, &f.reconnects} {
+		c.Store(0)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.examples)
 }
 
 // connected is how many agents said Hello.
@@ -176,10 +183,9 @@ func (a *agent) current() *fakeagent.Stream {
 
 // run is the agent's protocol loop: it owns the session and the send times
 // of the reports in flight (ReportResults come back in order). The first
-// Assignment, or the stream's end before it, is signalled on assigned. A
-// stream the host ends is opened again after a pause, as the real agent
-// does.
-func (a *agent) run(ctx context.Context, assigned chan<- error) {
+// Assignment is signalled on assigned. A stream the host ends, before it
+// or after, is opened again after a pause, as the real agent does.
+func (a *agent) run(ctx context.Context, assigned chan<- struct{}) {
 	f := a.f
 	first := true
 	session := fakeagent.NewSession(a.instance, &a.applied, fakeagent.SessionOptions{})
@@ -223,10 +229,6 @@ func (a *agent) run(ctx context.Context, assigned chan<- error) {
 			in = r
 		}
 		if in.Err != nil {
-			if first {
-				assigned <- in.Err
-				return
-			}
 			if ctx.Err() != nil {
 				return
 			}
@@ -248,7 +250,7 @@ func (a *agent) run(ctx context.Context, assigned chan<- error) {
 			f.interval.CompareAndSwap(0, int64(m.GetAssignment().GetTiming().GetHeartbeatInterval().AsDuration()))
 			if first {
 				first = false
-				assigned <- nil
+				assigned <- struct{}{}
 			}
 		case m.GetDesiredSet() != nil:
 			f.sets.Add(1)

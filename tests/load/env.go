@@ -446,7 +446,15 @@ func (h *countingHandler) Enabled(_ context.Context, lv slog.Level) bool { retur
 func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 	h.l.mu.Lock()
 	defer h.l.mu.Unlock()
-	h.l.counts[r.Level.String()+" "+r.Message]++
+	key := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			key += " (" + errClass(a.Value.String()) + ")"
+			return false
+		}
+		return true
+	})
+	h.l.counts[key]++
 	if h.l.verbose {
 		var sb strings.Builder
 		for _, a := range h.attrs {
@@ -459,6 +467,18 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 		_, _ = fmt.Fprintf(h.l.out, "%s %s %s %s%s\n", r.Time.Format("15:04:05.000"), h.replica, r.Level, r.Message, sb.String())
 	}
 	return nil
+}
+
+// errClass sorts a logged error into a few kinds, so counts stay
+// readable (the error text names clusters and keys).
+func errClass(err string) string {
+	for _, k := range []string{"context deadline exceeded", "context canceled", "request timed out", "leader changed",
+		"too many requests", "store unavailable", "conflict"} {
+		if strings.Contains(err, k) {
+			return k
+		}
+	}
+	return "other error"
 }
 
 func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {

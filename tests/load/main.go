@@ -219,27 +219,29 @@ func writeOutputs(o *options, results []*result, out io.Writer) error {
 
 // result is what one run measured.
 type result struct {
-	replicas    int
-	o           *options
-	setup       time.Duration
-	elapsed     time.Duration
-	loadBefore  string
-	loadAfter   string
-	clusters    int
-	agents      int
-	connected   int
-	ops         []opSummary
-	all         opSummary // every SDK operation together
-	samples     []sample
-	sets, acks  int64
-	reports     int64
-	repeats     int64
-	reconnects  int64
-	streamEnds  map[string]string
-	logs        []errCount
-	compactions int
-	compactErrs int
-	memory      verdict
+	replicas   int
+	o          *options
+	setup      time.Duration
+	elapsed    time.Duration
+	loadBefore string
+	loadAfter  string
+	clusters   int
+	agents     int
+	connected  int
+	ops        []opSummary
+	all        opSummary // every SDK operation together
+	samples    []sample
+	sets, acks int64
+	reports    int64
+	repeats    int64
+	reconnects int64
+	// setupReconnects are the streams the host ended during setup.
+	setupReconnects int64
+	streamEnds      map[string]string
+	logs            []errCount
+	compactions     int
+	compactErrs     int
+	memory          verdict
 }
 
 // runOnce sets up a world with n replicas, runs the load on it for
@@ -284,11 +286,9 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 	done()
 	res.setup = time.Since(t0)
 	res.connected = f.connected()
+	res.setupReconnects = f.reconnects.Load()
 	rec.reset()
-	f.sets.Store(0)
-	f.acks.Store(0)
-	f.reports.Store(0)
-	f.repeats.Store(0)
+	f.reset()
 
 	// The load.
 	var limiter *rate.Limiter
@@ -299,12 +299,16 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 	smp := newSampler(e.etcdCli, e.etcd.Endpoints(), rec, opNames(), out)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
+	// The series ends when the load does: the calls still finishing
+	// after it count in the totals only.
+	sampleCtx, stopSampling := context.WithCancel(runCtx)
+	defer stopSampling()
 	smp.begin(runCtx)
 	cmp := &compactor{cli: e.etcdCli}
 	var bg, load sync.WaitGroup
-	bg.Go(func() { smp.run(runCtx, o.sample) })
+	bg.Go(func() { smp.run(sampleCtx, o.sample) })
 	if o.compactEvery > 0 {
-		bg.Go(func() { cmp.run(runCtx, o.compactEvery) })
+		bg.Go(func() { cmp.run(sampleCtx, o.compactEvery) })
 	}
 	start := time.Now()
 	for _, c := range clients {
@@ -315,16 +319,17 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 	case <-time.After(o.duration):
 	case <-ctx.Done():
 	}
+	stopSampling()
+	bg.Wait()
+	if last := smp.samples[len(smp.samples)-1]; time.Since(smp.start)-last.At > o.sample/4 {
+		smp.take(context.WithoutCancel(ctx)) // the partial last interval
+	}
 	stopRun()
 	load.Wait()
 	res.elapsed = time.Since(start)
 	// What the replicas logged under load, not what shutting down makes
 	// them log.
 	res.logs = e.logs.top()
-	bg.Wait()
-	if last := smp.samples[len(smp.samples)-1]; time.Since(smp.start)-last.At > o.sample/4 {
-		smp.take(context.WithoutCancel(ctx)) // the partial last interval
-	}
 	if ctx.Err() != nil {
 		_, _ = fmt.Fprintln(progress, "interrupted: the results cover the load until now")
 	}

@@ -18,8 +18,8 @@ import (
 var runColors = []color.RGBA{{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, {R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}
 
 // writePNG draws two panels over the load's time: the SDK calls' p50 and
-// p99 per sample interval (log scale), and the process's RSS and heap in
-// use; one color per run.
+// p99 per sample interval (log scale), and the process's RSS and live
+// heap; one color per run.
 func writePNG(path string, rs []*result) error {
 	lat := plot.New()
 	lat.Title.Text = "SDK call latency per interval (all operations)"
@@ -57,7 +57,7 @@ func writePNG(path string, rs []*result) error {
 			maxLat = max(maxLat, ms2(s.P99))
 			maxMem = max(maxMem, mib(s.RSS))
 			rss = append(rss, plotter.XY{X: t, Y: mib(s.RSS)})
-			heap = append(heap, plotter.XY{X: t, Y: mib(s.HeapInuse)})
+			heap = append(heap, plotter.XY{X: t, Y: mib(s.HeapLive)})
 		}
 		if err := addLine(lat, p50, col, nil, name+" p50"); err != nil {
 			return err
@@ -68,7 +68,7 @@ func writePNG(path string, rs []*result) error {
 		if err := addLine(mem, rss, col, nil, name+" RSS"); err != nil {
 			return err
 		}
-		if err := addLine(mem, heap, col, dashed, name+" heap in use"); err != nil {
+		if err := addLine(mem, heap, col, dashed, name+" live heap"); err != nil {
 			return err
 		}
 	}

@@ -14,10 +14,10 @@ import (
 )
 
 // verdict is whether memory stayed flat over the second half of a run: the
-// least-squares slope of RSS and of the heap in use over the samples of
-// the second half, against a threshold in percent of their mean per
-// minute. Go seldom returns freed pages at once, so RSS alone would
-// mislead both ways; the heap says what is live.
+// least-squares slope of RSS and of the live heap over the samples of the
+// second half, against a threshold in percent of their mean per minute.
+// Go seldom returns freed pages at once, so RSS alone would mislead both
+// ways; the live heap (marked by the last GC) says what is held.
 type verdict struct {
 	judged       bool
 	samples      int
@@ -50,7 +50,7 @@ func judgeMemory(samples []sample, pct float64) verdict {
 	v.judged = true
 	v.span = half[len(half)-1].At - half[0].At
 	v.rssSlope, v.rssMean = slope(half, func(s sample) float64 { return mib(s.RSS) })
-	v.heapSlope, v.heapMean = slope(half, func(s sample) float64 { return mib(s.HeapInuse) })
+	v.heapSlope, v.heapMean = slope(half, func(s sample) float64 { return mib(s.HeapLive) })
 	v.goroutinesAt = [2]int{half[0].Goroutines, half[len(half)-1].Goroutines}
 	v.flat = v.rssSlope <= pct/100*v.rssMean && v.heapSlope <= pct/100*v.heapMean
 	return v
@@ -83,7 +83,7 @@ func (v verdict) String() string {
 		word = "NOT FLAT"
 	}
 	return fmt.Sprintf("%s — over the second half (%d samples, %.0fs): RSS %+.2f MiB/min (%+.2f %%/min of its mean %.1f MiB), "+
-		"heap in use %+.2f MiB/min (%+.2f %%/min of %.1f MiB); threshold %.2g %%/min; goroutines %d → %d",
+		"live heap %+.2f MiB/min (%+.2f %%/min of %.1f MiB); threshold %.2g %%/min; goroutines %d → %d",
 		word, v.samples, v.span.Seconds(), v.rssSlope, 100*v.rssSlope/v.rssMean, v.rssMean,
 		v.heapSlope, 100*v.heapSlope/v.heapMean, v.heapMean, v.threshold, v.goroutinesAt[0], v.goroutinesAt[1])
 }
@@ -103,8 +103,8 @@ func printResult(w io.Writer, r *result) {
 	p("\n== results: %s ==\n", replicaWord(r.replicas))
 	p("machine: %d CPUs (%s), GOMAXPROCS %d, %s; load average before setup %s, after the load %s, mean of the samples %.2f\n",
 		runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), r.loadBefore, r.loadAfter, meanLoad(r.samples))
-	p("setup %.1fs: %d ACTIVE clusters over %d accounts, %d/%d agents connected, %d add-ons and %d access entries per cluster prefilled; etcd fsync %v\n",
-		r.setup.Seconds(), r.clusters, o.accounts, r.connected, r.agents, min(o.prefillAddons, len(loadAddons)), o.prefillEntries, o.fsync)
+	p("setup %.1fs: %d ACTIVE clusters over %d accounts, %d/%d agents connected (%d streams reopened during setup), %d add-ons and %d access entries per cluster prefilled; etcd fsync %v\n",
+		r.setup.Seconds(), r.clusters, o.accounts, r.connected, r.agents, r.setupReconnects, min(o.prefillAddons, len(loadAddons)), o.prefillEntries, o.fsync)
 	p("load: %.1fs, %d SDK clients, %s; throttle %g/s burst %d per account; executors repeat reports every %s\n",
 		secs, o.clients, rateText(o.rate), o.throttleRate, o.throttleBurst, o.reportEvery)
 	calls := r.all.Count + r.all.Unexpected + r.all.Predicted
@@ -162,9 +162,9 @@ func printResult(w io.Writer, r *result) {
 	}
 	if n := len(r.samples); n > 0 {
 		a, b := r.samples[0], r.samples[n-1]
-		p("resources, start → end of the load: RSS %.1f → %.1f MiB, heap in use %.1f → %.1f MiB, stacks %.1f → %.1f MiB, goroutines %d → %d, "+
+		p("resources, start → end of the load: RSS %.1f → %.1f MiB, live heap %.1f → %.1f MiB (in use %.1f → %.1f), stacks %.1f → %.1f MiB, goroutines %d → %d, "+
 			"etcd DB %.1f → %.1f MiB (in use %.1f → %.1f), keys %d → %d, process CPU %.2f cores on average\n",
-			mib(a.RSS), mib(b.RSS), mib(a.HeapInuse), mib(b.HeapInuse), mib(a.StackInuse), mib(b.StackInuse), a.Goroutines, b.Goroutines,
+			mib(a.RSS), mib(b.RSS), mib(a.HeapLive), mib(b.HeapLive), mib(a.HeapInuse), mib(b.HeapInuse), mib(a.StackInuse), mib(b.StackInuse), a.Goroutines, b.Goroutines,
 			mib(uint64(max(a.DBSize, 0))), mib(uint64(max(b.DBSize, 0))), mib(uint64(max(a.DBInUse, 0))), mib(uint64(max(b.DBInUse, 0))),
 			a.Keys, b.Keys, meanCPU(r.samples))
 	}
@@ -273,6 +273,12 @@ func printComparison(w io.Writer, rs []*result) {
 		}
 		return fmt.Sprintf("%.0f → %.0f", mib(r.samples[0].RSS), mib(r.samples[len(r.samples)-1].RSS))
 	})
+	line("live heap start → end MiB", func(r *result) string {
+		if len(r.samples) == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f → %.0f", mib(r.samples[0].HeapLive), mib(r.samples[len(r.samples)-1].HeapLive))
+	})
 	line("goroutines start → end", func(r *result) string {
 		if len(r.samples) == 0 {
 			return "-"
@@ -301,7 +307,7 @@ func writeCSV(path string, rs []*result) error {
 	}
 	w := csv.NewWriter(f)
 	ops := append(opNames(), opReport)
-	head := []string{"replicas", "t_s", "rss_mib", "heap_inuse_mib", "stack_mib", "goroutines", "etcd_db_mib", "etcd_db_in_use_mib", "etcd_keys",
+	head := []string{"replicas", "t_s", "rss_mib", "heap_live_mib", "heap_inuse_mib", "stack_mib", "goroutines", "etcd_db_mib", "etcd_db_in_use_mib", "etcd_keys",
 		"etcd_writes_per_s", "load1", "cpu_cores", "sdk_ok", "sdk_ok_per_s", "sdk_p50_ms", "sdk_p99_ms", "errors"}
 	for _, op := range ops {
 		key := strings.ReplaceAll(op, " ", "_")
@@ -315,7 +321,7 @@ func writeCSV(path string, rs []*result) error {
 			if s.At > 0 && s.Interval > 0 {
 				perSec = float64(s.SDKOps) / s.Interval.Seconds()
 			}
-			row := []string{strconv.Itoa(r.replicas), ff(s.At.Seconds()), ff(mib(s.RSS)), ff(mib(s.HeapInuse)), ff(mib(s.StackInuse)),
+			row := []string{strconv.Itoa(r.replicas), ff(s.At.Seconds()), ff(mib(s.RSS)), ff(mib(s.HeapLive)), ff(mib(s.HeapInuse)), ff(mib(s.StackInuse)),
 				strconv.Itoa(s.Goroutines), ff(mib(uint64(max(s.DBSize, 0)))), ff(mib(uint64(max(s.DBInUse, 0)))), strconv.FormatInt(s.Keys, 10),
 				ff(s.Writes), ff(s.Load1), ff(s.CPU), strconv.FormatInt(s.SDKOps, 10), ff(perSec), ff(ms2(s.P50)), ff(ms2(s.P99)), strconv.FormatInt(s.Errs, 10)}
 			for _, op := range ops {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,9 +23,13 @@ import (
 // size, and what the SDK clients and agents did in the interval that ended
 // at At.
 type sample struct {
-	At         time.Duration // since the load started
-	RSS        uint64        // bytes, the whole process (etcd members, replicas, clients, agents)
-	HeapInuse  uint64
+	At        time.Duration // since the load started
+	RSS       uint64        // bytes, the whole process (etcd members, replicas, clients, agents)
+	HeapInuse uint64
+	// HeapLive is the heap the last GC marked live: what the program
+	// holds, without the garbage the next GC frees (HeapInuse swings by
+	// that much between cycles).
+	HeapLive   uint64
 	StackInuse uint64
 	Goroutines int
 	DBSize     int64 // etcd's backend file, the largest member's
@@ -72,7 +77,7 @@ func (s *sampler) begin(ctx context.Context) {
 	s.lastCPU = processCPU()
 	s.rec.takeInterval()
 	_, _ = fmt.Fprintf(s.out, "%7s %8s %8s %6s %8s %7s %8s %6s %5s %6s %7s %7s %7s %6s\n",
-		"t", "RSS MiB", "heap MiB", "gorout", "etcd MiB", "keys", "writes/s", "load1", "CPU", "ops/s", "p50 ms", "p99 ms", "reports", "errors")
+		"t", "RSS MiB", "live MiB", "gorout", "etcd MiB", "keys", "writes/s", "load1", "CPU", "ops/s", "p50 ms", "p99 ms", "reports", "errors")
 	s.take(ctx)
 }
 
@@ -96,9 +101,14 @@ func (s *sampler) take(ctx context.Context) sample {
 	cpu := processCPU()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
 	sm := sample{
 		At: now.Sub(s.start), RSS: vmRSS(), HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse, Goroutines: runtime.NumGoroutine(),
 		Load1: loadAverage(), Interval: now.Sub(s.last),
+	}
+	if live[0].Value.Kind() == metrics.KindUint64 {
+		sm.HeapLive = live[0].Value.Uint64()
 	}
 	if sm.Interval > 0 {
 		sm.CPU = float64(cpu-s.lastCPU) / float64(sm.Interval)
@@ -131,7 +141,7 @@ func (s *sampler) take(ctx context.Context) sample {
 		opsPerSec = float64(sm.SDKOps) / sm.Interval.Seconds()
 	}
 	_, _ = fmt.Fprintf(s.out, "%6.0fs %8.1f %8.1f %6d %8.1f %7d %8.1f %6.2f %5.2f %6.1f %7.2f %7.2f %7d %6d\n",
-		sm.At.Seconds(), mib(sm.RSS), mib(sm.HeapInuse), sm.Goroutines, mib(uint64(max(sm.DBSize, 0))), sm.Keys, sm.Writes, sm.Load1, sm.CPU,
+		sm.At.Seconds(), mib(sm.RSS), mib(sm.HeapLive), sm.Goroutines, mib(uint64(max(sm.DBSize, 0))), sm.Keys, sm.Writes, sm.Load1, sm.CPU,
 		opsPerSec, ms2(sm.P50), ms2(sm.P99), sm.Reports, sm.Errs)
 	return sm
 }
