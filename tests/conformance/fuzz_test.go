@@ -672,10 +672,10 @@ func FuzzFacadeOperations(f *testing.F) {
 	}
 	// Path labels the services must refuse or not find, each on a few of
 	// the operations that take labels.
-	var labelled []int
+	var labelled []uint8
 	for i, op := range ops {
-		if strings.Contains(op.path, "{") {
-			labelled = append(labelled, i)
+		if sel := uint8(i); strings.Contains(op.path, "{") {
+			labelled = append(labelled, sel)
 		}
 	}
 	for k, labels := range []string{"nope", "fuzz-0\nnope", "fuzz-0\nkube-proxy", "-", strings.Repeat("a", 101),
@@ -683,7 +683,7 @@ func FuzzFacadeOperations(f *testing.F) {
 		"arn:aws:eks:us-east-1:000000000000:cluster/nope", "arn:aws:eks:us-east-1:111111111111:cluster/fuzz-0", "a-00000000000000000",
 		"..", "%zz", "%2F", "\x00", "\xff"} {
 		for n := 0; n < 3; n++ {
-			f.Add(uint8(labelled[(k*3+n*7)%len(labelled)]), labels, "", []byte(nil))
+			f.Add(labelled[(k*3+n*7)%len(labelled)], labels, "", []byte(nil))
 		}
 	}
 	generation := 0
