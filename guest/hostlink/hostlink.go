@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
@@ -212,7 +213,12 @@ func (l *Link) conn(ep string) (*grpc.ClientConn, error) {
 	}
 	c, err := grpc.NewClient(ep,
 		grpc.WithTransportCredentials(credentials.NewTLS(l.cfg.TLS)),
-		grpc.WithKeepaliveParams(clientKeepalive))
+		grpc.WithKeepaliveParams(clientKeepalive),
+		// A replica that accepts TCP but never finishes the TLS handshake
+		// (partitioned after accept) would otherwise hold the stream's
+		// open for gRPC's 20 s minimum connect timeout, however short
+		// OpenTimeout is, before the link tries the next replica.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.DefaultConfig, MinConnectTimeout: l.cfg.OpenTimeout}))
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: %w", ep, err)
 	}
