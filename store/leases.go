@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,7 +20,11 @@ type leasePool struct {
 	now    func() time.Time
 	window time.Duration
 
-	mu     sync.Mutex
+	// lock guards leases: a one-slot semaphore rather than a mutex, so a
+	// writer waiting behind another's Grant (etcd slow or unreachable)
+	// gives up with its own request's context instead of queueing past
+	// its deadline.
+	lock   chan struct{}
 	leases map[time.Duration]pooledLease
 }
 
@@ -37,13 +40,17 @@ func newLeasePool(client *clientv3.Client, window time.Duration) *leasePool {
 	case window < 0:
 		window = 0
 	}
-	return &leasePool{client: client, now: time.Now, window: window, leases: map[time.Duration]pooledLease{}}
+	return &leasePool{client: client, now: time.Now, window: window, lock: make(chan struct{}, 1), leases: map[time.Duration]pooledLease{}}
 }
 
 // get returns a lease under which a key lives at least ttl.
 func (p *leasePool) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-p.lock }()
 	now := p.now()
 	if l, ok := p.leases[ttl]; ok && now.Sub(l.granted) < p.window {
 		return l.id, nil
@@ -61,7 +68,7 @@ func (p *leasePool) get(ctx context.Context, ttl time.Duration) (clientv3.LeaseI
 
 // reset forgets every pooled lease.
 func (p *leasePool) reset() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lock <- struct{}{}
+	defer func() { <-p.lock }()
 	clear(p.leases)
 }

@@ -269,6 +269,9 @@ func mapErr(err error, key string) error {
 		// The NOSPACE alarm: etcd refuses every write until an operator
 		// compacts, defragments and disarms it (docs/operations.md). Reads
 		// still work; a write is unavailable, not a bug of the request.
+		// The outcome is unknown, not "not written": the write that crosses
+		// the quota is applied and still answered NOSPACE, so callers
+		// retry with their clientRequestToken.
 		return fmt.Errorf("%s: %w: etcd space quota exhausted (NOSPACE alarm): %v", key, ErrUnavailable, err)
 	}
 	if st, ok := status.FromError(err); ok {
