@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -88,9 +89,15 @@ func (f *fleet) connectAll(ctx context.Context, e *env, certTTL time.Duration) e
 	if f.reportEvery > 0 {
 		go f.pokeRepeats(ctx)
 	}
-	return parallel(ctx, len(members), 16, func(i int) error {
+	// Eight at a time: each admission writes a session and starts a
+	// cluster's watch, and a storm of them starves etcd on a small machine.
+	return parallel(ctx, len(members), 8, func(i int) error {
 		m := members[i]
-		tlsCfg, err := e.agentTLS(ctx, m.c.uid, m.inst, certTTL)
+		var tlsCfg *tls.Config
+		err := retrying(ctx, 5, func() (err error) {
+			tlsCfg, err = e.agentTLS(ctx, m.c.uid, m.inst, certTTL)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -120,6 +127,23 @@ func (f *fleet) connectAll(ctx context.Context, e *env, certTTL time.Duration) e
 			return ctx.Err()
 		}
 	})
+}
+
+// retrying calls call up to attempts times, a second apart, until it
+// succeeds: setup's etcd writes may time out on a starved machine.
+func retrying(ctx context.Context, attempts int, call func() error) error {
+	var err error
+	for range attempts {
+		if err = call(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
+	return err
 }
 
 // close ends every agent's connection (their streams end with ctx); the

@@ -410,7 +410,8 @@ func (c *client) createEntryIn(ctx context.Context, cm *clusterModel, principal 
 	_, err := c.sdk.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(cm.name), PrincipalArn: aws.String(principal),
 		KubernetesGroups: []string{"load-team"}, Tags: map[string]string{"team": "load"}})
 	c.record(ctx, opCreateAccessEntry, t0, err, false)
-	if err == nil {
+	var inUse *ekstypes.ResourceInUseException
+	if err == nil || errors.As(err, &inUse) { // in use: a retried create that was applied (prefill)
 		cm.entries[principal] = map[string]bool{}
 	}
 }

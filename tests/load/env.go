@@ -239,7 +239,8 @@ func (e *env) makeCluster(ctx context.Context, c *clusterInfo) error {
 		ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: subnets},
 		AccessConfig:       &ekstypes.CreateAccessConfigRequest{AuthenticationMode: ekstypes.AuthenticationModeApiAndConfigMap},
 	})
-	if err != nil {
+	var inUse *ekstypes.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) { // in use: a retry of a create that was applied
 		return fmt.Errorf("create cluster %s: %w", c.name, err)
 	}
 	ca, err := clustertest.GenerateCertificateAuthorityData()
@@ -271,12 +272,20 @@ func (e *env) makeCluster(ctx context.Context, c *clusterInfo) error {
 }
 
 // unthrottled calls call again while saltbush's throttle refuses it
-// (ResourceExhausted on gRPC), as a provisioner would back off.
+// (ResourceExhausted on gRPC) or etcd is too slow to answer (Unavailable,
+// DeadlineExceeded; a little while only), as a provisioner would back off.
+// The calls it is used for are idempotent.
 func unthrottled(ctx context.Context, call func() error) error {
 	backoff := 50 * time.Millisecond
-	for {
+	for slow := 0; ; {
 		err := call()
-		if status.Code(err) != codes.ResourceExhausted {
+		switch status.Code(err) {
+		case codes.ResourceExhausted:
+		case codes.Unavailable, codes.DeadlineExceeded:
+			if slow++; slow > 10 {
+				return err
+			}
+		default:
 			return err
 		}
 		select {
