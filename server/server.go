@@ -633,15 +633,26 @@ func (s *Server) newHTTPServer(facade, query http.Handler) *http.Server {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.Document)
 	})
-	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Only the four operational paths go through the ServeMux: it cleans a
+	// path before matching and answers "/a/../b" or "//" with a redirect to
+	// the cleaned one, which is not an AWS answer (and would act on a path
+	// the client did not sign). Every other request reaches the façade or
+	// the query endpoint with its path as sent, and is refused there in
+	// AWS's words if it names nothing.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics", "/openapi.json":
+			mux.ServeHTTP(w, r)
+			return
+		}
 		if sts.IsQueryRequest(r) {
 			query.ServeHTTP(w, r)
 			return
 		}
 		facade.ServeHTTP(w, r)
-	}))
+	})
 	return &http.Server{
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
