@@ -210,11 +210,14 @@ type Server struct {
 	grpcServer *grpc.Server
 	// access decides what a gRPC caller may call (by the method classes
 	// of the service table).
-	access     *grpcAccess
-	health     *health.Server
-	httpServer *http.Server
-	grpcLis    net.Listener
-	httpLis    net.Listener
+	access *grpcAccess
+	health *health.Server
+	// etcdReachable follows the readiness probes: 1 while the last one
+	// reached etcd, so an alert need not infer it from error ratios.
+	etcdReachable prometheus.Gauge
+	httpServer    *http.Server
+	grpcLis       net.Listener
+	httpLis       net.Listener
 
 	closeOnce sync.Once
 }
@@ -255,6 +258,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.access = &grpcAccess{authz: authorizer, throttle: limiter, audit: auditSink}
 	s.grpcServer = s.newGRPCServer()
 	s.health = health.NewServer()
+	s.etcdReachable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "saltbush_etcd_reachable",
+		Help: "1 while this replica's last readiness probe (a linearizable etcd read) succeeded, else 0.",
+	})
+	s.etcdReachable.Set(1) // the store has just read its metadata
+	s.registry.MustRegister(s.etcdReachable)
 	table := serviceTable(d, authorizer, s.health, s.grpcServer)
 	for _, svc := range table {
 		svc.register(s.grpcServer)
@@ -763,9 +772,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
+		s.etcdReachable.Set(0)
 		http.Error(w, "etcd unreachable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	s.etcdReachable.Set(1)
 	_, _ = w.Write([]byte("ok\n"))
 }
 
@@ -866,6 +877,11 @@ func (s *Server) watchReadiness(ctx context.Context) {
 			s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		}
 		serving = err == nil
+		if serving {
+			s.etcdReachable.Set(1)
+		} else {
+			s.etcdReachable.Set(0)
+		}
 	}
 }
 

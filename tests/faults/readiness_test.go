@@ -1,8 +1,10 @@
 package faults
 
 import (
+	"bufio"
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +15,9 @@ import (
 )
 
 // TestReadinessFollowsEtcd: with its etcd gone, saltbush reports not ready
-// on /readyz and NOT_SERVING on gRPC health (while /healthz, liveness, stays
-// up), and recovers by itself when etcd is back.
+// on /readyz, NOT_SERVING on gRPC health and saltbush_etcd_reachable 0
+// (while /healthz, liveness, stays up), and recovers by itself when etcd is
+// back.
 func TestReadinessFollowsEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -39,16 +42,37 @@ func TestReadinessFollowsEtcd(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
+	// reachable is the saltbush_etcd_reachable gauge /metrics exports.
+	reachable := func() string {
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "saltbush_etcd_reachable "); ok {
+				return v
+			}
+		}
+		return "(absent)"
+	}
 	waitFor := func(want healthpb.HealthCheckResponse_ServingStatus, readyz int) {
 		t.Helper()
+		gauge := "1"
+		if readyz != http.StatusOK {
+			gauge = "0"
+		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			hc, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
-			if err == nil && hc.GetStatus() == want && get("/readyz") == readyz {
+			if err == nil && hc.GetStatus() == want && get("/readyz") == readyz && reachable() == gauge {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("health = %v (%v), /readyz = %d; want %v and %d", hc.GetStatus(), err, get("/readyz"), want, readyz)
+				t.Fatalf("health = %v (%v), /readyz = %d, saltbush_etcd_reachable = %s; want %v, %d and %s",
+					hc.GetStatus(), err, get("/readyz"), reachable(), want, readyz, gauge)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
