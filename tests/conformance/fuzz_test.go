@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path"
 	"regexp"
 	"slices"
 	"sort"
@@ -133,25 +132,6 @@ var knownDefects = []struct {
 			p, _ := url.PathUnescape(resp.Request.URL.EscapedPath())
 			q, _ := url.QueryUnescape(resp.Request.URL.RawQuery)
 			return !utf8.ValidString(p) || !utf8.ValidString(q)
-		},
-	},
-	{
-		// The HTTP mux in front of the façade (server/server.go) cleans
-		// the path and redirects before the façade sees the request.
-		why: "a path with a . or .. segment or an empty one gets a redirect, not the façade's answer",
-		match: func(_, _ string, resp *http.Response, _ []byte) bool {
-			if resp.StatusCode/100 != 3 || resp.Request == nil {
-				return false
-			}
-			p, err := url.PathUnescape(resp.Request.URL.EscapedPath())
-			if err != nil {
-				return false
-			}
-			clean := path.Clean(p)
-			if strings.HasSuffix(p, "/") && clean != "/" {
-				clean += "/"
-			}
-			return clean != p
 		},
 	},
 }
