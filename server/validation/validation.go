@@ -29,6 +29,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/saltbush/saltbush/errdefs"
 )
@@ -134,6 +135,13 @@ func Check(ctx context.Context, req proto.Message) error {
 	}
 	value, err := requestValue(ctx, req)
 	if err != nil {
+		// protojson refuses a string that is not UTF-8; the body's JSON
+		// decoder already refused one in the body, so this is a path label
+		// or query parameter: the caller's mistake, named by member.
+		if member, bad := invalidUTF8(req.ProtoReflect(), ""); bad {
+			return &errdefs.Error{Exception: op.exception, Message: fmt.Sprintf(
+				"1 validation error detected: Value at '%s' failed to satisfy constraint: Member must be valid UTF-8", member)}
+		}
 		return err
 	}
 	var v violations
@@ -512,4 +520,51 @@ func typeName(s *shape) string {
 		return "a map"
 	}
 	return "a structure"
+}
+
+// invalidUTF8 returns the member (JSON names, dotted) of the first string
+// in m, at any depth, list element or map entry, that is not UTF-8.
+func invalidUTF8(m protoreflect.Message, prefix string) (string, bool) {
+	var member string
+	bad := func(v protoreflect.Value, fd protoreflect.FieldDescriptor) bool {
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			return !utf8.ValidString(v.String())
+		case protoreflect.MessageKind, protoreflect.GroupKind:
+			name, found := invalidUTF8(v.Message(), member)
+			if found {
+				member = name
+			}
+			return found
+		}
+		return false
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		member = prefix + fd.JSONName()
+		if prefix != "" {
+			member = prefix + "." + fd.JSONName()
+		}
+		switch {
+		case fd.IsList():
+			for i := 0; i < v.List().Len(); i++ {
+				if bad(v.List().Get(i), fd) {
+					return false
+				}
+			}
+		case fd.IsMap():
+			found := false
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = !utf8.ValidString(k.String()) || bad(mv, fd.MapValue())
+				return !found
+			})
+			if found {
+				return false
+			}
+		case bad(v, fd):
+			return false
+		}
+		member = ""
+		return true
+	})
+	return member, member != ""
 }

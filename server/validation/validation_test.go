@@ -49,6 +49,23 @@ func TestCheck(t *testing.T) {
 				"Map keys must satisfy constraint: [Member must have length less than or equal to 128, Member must have length greater than or equal to 1]",
 		},
 		{
+			name: "cluster name label not UTF-8", req: &eksv1.ListAddonsRequest{ClusterName: "c\xff"},
+			exception: errdefs.InvalidParameterException,
+			message:   "1 validation error detected: Value at 'clusterName' failed to satisfy constraint: Member must be valid UTF-8",
+		},
+		{
+			name: "tag value not UTF-8, in a map", req: &eksv1.TagResourceRequest{ResourceArn: "arn", Tags: map[string]string{"k": "\xfe"}},
+			exception: errdefs.BadRequestException,
+			message:   "1 validation error detected: Value at 'tags' failed to satisfy constraint: Member must be valid UTF-8",
+		},
+		{
+			name: "nested list member not UTF-8", req: &eksv1.CreateClusterRequest{
+				Name: "c", RoleArn: "r", ResourcesVpcConfig: &eksv1.VpcConfigRequest{SubnetIds: []string{"subnet-a", "subnet-\xff"}},
+			},
+			exception: errdefs.InvalidParameterException,
+			message:   "1 validation error detected: Value at 'resourcesVpcConfig.subnetIds' failed to satisfy constraint: Member must be valid UTF-8",
+		},
+		{
 			name: "max results over 100", req: &eksv1.ListAddonsRequest{ClusterName: "c", MaxResults: i32(101)},
 			exception: errdefs.InvalidParameterException,
 			message:   "1 validation error detected: Value '101' at 'maxResults' failed to satisfy constraint: Member must have value less than or equal to 100",

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -112,41 +111,12 @@ func (m *fuzzModel) allowed(op string) map[string]bool {
 	return all
 }
 
-// knownDefects are answers that break the checks for a known reason,
-// outside the fuzz targets' reach: each names what its answer looks like,
-// so that once it is fixed the same inputs are checked in full again. An
-// input that gets one is skipped, and the fuzzer goes on to others.
-var knownDefects = []struct {
-	why   string
-	match func(op, input string, resp *http.Response, body []byte) bool
-}{
-	{
-		// server/validation encodes the request with protojson before it
-		// checks it, and protojson refuses a string that is not UTF-8:
-		// the check fails as an internal error.
-		why: "a path label or query parameter that is not UTF-8 gets a ServerException",
-		match: func(_, _ string, resp *http.Response, _ []byte) bool {
-			if resp.StatusCode != http.StatusInternalServerError || resp.Request == nil {
-				return false
-			}
-			p, _ := url.PathUnescape(resp.Request.URL.EscapedPath())
-			q, _ := url.QueryUnescape(resp.Request.URL.RawQuery)
-			return !utf8.ValidString(p) || !utf8.ValidString(q)
-		},
-	},
-}
-
 // checkEKSAnswer checks one façade answer to a request for op (input is
 // everything the request sent, to tell a quoted value from a leak). It
 // reports whether the request succeeded.
 func checkEKSAnswer(t *testing.T, m *fuzzModel, op, input string, resp *http.Response, body []byte) bool {
 	t.Helper()
 	what := fmt.Sprintf("%s %s: %d %s %s", op, input, resp.StatusCode, resp.Header.Get("X-Amzn-Errortype"), body)
-	for _, d := range knownDefects {
-		if d.match(op, input, resp, body) {
-			t.Skipf("known: %s: %s", d.why, what)
-		}
-	}
 	if resp.StatusCode >= 500 {
 		t.Fatalf("a server error: %s", what)
 	}

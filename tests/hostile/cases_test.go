@@ -542,6 +542,12 @@ func (e *env) controlCases() []hostileCase {
 	return []hostileCase{
 		{name: "DescribeCluster name with a NUL", category: catControl, op: "DescribeCluster", method: "GET", path: c + "%00",
 			status: s400, exception: ipe, member: "name", message: namePattern},
+		// Bytes that are not UTF-8, in a path label and a query value: the
+		// member's validation error (server/validation), never a 500.
+		{name: "ListAddons cluster name not UTF-8", category: catControl, op: "ListAddons", method: "GET", path: "/clusters/%FF/addons",
+			status: s400, exception: ipe, member: "clusterName", message: "Member must be valid UTF-8"},
+		{name: "ListUpdates addon name query not UTF-8", category: catControl, op: "ListUpdates", method: "GET", path: c + "/updates?addonName=%FE",
+			status: s400, exception: ipe, member: "addonName", message: "Member must be valid UTF-8"},
 		{name: "DeleteCluster name with CR LF", category: catControl, op: "DeleteCluster", method: "DELETE", path: c + "%0D%0AX-Injected:%201",
 			status: s400, exception: ipe, member: "name", message: namePattern},
 		{name: "CreateCluster name with a NUL", category: catControl, op: "CreateCluster", method: "POST", path: "/clusters",
