@@ -29,7 +29,12 @@ type snapshot struct {
 	// sessions holds the live sessions' instances and each key's mod
 	// revision (a stream checks its own session again when it moved).
 	sessions map[string]int64
-	desired  *deliveryv1.DesiredSet
+	// sessionsCreated holds each live session key's create revision: a
+	// key created after the executor record was written is a session
+	// that lapsed and came back (assign). A newer stream taking a
+	// session over writes the key in place and keeps its creation.
+	sessionsCreated map[string]int64
+	desired         *deliveryv1.DesiredSet
 	// members indexes cluster's member instances (nil: scan the record).
 	members map[string]bool
 	// lastReport is when the latest accepted report of any add-on was
@@ -338,7 +343,7 @@ func (s *Service) readRecords(ctx context.Context, uid, account, name string, pr
 	if err != nil {
 		return nil, nil, fmt.Errorf("read cluster %s: %w", uid, err)
 	}
-	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]int64{}}
+	sn := &snapshot{revision: resp.Header.Revision, sessions: map[string]int64{}, sessionsCreated: map[string]int64{}}
 	switch kvs := resp.Responses[0].GetResponseRange().GetKvs(); {
 	case len(kvs) == 1 && resp.Succeeded && prevRev != 0:
 		sn.cluster, sn.clusterRev, sn.members = prev.cluster, prev.clusterRev, prev.members
@@ -365,7 +370,8 @@ func (s *Service) readRecords(ctx context.Context, uid, account, name string, pr
 	}
 	prefix := s.store.Key(store.SessionsPrefix(uid))
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
-		sn.sessions[string(kv.Key[len(prefix):])] = kv.ModRevision
+		instance := string(kv.Key[len(prefix):])
+		sn.sessions[instance], sn.sessionsCreated[instance] = kv.ModRevision, kv.CreateRevision
 	}
 	if sn.cluster != nil {
 		var previous *deliveryv1.DesiredSet

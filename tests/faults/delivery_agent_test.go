@@ -1021,15 +1021,20 @@ type dlAssigned struct {
 // checkExecutorHistory checks break before make from etcd alone: epochs
 // only grow (by one, also across a removed executor record), an epoch
 // keeps its instance, and epoch e+1 is committed only at a revision where
-// the epoch-e holder's session key is absent or where the epoch-e record
-// says it was drained and acknowledged the fence; the new holder had a
-// session and was a member there. It returns the assignments.
+// the epoch-e holder's session key is absent, where the epoch-e record
+// says it was drained and acknowledged the fence, or — to the same
+// instance — after its session key was deleted since epoch e was
+// assigned (its session lapsed and it came back with a new one,
+// docs/delivery-protocol.md rule 6); the new holder had a session and was
+// a member there. It returns the assignments.
 func (h *dlHistory) checkExecutorHistory(members func(rev int64) map[string]bool) ([]dlAssigned, []string) {
 	var (
 		out     []dlAssigned
 		errs    []string
 		prev    *storagev1.ExecutorRecord
 		maxSeen int64
+		// prevRev is the revision prev's epoch was first written at.
+		prevRev int64
 	)
 	for _, ev := range h.keys[store.ExecutorKey(h.uid)] {
 		if ev.deleted {
@@ -1061,7 +1066,8 @@ func (h *dlHistory) checkExecutorHistory(members func(rev int64) map[string]bool
 					errs = append(errs, fmt.Sprintf("revision %d: epoch %d follows epoch %d", ev.rev, rec.GetEpoch(), prev.GetEpoch()))
 				}
 				fenced := prev.GetDraining() && prev.GetFenceAcked() || prev.GetInstanceId() == ""
-				if !fenced && h.sessionAt(prev.GetInstanceId(), ev.rev) {
+				cameBack := rec.GetInstanceId() == prev.GetInstanceId() && h.sessionLapsed(prev.GetInstanceId(), prevRev, ev.rev)
+				if !fenced && !cameBack && h.sessionAt(prev.GetInstanceId(), ev.rev) {
 					errs = append(errs, fmt.Sprintf("revision %d: epoch %d assigned to %s while epoch %d's holder %s still had a session and had not acknowledged a fence (break before make)",
 						ev.rev, rec.GetEpoch(), rec.GetInstanceId(), prev.GetEpoch(), prev.GetInstanceId()))
 				}
@@ -1075,6 +1081,9 @@ func (h *dlHistory) checkExecutorHistory(members func(rev int64) map[string]bool
 			out = append(out, dlAssigned{rev: ev.rev, instance: rec.GetInstanceId(), epoch: rec.GetEpoch(), reason: rec.GetReason()})
 		}
 		maxSeen = max(maxSeen, rec.GetEpoch())
+		if prev == nil || rec.GetEpoch() != prev.GetEpoch() {
+			prevRev = ev.rev
+		}
 		prev = rec
 	}
 	return out, errs

@@ -116,10 +116,11 @@ func (ht *historyTotals) reject(reason string) {
 //
 //	(a) break before make: epochs only grow, one at a time, an epoch keeps
 //	    its instance, and epoch e+1 was committed only at a revision where
-//	    epoch e's holder had no session key or its record said it
-//	    acknowledged a drain's fence; the new holder had a session and was
-//	    a member; every Assignment an agent got names etcd's executor of
-//	    that epoch;
+//	    epoch e's holder had no session key, its record said it
+//	    acknowledged a drain's fence, or (to the same instance) its session
+//	    key had been deleted since epoch e was assigned: it came back with
+//	    a new session; the new holder had a session and was a member;
+//	    every Assignment an agent got names etcd's executor of that epoch;
 //	(b) no accepted report from a stale epoch or generation: every commit
 //	    of an add-on's observed state was made while the executor record
 //	    was {observed.instance_id, observed.executor_epoch} (not draining)
@@ -807,6 +808,20 @@ func (s *historySchedule) check(from, end int64) {
 	}
 }
 
+// sessionLapsed reports whether instance's session key was deleted at a
+// revision in (from, to): its session expired (or was removed) in
+// between, whatever stream wrote the key after. An executor whose session
+// lapsed may come back with a new one and be assigned again at the next
+// epoch (checkExecutorHistory).
+func (h *dlHistory) sessionLapsed(instance string, from, to int64) bool {
+	for _, ev := range h.keys[store.SessionKey(h.uid, instance)] {
+		if ev.deleted && ev.rev > from && ev.rev < to {
+			return true
+		}
+	}
+	return false
+}
+
 // TestDeliveryHistoryChecker feeds the history checks a made-up history
 // with one violation of each kind, and the same history without them, so
 // a checker that cannot see a violation fails here rather than passing
@@ -858,6 +873,20 @@ func TestDeliveryHistoryChecker(t *testing.T) {
 		}
 		add(store.SessionKey(uid, "i-2"), 30, nil)
 		add(ek, 31, exec("i-1", 3, false, false))
+		// i-1's session lapses and it comes back with a new one; i-2
+		// comes back too.
+		add(store.SessionKey(uid, "i-2"), 39, session)
+		add(store.SessionKey(uid, "i-1"), 40, nil)
+		add(store.SessionKey(uid, "i-1"), 41, session)
+		if bad {
+			// Epoch 4 to another member while i-1's new session lives;
+			// then epoch 5 to i-2 again, its session never lapsed.
+			add(ek, 42, exec("i-2", 4, false, false))
+			add(ek, 44, exec("i-2", 5, false, false))
+		} else {
+			// i-1 again, at the next epoch.
+			add(ek, 42, exec("i-1", 4, false, false))
+		}
 		return h
 	}
 	reports := func(bad bool) []*dlReport {
@@ -875,10 +904,12 @@ func TestDeliveryHistoryChecker(t *testing.T) {
 		errs = append(errs, rerrs...)
 		t.Logf("bad=%v: %d assignments, errors:\n  %s", bad, len(assigned), strings.Join(errs, "\n  "))
 		want := []string{"epoch 2 assigned to i-2 while epoch 1's holder i-1 still had a session", "stale epoch accepted",
-			"stale generation accepted", "at no revision in between"}
+			"stale generation accepted", "at no revision in between",
+			"epoch 4 assigned to i-2 while epoch 3's holder i-1 still had a session",
+			"epoch 5 assigned to i-2 while epoch 4's holder i-2 still had a session"}
 		if !bad {
-			if len(errs) != 0 || len(assigned) != 3 {
-				t.Errorf("the clean history: %d assignments, errors %v; want 3 and none", len(assigned), errs)
+			if len(errs) != 0 || len(assigned) != 4 {
+				t.Errorf("the clean history: %d assignments, errors %v; want 4 and none", len(assigned), errs)
 			}
 			continue
 		}

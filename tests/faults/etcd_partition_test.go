@@ -52,15 +52,20 @@ import (
 //     epoch; break before make holds in etcd's history;
 //   - once healed, a turns ready again by itself.
 //
-// Who carries on:
-//   - the only member comes back: the link takes i-1 to b at once, where
-//     it is the executor again and its reports are accepted;
-//   - a standby takes over: i-1 stays away (as an agent whose backoff
-//     outlasts its session) until its session has run out — a can
-//     neither renew nor retire it — and i-2, a standby on b, becomes the
-//     executor at epoch 2; then the link takes i-1 to b, a standby at
-//     epoch 2, where its report at the fenced epoch 1 is refused
-//     (not_executor) and answered with a Fence for epoch 1.
+// Who carries on, once i-1 has stayed away (as an agent whose backoff
+// outlasts its session) until its session has run out — a can neither
+// renew nor retire it:
+//   - the only member comes back: nobody could take over, and b had no
+//     stream of the cluster, so the executor record still names i-1 at
+//     epoch 1; the link takes i-1 to b, where its session is a new one
+//     and it is the executor again at epoch 2 (its session lapsed:
+//     docs/delivery-protocol.md, rule 6), its reports are accepted, and
+//     its report at the fenced epoch 1 is refused (stale_epoch) and
+//     answered with a Fence for epoch 1;
+//   - a standby takes over: i-2, a standby on b, becomes the executor at
+//     epoch 2; then the link takes i-1 to b, a standby at epoch 2, where
+//     its report at the fenced epoch 1 is refused (not_executor) and
+//     answered with a Fence for epoch 1.
 func TestEtcdPartitionOfOneReplica(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -143,9 +148,7 @@ func runEtcdPartition(t *testing.T, cut func(p *netproxy.Proxy), standby bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if standby {
-		agent.holdAfterStream()
-	}
+	agent.holdAfterStream()
 	cutAt := time.Now()
 	cut(proxy)
 	t.Logf("%s: %s cut off from etcd", cutAt.Format("15:04:05.000"), ra.name)
@@ -207,22 +210,22 @@ func runEtcdPartition(t *testing.T, cut func(p *netproxy.Proxy), standby bool) {
 		t.Errorf("the Fence came %s after the cut, later than the session TTL %s", fenceAt.Sub(cutAt).Round(time.Millisecond), dlSessionTTL)
 	}
 
-	// Who carries on, on b.
-	executor, epoch := "i-1", int64(1)
+	// Who carries on, on b, at epoch 2: i-1's session runs out first.
+	executor, epoch, staleReason := "i-1", int64(2), "stale_epoch"
+	if err := waitFor(ctx, 30*time.Second, func() (bool, error) { return !sessionGone().IsZero(), nil }); err != nil {
+		t.Fatalf("i-1's session on %s did not run out: %v", ra.name, err)
+	}
 	var carriedOn time.Time
 	if standby {
-		executor, epoch = "i-2", 2
-		if err := waitFor(ctx, 30*time.Second, func() (bool, error) { return !sessionGone().IsZero(), nil }); err != nil {
-			t.Fatalf("i-1's session on %s did not run out: %v", ra.name, err)
-		}
+		executor, staleReason = "i-2", "not_executor"
 		if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
 			carriedOn = other.assigned(rb.srv.GRPCAddr(), deliveryv1.Role_ROLE_EXECUTOR, 2)
 			return !carriedOn.IsZero(), nil
 		}); err != nil {
 			t.Fatalf("i-2 was not assigned EXECUTOR epoch 2 on %s: %v\n%s", rb.name, err, other.describe())
 		}
-		agent.release()
 	}
+	agent.release()
 	var back time.Time
 	if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
 		if standby {
@@ -235,31 +238,33 @@ func runEtcdPartition(t *testing.T, cut func(p *netproxy.Proxy), standby bool) {
 	}); err != nil {
 		t.Fatalf("i-1's link did not take it to %s: %v\n%s", rb.name, err, agent.describe())
 	}
-	if gone := sessionGone(); !standby && !gone.IsZero() && gone.Before(back) {
-		// No replica with a watch of the cluster saw the gap (a was cut
-		// off, b had no stream of it): the epoch does not move.
-		t.Logf("i-1's session ran out %s before it came back; it is the executor again at epoch %d", back.Sub(gone).Round(time.Millisecond), epoch)
+	if !standby {
+		// Nobody saw the gap (a was cut off, b had no stream of the
+		// cluster) and nobody else could take over: b finds the executor
+		// record naming i-1 at epoch 1 and i-1's session a new one. The
+		// first role b tells i-1 is the one at the next epoch.
+		if first := agent.firstAssignment(rb.srv.GRPCAddr()); first.GetRole() != deliveryv1.Role_ROLE_EXECUTOR || first.GetEpoch() != 2 {
+			t.Errorf("i-1's first assignment on %s after its session lapsed: %v; want EXECUTOR at epoch 2\n%s", rb.name, first, agent.describe())
+		}
 	}
 	waitAddon(t, ctx, env, uid, addonName, 2, fmt.Sprintf("the update made during the cut ACTIVE through %s on %s", executor, rb.name))
 	if e, err := env.executor(ctx, uid); err != nil || e.GetInstanceId() != executor || e.GetEpoch() != epoch {
 		t.Errorf("executor %v (%v), want %s at epoch %d", e, err, executor, epoch)
 	}
-	if standby {
-		// A report at the fenced epoch changes nothing.
-		stale := agent.inject(&deliveryv1.Report{Epoch: 1, Addon: addonName, AddonUid: addonUID, Generation: 2, Phase: deliveryv1.Phase_PHASE_READY})
-		select {
-		case res := <-stale:
-			if res.GetAccepted() || res.GetReason() != "not_executor" {
-				t.Errorf("i-1's report at the fenced epoch 1 on %s: %v; want refused, not_executor", rb.name, res)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no result for i-1's report at epoch 1 on %s\n%s", rb.name, agent.describe())
+	// A report at the fenced epoch changes nothing.
+	stale := agent.inject(&deliveryv1.Report{Epoch: 1, Addon: addonName, AddonUid: addonUID, Generation: 2, Phase: deliveryv1.Phase_PHASE_READY})
+	select {
+	case res := <-stale:
+		if res.GetAccepted() || res.GetReason() != staleReason {
+			t.Errorf("i-1's report at the fenced epoch 1 on %s: %v; want refused, %s", rb.name, res, staleReason)
 		}
-		if err := waitFor(ctx, 20*time.Second, func() (bool, error) {
-			return agent.fenceAfter(rb.srv.GRPCAddr(), 1, back), nil
-		}); err != nil {
-			t.Errorf("i-1's stale report was not answered with a Fence for epoch 1: %v", err)
-		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no result for i-1's report at epoch 1 on %s\n%s", rb.name, agent.describe())
+	}
+	if err := waitFor(ctx, 20*time.Second, func() (bool, error) {
+		return agent.fenceAfter(rb.srv.GRPCAddr(), 1, back), nil
+	}); err != nil {
+		t.Errorf("i-1's stale report was not answered with a Fence for epoch 1: %v", err)
 	}
 	select {
 	case res := <-failed:
@@ -751,6 +756,19 @@ func (a *linkAgent) assignedAny(endpoint string, role deliveryv1.Role) time.Time
 		}
 	}
 	return time.Time{}
+}
+
+// firstAssignment is the first Assignment the agent got on endpoint (nil:
+// none yet).
+func (a *linkAgent) firstAssignment(endpoint string) *deliveryv1.Assignment {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ev := range a.events {
+		if as := ev.msg.GetAssignment(); ev.endpoint == endpoint && as != nil {
+			return as
+		}
+	}
+	return nil
 }
 
 // fenceAfter reports whether a Fence for epoch came on endpoint after t.
