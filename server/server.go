@@ -220,6 +220,10 @@ type Server struct {
 	httpLis       net.Listener
 
 	closeOnce sync.Once
+
+	// deliveries is the delivery service: Serve's stop ends its agent
+	// streams.
+	deliveries *delivery.Service
 }
 
 // New starts etcd (unless external), connects the store, builds the
@@ -530,7 +534,9 @@ func (s *Server) newDelivery(clusters *cluster.Service, addons *addon.Service) (
 	s.registry.MustRegister(sweeperLeaderGauge(s.sweeper))
 	deliveryCfg := s.cfg.Delivery
 	deliveryCfg.Replica = replica
-	return delivery.NewService(s.store, clusters, addons, deliveryCfg, s.registry, s.log.With("service", "delivery"))
+	deliveries, err := delivery.NewService(s.store, clusters, addons, deliveryCfg, s.registry, s.log.With("service", "delivery"))
+	s.deliveries = deliveries
+	return deliveries, err
 }
 
 // newGRPCServer is the public gRPC port, mTLS only. Identity comes from
@@ -809,6 +815,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	case err = <-errc:
 	}
 	stopWatch()
+	// Agent streams end first, at once: held open, each would keep gRPC's
+	// graceful stop waiting for the whole shutdown timeout, and its agent
+	// on a replica that is going away. Their agents connect to another
+	// replica and take their sessions over there (docs/delivery-protocol.md).
+	if s.deliveries != nil {
+		s.deliveries.Shutdown()
+	}
 	// The sweeper resigns its election before the etcd client closes, so a
 	// successor takes over at once. The wait is bounded: with etcd
 	// unreachable, an interrupted Campaign resigns on the client's own

@@ -54,6 +54,10 @@ func (s *Service) hello(ctx context.Context, stream deliveryv1.DeliveryService_C
 		return nil, err
 	case <-time.After(s.cfg.HelloTimeout):
 		return nil, status.Error(codes.DeadlineExceeded, "no Hello within the hello timeout")
+	case <-s.closing:
+		// A stream waiting for its Hello would hold the replica's
+		// graceful stop for the hello timeout.
+		return nil, errShuttingDown
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -68,7 +68,21 @@ var (
 		err: status.Error(codes.Unavailable, "the agent was silent for fence-after; connect again")}
 	endCertificateExpired = &ending{reason: "certificate_expired", fence: "the agent's certificate expired",
 		err: status.Error(codes.Unauthenticated, "the agent's certificate expired; connect again with a new one")}
+	// The replica is shutting down (Service.Shutdown): the agent moves to
+	// another replica now rather than when this one's shutdown times
+	// out. Its session is left to it: retired like any ended stream's, it
+	// runs out a TTL after the last renewal unless the agent's next
+	// stream, on another replica, takes it over first — which keeps the
+	// executor's epoch, so no successor is made and none waits for the
+	// session to expire. The Fence stops the agent's writes at once; its
+	// next stream's Assignment grants it again.
+	endShuttingDown = &ending{reason: "replica_shutting_down", fence: "this saltbush replica is shutting down",
+		err: errShuttingDown}
 )
+
+// errShuttingDown ends the streams of a replica that is shutting down and
+// refuses new ones. Unavailable: the agent's link tries another replica.
+var errShuttingDown = status.Error(codes.Unavailable, "this saltbush replica is shutting down; connect to another replica")
 
 // contextEnded is why a stream whose context ended ends: the certificate
 // was revoked or expired (the stream's context says which), or the stream

@@ -118,6 +118,11 @@ type Service struct {
 
 	// clock measures freshness and deadlines on the monotonic clock.
 	clock monoClock
+	// closing closes when the replica shuts down (Shutdown): every
+	// stream ends, and none is admitted any more. nil (a Service made
+	// without NewService) never closes.
+	closing     chan struct{}
+	closingOnce sync.Once
 	// renewer keeps the sessions of this replica's streams alive.
 	renewer *renewer
 
@@ -142,7 +147,7 @@ func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg C
 	s := &Service{
 		store: st, client: st.Client(), clusters: clusters, addons: addons, catalog: addons.Catalog(), cfg: cfg, log: log,
 		watches: map[string]*clusterWatch{}, live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{},
-		clock: clock, renewer: newRenewer(st.Client(), clock, cfg.SessionTTL, cfg.HeartbeatInterval, log),
+		clock: clock, closing: make(chan struct{}), renewer: newRenewer(st.Client(), clock, cfg.SessionTTL, cfg.HeartbeatInterval, log),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "saltbush_delivery_reports_rejected_total",
 			Help: "Agent reports that changed nothing, by reason (not_executor, stale_epoch, stale_generation, stale_incarnation, unknown_addon, invalid).",
@@ -188,4 +193,26 @@ func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg C
 		}
 	}
 	return s, nil
+}
+
+// Shutdown ends every agent stream of this replica at once, with a Fence
+// and Unavailable (endShuttingDown), and refuses new streams with
+// Unavailable before their session is written, so that the agents move to
+// another replica now: their streams would otherwise hold the replica's
+// graceful stop for its whole timeout. A stream's session is retired as
+// at any end; the agent's next stream takes it over wherever it connects,
+// at the same epoch (docs/delivery-protocol.md, rule 17). It returns at
+// once; the streams end on their own goroutines. Later calls do nothing.
+func (s *Service) Shutdown() {
+	s.closingOnce.Do(func() { close(s.closing) })
+}
+
+// shuttingDown reports whether Shutdown was called.
+func (s *Service) shuttingDown() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
 }

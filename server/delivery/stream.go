@@ -126,6 +126,13 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	if err != nil {
 		return err
 	}
+	if s.shuttingDown() {
+		// Refused before its session is written: taken over here, only
+		// for the stream to end at once, the agent's session would move
+		// onto a lease nobody is going to renew. Refused before the host
+		// says a word, the agent's link tries the next replica.
+		return errShuttingDown
+	}
 	c, clusterRev, err := s.admit(ctx, who.Agent, hello)
 	if err != nil {
 		s.log.WarnContext(ctx, "agent refused", "cluster_uid", who.Agent.ClusterUID, "instance", who.Agent.Instance,
@@ -206,6 +213,8 @@ func (a *agentStream) sendLoop(ctx context.Context) error {
 			err = endSessionExpired
 		case <-a.replaced:
 			err = endReplaced
+		case <-a.s.closing:
+			err = endShuttingDown
 		case rerr := <-a.recvErr:
 			err = receiverEnded(rerr)
 		case m := <-a.out:
