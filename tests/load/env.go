@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -352,7 +353,9 @@ func (e *env) stopAll() {
 	for _, r := range e.replicas {
 		wg.Go(func() {
 			r.stop()
-			<-r.done
+			if err := <-r.done; err != nil {
+				_, _ = fmt.Fprintf(os.Stderr, "load: replica %s: serve: %v\n", r.url, err)
+			}
 			r.srv.Close()
 		})
 	}

@@ -107,13 +107,8 @@ func newRecorder(ops []string) *recorder {
 	return r
 }
 
-// record notes one call of op: its latency, and its failure when err is
-// set (kind from errKind).
-func (r *recorder) record(op string, d time.Duration, err error, expected bool) {
-	r.recordKind(op, d, errKind(err), expected)
-}
-
-// recordKind is record with the failure already named ("" for success).
+// recordKind notes one call of op: its latency, and its failure when kind
+// names one ("" for success; errKind names an error).
 func (r *recorder) recordKind(op string, d time.Duration, kind string, expected bool) {
 	s := r.ops[op]
 	s.mu.Lock()
