@@ -898,6 +898,28 @@ type dlHistory struct {
 	end    int64
 }
 
+// checkHistorySince reads the cluster's history from from to now and
+// fails t for every break of break before make and every report accepted
+// from a stale epoch or generation (checkExecutorHistory, checkReports).
+// It returns the history and its assignments.
+func (e *dlEnv) checkHistorySince(t *testing.T, ctx context.Context, cluster, uid string, from int64) (*dlHistory, []dlAssigned) {
+	t.Helper()
+	end, err := e.rev(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.history(ctx, e.account, cluster, uid, from, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assigned, herrs := h.checkExecutorHistory(h.membersAt(e.account, cluster))
+	_, _, rerrs := h.checkReports(nil)
+	for _, err := range append(herrs, rerrs...) {
+		t.Error(err)
+	}
+	return h, assigned
+}
+
 // history reads every change under the cluster's keys between from and
 // end (inclusive) by watching from from.
 func (e *dlEnv) history(ctx context.Context, account, cluster, uid string, from, end int64) (*dlHistory, error) {

@@ -118,19 +118,7 @@ func TestDeliveryReplicaShutdown(t *testing.T) {
 	agent.stop()
 	standby.stop()
 
-	end, err := env.rev(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := env.history(ctx, env.account, cluster, uid, from, end)
-	if err != nil {
-		t.Fatal(err)
-	}
-	assigned, herrs := h.checkExecutorHistory(h.membersAt(env.account, cluster))
-	_, _, rerrs := h.checkReports(nil)
-	for _, e := range append(herrs, rerrs...) {
-		t.Error(e)
-	}
+	h, assigned := env.checkHistorySince(t, ctx, cluster, uid, from)
 	if len(assigned) != 1 {
 		t.Errorf("assignments %v; want epoch 1's only\n%s", assigned, h.describe())
 	}

@@ -301,19 +301,7 @@ func runEtcdPartition(t *testing.T, cut func(p *netproxy.Proxy), standby bool) {
 		other.stop()
 	}
 
-	end, err := env.rev(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := env.history(ctx, env.account, cluster, uid, from, end)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, herrs := h.checkExecutorHistory(h.membersAt(env.account, cluster))
-	_, _, rerrs := h.checkReports(nil)
-	for _, e := range append(herrs, rerrs...) {
-		t.Error(e)
-	}
+	h, _ := env.checkHistorySince(t, ctx, cluster, uid, from)
 	var prev *storagev1.AddonObserved
 	observedAfter := 0
 	for _, ev := range h.keys[store.AddonKey(uid, addonName)] {
@@ -939,17 +927,5 @@ func TestEtcdSlowForOneReplica(t *testing.T) {
 		})
 	}
 	agent.stop()
-	end, err := env.rev(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := env.history(ctx, env.account, cluster, uid, from, end)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, errs := h.checkExecutorHistory(h.membersAt(env.account, cluster))
-	_, _, rerrs := h.checkReports(nil)
-	for _, e := range append(errs, rerrs...) {
-		t.Error(e)
-	}
+	env.checkHistorySince(t, ctx, cluster, uid, from)
 }
