@@ -230,7 +230,8 @@ func noSpaceAddon(cluster string) *eks.CreateAddonInput {
 }
 
 // fillScratch puts 512 KiB values under scratchPrefix until etcd refuses
-// one for space (which raises the NOSPACE alarm), and returns the puts it
+// one for space and, with the alarm disarmed, a one-byte put too (which
+// raises the NOSPACE alarm again), and returns the puts it
 // acknowledged and the backend's size. (etcd judges a put by the
 // backend's size at its last commit, and bbolt grows in steps: the
 // status's size cannot say how close the quota is, a refusal can.)
@@ -240,7 +241,16 @@ func fillScratch(ctx context.Context, t *testing.T, cli *clientv3.Client, endpoi
 	for {
 		_, err := cli.Put(ctx, fmt.Sprintf("%s%06d", scratchPrefix, puts), string(make([]byte, 512<<10)))
 		if errors.Is(err, rpctypes.ErrNoSpace) {
-			break
+			// The quota is checked against the backend's size as of its
+			// last commit, which lags a write by up to the batch interval:
+			// a small write right after could still fit. Full is when
+			// one byte, with the alarm disarmed, is refused too; that
+			// refusal raises the alarm again, for the caller to disarm.
+			disarmAlarms(ctx, t, cli)
+			_, err = cli.Put(ctx, scratchPrefix+"probe", "x")
+			if errors.Is(err, rpctypes.ErrNoSpace) {
+				break
+			}
 		}
 		if err != nil {
 			t.Fatalf("scratch put %d: %v", puts, err)
