@@ -149,6 +149,7 @@ func TestExamples(t *testing.T) {
 		err  error
 	}
 	ready := make(chan started, members)
+	var cfgs []*embed.Config
 	for i := range members {
 		name := fmt.Sprintf("etcd-%d", i)
 		creds := filepath.Join(dir, name+"-credentials")
@@ -185,8 +186,13 @@ func TestExamples(t *testing.T) {
 			pairs = append(pairs, fmt.Sprintf("https://etcd-%d.saltbush.example:2380", k), "https://"+pp[k])
 		}
 		pairs = append(pairs, "%l", name)
-		cfg := etcdConfig(t, substitute(t, etcdUnit.exec[1:], pairs...))
-		// Members wait for a quorum: start them at once.
+		cfgs = append(cfgs, etcdConfig(t, substitute(t, etcdUnit.exec[1:], pairs...)))
+	}
+	// Members wait for a quorum: start them at once, once every config is
+	// parsed (embed.Config.AddFlags writes a package variable of etcd's
+	// that a starting member reads).
+	for i, cfg := range cfgs {
+		name := fmt.Sprintf("etcd-%d", i)
 		go func() {
 			e, err := embed.StartEtcd(cfg)
 			if err != nil {
