@@ -351,7 +351,7 @@ func timing(c *server.Config) {
 func (e *env) replica(name string) *servertest.Server {
 	e.t.Helper()
 	return servertest.Start(e.t, servertest.WithEtcdEndpoints(e.etcd.endpoints()), servertest.WithConfig(func(c *server.Config) {
-		c.EtcdCAFile, c.EtcdCertFile, c.EtcdKeyFile = e.etcd.pki.caFile, e.etcd.clientCert, e.etcd.clientKey
+		c.EtcdCAFile, c.EtcdCertFile, c.EtcdKeyFile = e.etcd.pki.File, e.etcd.clientCert, e.etcd.clientKey
 		c.ReplicaName = name
 		timing(c)
 	}))

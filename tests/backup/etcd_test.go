@@ -10,17 +10,10 @@ package backup
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -35,84 +28,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/etcdtls"
 )
 
 // clusterToken is --initial-cluster-token: the restore must name the same
 // one as the members' configuration (docs/operations.md, "Backup and
 // restore").
 const clusterToken = "saltbush-etcd"
-
-// pki is a test CA and the certificates of the documented layout, as PEM
-// files in one directory.
-type pki struct {
-	dir    string
-	caFile string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-}
-
-func newPKI(t *testing.T, dir string) *pki {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pki{dir: dir, ca: ca, caKey: key}
-	p.caFile = p.write(t, "ca.crt", "CERTIFICATE", der)
-	return p
-}
-
-func (p *pki) write(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// issue writes NAME.crt and NAME.key: for 127.0.0.1 and localhost, with
-// the given extended key usages (a peer certificate needs both: a member
-// is its peers' server and their client).
-func (p *pki) issue(t *testing.T, name string, usages ...x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usages,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.write(t, name+".crt", "CERTIFICATE", der), p.write(t, name+".key", "EC PRIVATE KEY", kb)
-}
 
 // member is one etcd member: its data directory, URLs and certificates.
 type member struct {
@@ -128,7 +50,7 @@ type member struct {
 // saltbush and the test present to them.
 type etcdCluster struct {
 	t                     *testing.T
-	pki                   *pki
+	pki                   *etcdtls.CA
 	members               []*member
 	initialCluster        string
 	clientCert, clientKey string
@@ -140,7 +62,7 @@ func newEtcdCluster(t *testing.T, dir string, size int) *etcdCluster {
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	c := &etcdCluster{t: t, pki: newPKI(t, pkiDir)}
+	c := &etcdCluster{t: t, pki: etcdtls.NewCA(t, pkiDir)}
 	var initial []string
 	for i := range size {
 		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: filepath.Join(dir, fmt.Sprintf("etcd-%d", i))}
@@ -151,13 +73,13 @@ func newEtcdCluster(t *testing.T, dir string, size int) *etcdCluster {
 			}
 			*u = strings.Replace(free, "http://", "https://", 1)
 		}
-		m.serverCert, m.serverKy = c.pki.issue(t, m.name+"-server", x509.ExtKeyUsageServerAuth)
-		m.peerCert, m.peerKey = c.pki.issue(t, m.name+"-peer", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+		m.serverCert, m.serverKy = c.pki.Issue(t, m.name+"-server", x509.ExtKeyUsageServerAuth)
+		m.peerCert, m.peerKey = c.pki.Issue(t, m.name+"-peer", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 		c.members = append(c.members, m)
 		initial = append(initial, m.name+"="+m.peerURL)
 	}
 	c.initialCluster = strings.Join(initial, ",")
-	c.clientCert, c.clientKey = c.pki.issue(t, "saltbush-client", x509.ExtKeyUsageClientAuth)
+	c.clientCert, c.clientKey = c.pki.Issue(t, "saltbush-client", x509.ExtKeyUsageClientAuth)
 	t.Cleanup(c.stop)
 	return c
 }
@@ -175,8 +97,8 @@ func (c *etcdCluster) config(m *member) (*embed.Config, error) {
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: m.serverCert, KeyFile: m.serverKy, TrustedCAFile: c.pki.caFile, ClientCertAuth: true}
-	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: m.peerCert, KeyFile: m.peerKey, TrustedCAFile: c.pki.caFile, ClientCertAuth: true}
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: m.serverCert, KeyFile: m.serverKy, TrustedCAFile: c.pki.File, ClientCertAuth: true}
+	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: m.peerCert, KeyFile: m.peerKey, TrustedCAFile: c.pki.File, ClientCertAuth: true}
 	cfg.InitialCluster, cfg.InitialClusterToken = c.initialCluster, clusterToken
 	// "new" on an empty directory; a member with data (a restored one
 	// included) ignores the initial cluster and rejoins what its WAL says.
@@ -272,7 +194,7 @@ func (c *etcdCluster) endpoints() []string {
 
 func (c *etcdCluster) clientTLS() *tls.Config {
 	c.t.Helper()
-	cfg, err := (&transport.TLSInfo{CertFile: c.clientCert, KeyFile: c.clientKey, TrustedCAFile: c.pki.caFile}).ClientConfig()
+	cfg, err := (&transport.TLSInfo{CertFile: c.clientCert, KeyFile: c.clientKey, TrustedCAFile: c.pki.File}).ClientConfig()
 	if err != nil {
 		c.t.Fatal(err)
 	}

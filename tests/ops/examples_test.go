@@ -11,20 +11,13 @@ package ops
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -50,6 +43,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tests/agentproc"
+	"github.com/saltbush/saltbush/tests/etcdtls"
 	"github.com/saltbush/saltbush/tests/fakeagent"
 	"github.com/saltbush/saltbush/tlsclient"
 )
@@ -126,7 +120,7 @@ func TestExamples(t *testing.T) {
 	defer cancel()
 	root := repoRoot(t)
 	dir := t.TempDir()
-	ca := newCA(t, filepath.Join(dir, "ca"))
+	ca := etcdtls.NewCA(t, filepath.Join(dir, "ca"))
 
 	// etcd from docs/examples/etcd.service, three members on loopback.
 	etcdUnit := readUnit(t, filepath.Join(root, "docs/examples/etcd.service"))
@@ -154,12 +148,12 @@ func TestExamples(t *testing.T) {
 		name := fmt.Sprintf("etcd-%d", i)
 		creds := filepath.Join(dir, name+"-credentials")
 		files := map[string]string{}
-		serverCrt, serverKey := ca.issue(t, name+"-server", x509.ExtKeyUsageServerAuth)
-		peerCrt, peerKey := ca.issue(t, name+"-peer", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+		serverCrt, serverKey := ca.Issue(t, name+"-server", x509.ExtKeyUsageServerAuth)
+		peerCrt, peerKey := ca.Issue(t, name+"-peer", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 		for id, src := range etcdUnit.credentials {
 			switch src {
 			case "/etc/etcd/pki/ca.crt":
-				files[id] = ca.file
+				files[id] = ca.File
 			case "/etc/etcd/pki/server.crt":
 				files[id] = serverCrt
 			case "/etc/etcd/pki/server.key":
@@ -228,7 +222,7 @@ func TestExamples(t *testing.T) {
 	if sbUnit.exec[0] != "/usr/local/bin/saltbush" || sbUnit.exec[1] != "serve" {
 		t.Fatalf("saltbush unit runs %v", sbUnit.exec[:2])
 	}
-	clientCrt, clientKey := ca.issue(t, "saltbush-client", x509.ExtKeyUsageClientAuth)
+	clientCrt, clientKey := ca.Issue(t, "saltbush-client", x509.ExtKeyUsageClientAuth)
 	masterKey := filepath.Join(dir, "master.key")
 	sum := sha256.Sum256([]byte("tests/ops master key"))
 	if err := os.WriteFile(masterKey, []byte(base64.StdEncoding.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
@@ -241,7 +235,7 @@ func TestExamples(t *testing.T) {
 		case "/etc/saltbush/master.key":
 			files[id] = masterKey
 		case "/etc/saltbush/etcd/ca.crt":
-			files[id] = ca.file
+			files[id] = ca.File
 		case "/etc/saltbush/etcd/client.crt":
 			files[id] = clientCrt
 		case "/etc/saltbush/etcd/client.key":
@@ -702,72 +696,4 @@ func waitSeries(t *testing.T, u string, names ...string) map[string]bool {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// ca is a test CA writing the certificates of the documented layout, for
-// 127.0.0.1.
-type ca struct {
-	dir  string
-	file string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newCA(t *testing.T, dir string) *ca {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &ca{dir: dir, cert: cert, key: key}
-	c.file = c.write(t, "ca.crt", "CERTIFICATE", der)
-	return c
-}
-
-func (c *ca) write(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	p := filepath.Join(c.dir, name)
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (c *ca) issue(t *testing.T, name string, usages ...x509.ExtKeyUsage) (string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usages,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.write(t, name+".crt", "CERTIFICATE", der), c.write(t, name+".key", "EC PRIVATE KEY", kb)
 }
