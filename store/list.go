@@ -80,6 +80,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) (Page, error) {
 	if err != nil {
 		return Page{}, mapErr(err, opts.Prefix)
 	}
+	s.observe(resp.Header.Revision)
 	page := Page{Revision: resp.Header.Revision}
 	for i, kv := range resp.Kvs {
 		if i == limit {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -103,6 +104,12 @@ type Store struct {
 	maxAttempts int
 	tokens      *tokenSigner
 	leases      *leasePool
+	// view, when attached (NewView), answers Read, ReadList and
+	// GetSerializable.
+	view atomic.Pointer[View]
+	// seen is the highest revision etcd answered any request of this
+	// store at: a read from the view waits until the view has it.
+	seen atomic.Int64
 }
 
 // New returns a Store on client. It loads the shared store metadata, creating
@@ -186,9 +193,11 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if _, err := s.client.Get(ctx, s.Key(metaKey), clientv3.WithCountOnly()); err != nil {
+	resp, err := s.client.Get(ctx, s.Key(metaKey), clientv3.WithCountOnly())
+	if err != nil {
 		return mapErr(err, metaKey)
 	}
+	s.observe(resp.Header.Revision)
 	return nil
 }
 
@@ -198,12 +207,16 @@ func (s *Store) Get(ctx context.Context, key string, into proto.Message) (int64,
 	return s.get(ctx, key, into)
 }
 
-// GetSerializable is Get from the etcd member the client talks to, without
-// a round of consensus: cheaper, but it may lag behind the latest write.
-// Use it only where the result is confirmed, e.g. a read whose mod revision
-// a later transaction compares (a stale read then fails the compare and is
-// retried with Get), or a miss that is re-read with Get.
+// GetSerializable is a read that may lag behind the latest write: from the
+// read view when it holds the key (see Read), otherwise from the etcd member
+// the client talks to, without a round of consensus. Use it only where the
+// result is confirmed, e.g. a read whose mod revision a later transaction
+// compares (a stale read then fails the compare and is retried with Get),
+// or a miss that is re-read with Get.
 func (s *Store) GetSerializable(ctx context.Context, key string, into proto.Message) (int64, error) {
+	if vs := s.viewFor(ctx, key); vs != nil {
+		return vs.get(key, into)
+	}
 	return s.get(ctx, key, into, clientv3.WithSerializable())
 }
 
@@ -214,6 +227,7 @@ func (s *Store) get(ctx context.Context, key string, into proto.Message, opts ..
 	if err != nil {
 		return 0, mapErr(err, key)
 	}
+	s.observe(resp.Header.Revision)
 	if len(resp.Kvs) == 0 {
 		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}

@@ -239,6 +239,7 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 		}
 		return Result{}, nil, mapErr(err, firstKey(t))
 	}
+	s.observe(resp.Header.Revision)
 	if !resp.Succeeded {
 		for i, key := range t.creates {
 			if resp.Responses[len(elseOps)+i].GetResponseRange().GetCount() > 0 {

@@ -138,6 +138,7 @@ func (s *Store) snapshot(ctx context.Context, prefix string) ([]KV, int64, error
 	if err != nil {
 		return nil, 0, mapErr(err, prefix)
 	}
+	s.observe(resp.Header.Revision)
 	kvs := make([]KV, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		rel := s.rel(kv.Key)
