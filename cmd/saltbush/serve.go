@@ -59,6 +59,11 @@ func newServeCommand() *cobra.Command {
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "EKS REST-JSON façade listen address")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory of the embedded etcd")
+	// Hidden: for benchmarks and tests that run serve as a child process
+	// (tests/bench/process_test.go), as servertest runs it in-process. A
+	// crash can lose or corrupt acknowledged writes, so never for real data.
+	f.BoolVar(&cfg.EtcdUnsafeNoFsync, "etcd-unsafe-no-fsync", false, "tests and benchmarks only: the embedded etcd skips fsync (a crash can lose or corrupt acknowledged writes)")
+	_ = f.MarkHidden("etcd-unsafe-no-fsync")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (no embedded etcd when set)")
 	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "root of saltbush's etcd keyspace")
 	f.StringVar(&cfg.EtcdCAFile, "etcd-cacert", "", "CA bundle that signed the external etcd's server certificate")
