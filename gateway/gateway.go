@@ -5,7 +5,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,12 +140,10 @@ func New(ctx context.Context, cfg Config, registers ...Register) (*Handler, erro
 	}
 	h := &Handler{cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 	h.mux = runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, newAWSJSON(&runtime.JSONPb{
-			// Absent members stay absent: a zero createdAt would decode as 1970.
-			MarshalOptions: protojson.MarshalOptions{EmitUnpopulated: false},
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, newAWSJSON(
 			// Unknown members are an error, not silently dropped.
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		})),
+			protojson.UnmarshalOptions{DiscardUnknown: false},
+		)),
 		// SDKs escape '/' and ':' in ARN labels; keep them inside one segment.
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptReserved),
 		runtime.WithErrorHandler(h.errorHandler),
@@ -204,7 +201,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.StatusBadRequest)
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(payload))
+	// The body decoder takes the payload from it as it is (marshal.go).
+	r.Body = newRequestBody(payload)
 	// The services' model check sees the members the body sent, empty ones
 	// included (server/validation).
 	ctx = validation.WithBody(ctx, payload)

@@ -3,21 +3,16 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 )
 
 // awsJSON is protojson as grpc-gateway's JSONPb (EmitUnpopulated false, so
@@ -31,14 +26,25 @@ import (
 //
 // Every other empty member stays absent.
 type awsJSON struct {
+	// JSONPb decodes requests, and writes what is not a message.
 	*runtime.JSONPb
 	// pathBound lists, per request message, the fields bound to a path
 	// label of its HTTP rule; see NewDecoder.
 	pathBound map[protoreflect.FullName][]protoreflect.FieldDescriptor
+	// plans writes responses (plan.go).
+	plans *planCache
 }
 
-func newAWSJSON(pb *runtime.JSONPb) awsJSON {
-	return awsJSON{JSONPb: pb, pathBound: pathBoundFields()}
+// newAWSJSON returns the façade's marshaler. Responses are written as
+// JSONPb with the zero MarshalOptions writes them (EmitUnpopulated false:
+// absent members stay absent, a zero createdAt would decode as 1970), so
+// unmarshal is the only option it takes.
+func newAWSJSON(unmarshal protojson.UnmarshalOptions) awsJSON {
+	return awsJSON{
+		JSONPb:    &runtime.JSONPb{UnmarshalOptions: unmarshal},
+		pathBound: pathBoundFields(),
+		plans:     newPlanCache(),
+	}
 }
 
 // NewDecoder implements runtime.Marshaler: protojson (unknown members are
@@ -53,22 +59,34 @@ func newAWSJSON(pb *runtime.JSONPb) awsJSON {
 // something else. encoding/json's own error for the trailing data ("invalid
 // character … after top-level value") is a syntax error to the error
 // handler (parse.go).
+//
+// A body of one JSON value goes to protojson straight away: the bytes
+// JSONPb's decoder would hand it are that value without the whitespace
+// around it, which is what bytes.TrimSpace leaves of valid JSON, and
+// encoding/json has already checked it. An empty body and a value that
+// is not a message still go through JSONPb's decoder (io.EOF, which the
+// generated handlers take as "no body", and its non-message decoding).
 func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
 	return runtime.DecoderFunc(func(v any) error {
-		body, err := io.ReadAll(r)
+		body, err := readBody(r)
 		if err != nil {
 			return err
 		}
-		if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
+		value := bytes.TrimSpace(body)
+		if len(value) > 0 && !json.Valid(body) {
 			var first json.RawMessage
 			if err := json.Unmarshal(body, &first); err != nil {
 				return err
 			}
 		}
-		if err := m.JSONPb.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
+		msg, ok := v.(proto.Message)
+		if !ok || len(value) == 0 {
+			if err := m.JSONPb.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
+				return err
+			}
+		} else if err := m.UnmarshalOptions.Unmarshal(value, msg); err != nil {
 			return err
 		}
-		msg, ok := v.(proto.Message)
 		if !ok {
 			return nil
 		}
@@ -82,6 +100,36 @@ func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		return nil
 	})
+}
+
+// requestBody is a request body ServeHTTP has read in full (to check its
+// signature): the decoder takes its bytes as they are rather than copying
+// them once more.
+type requestBody struct {
+	bytes.Reader
+	payload []byte
+}
+
+func newRequestBody(payload []byte) *requestBody {
+	b := &requestBody{payload: payload}
+	b.Reset(payload)
+	return b
+}
+
+// Close implements io.Closer: there is nothing to release.
+func (b *requestBody) Close() error { return nil }
+
+// readBody reads the rest of r, without a copy when r is a requestBody
+// nothing has read from yet.
+func readBody(r io.Reader) ([]byte, error) {
+	if b, ok := r.(*requestBody); ok && b.Len() == len(b.payload) {
+		// Consumed, as io.ReadAll would leave it.
+		if _, err := b.Seek(0, io.SeekEnd); err != nil {
+			return nil, fmt.Errorf("gateway: read request body: %w", err)
+		}
+		return b.payload, nil
+	}
+	return io.ReadAll(r)
 }
 
 // pathBoundFields reads the google.api.http rules of the saltbush.eks.v1
@@ -113,312 +161,38 @@ func pathBoundFields() map[protoreflect.FullName][]protoreflect.FieldDescriptor 
 // pathVariable matches a path template variable: {name} or {name=...}.
 var pathVariable = regexp.MustCompile(`\{([a-z0-9_]+)(?:=[^}]*)?\}`)
 
-// Marshal implements runtime.Marshaler.
+// Marshal implements runtime.Marshaler: a response message is written
+// through its plan (plan.go) into a pooled buffer, and the caller gets a
+// copy of exactly its size.
 func (m awsJSON) Marshal(v any) ([]byte, error) {
-	b, err := m.JSONPb.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
 	msg, ok := v.(proto.Message)
-	if !ok || len(b) < 2 || b[0] != '{' {
-		return b, nil
+	if !ok {
+		// A response_body member or an error detail: JSONPb as before.
+		return m.JSONPb.Marshal(v)
 	}
-	// Most responses need nothing added: check before touching the bytes.
-	if !missingPresent(msg.ProtoReflect(), true) {
-		return b, nil
-	}
-	return fillPresent(msg.ProtoReflect(), b, true)
-}
-
-// alwaysPresent reports whether f carries the always_present option.
-func alwaysPresent(f protoreflect.FieldDescriptor) bool {
-	opts := f.Options()
-	return opts != nil && proto.GetExtension(opts, eksv1.E_AlwaysPresent).(bool)
-}
-
-// mustBePresent reports whether f is rendered even when empty; top marks
-// the response message itself, whose lists are always rendered.
-func mustBePresent(f protoreflect.FieldDescriptor, top bool) bool {
-	return alwaysPresent(f) || (top && f.IsList())
-}
-
-// missingPresent reports whether m, or a message inside it, lacks a member
-// that must be present.
-func missingPresent(m protoreflect.Message, top bool) bool {
-	fields := m.Descriptor().Fields()
-	for i := 0; i < fields.Len(); i++ {
-		f := fields.Get(i)
-		switch {
-		case f.IsMap():
-			if m.Get(f).Map().Len() == 0 && mustBePresent(f, top) {
-				return true
-			}
-		case f.IsList():
-			list := m.Get(f).List()
-			if list.Len() == 0 {
-				if mustBePresent(f, top) {
-					return true
-				}
-				continue
-			}
-			if f.Message() == nil || isWellKnown(f.Message()) {
-				continue
-			}
-			for j := 0; j < list.Len(); j++ {
-				if missingPresent(list.Get(j).Message(), false) {
-					return true
-				}
-			}
-		case f.Message() != nil && !isWellKnown(f.Message()):
-			if !m.Has(f) {
-				if mustBePresent(f, top) {
-					return true
-				}
-				continue
-			}
-			if missingPresent(m.Get(f).Message(), false) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// fillPresent returns m's JSON object b with the missing members added.
-// It splices bytes: members are inserted after the object's "{", and only
-// objects on the way to a missing member are scanned, so everything else
-// stays exactly as protojson wrote it (and no generic JSON decode and
-// re-encode is paid on every response).
-func fillPresent(m protoreflect.Message, b []byte, top bool) ([]byte, error) {
-	if len(b) == 0 {
-		b = []byte("{}")
-	}
-	spans, err := objectMembers(b)
+	pm := msg.ProtoReflect()
+	p, err := m.plans.plan(pm.Descriptor())
 	if err != nil {
 		return nil, err
 	}
-	type replacement struct {
-		span  [2]int
-		value []byte
+	if p.wellKnown {
+		// Its JSON form is not an object, so nothing is ever added to it.
+		return m.JSONPb.Marshal(v)
 	}
-	var inserts [][]byte
-	var replacements []replacement
-	add := func(name string, value []byte) {
-		inserts = append(inserts, append(append(strconv.AppendQuote(nil, name), ':'), value...))
-	}
-	fields := m.Descriptor().Fields()
-	for i := 0; i < fields.Len(); i++ {
-		f := fields.Get(i)
-		name := f.JSONName()
-		span, present := spans[name]
-		switch {
-		case f.IsMap():
-			if m.Get(f).Map().Len() == 0 && mustBePresent(f, top) && !present {
-				add(name, []byte("{}"))
-			}
-		case f.IsList():
-			list := m.Get(f).List()
-			if list.Len() == 0 {
-				if mustBePresent(f, top) && !present {
-					add(name, []byte("[]"))
-				}
-				continue
-			}
-			if !present || f.Message() == nil || isWellKnown(f.Message()) || !listMissing(list) {
-				continue
-			}
-			items, err := arrayItems(b[span[0]:span[1]])
-			if err != nil || len(items) != list.Len() {
-				return nil, fmt.Errorf("re-read response list %s: %v", name, err)
-			}
-			var out []byte
-			out = append(out, '[')
-			for j, it := range items {
-				filled, err := fillPresent(list.Get(j).Message(), b[span[0]+it[0]:span[0]+it[1]], false)
-				if err != nil {
-					return nil, err
-				}
-				if j > 0 {
-					out = append(out, ',')
-				}
-				out = append(out, filled...)
-			}
-			replacements = append(replacements, replacement{span, append(out, ']')})
-		case f.Message() != nil && !isWellKnown(f.Message()):
-			child := m.Get(f).Message()
-			switch {
-			case !present && mustBePresent(f, top):
-				filled, err := fillPresent(child, nil, false)
-				if err != nil {
-					return nil, err
-				}
-				add(name, filled)
-			case present && missingPresent(child, false):
-				filled, err := fillPresent(child, b[span[0]:span[1]], false)
-				if err != nil {
-					return nil, err
-				}
-				replacements = append(replacements, replacement{span, filled})
-			}
+	w := m.plans.writers.Get().(*jsonWriter)
+	defer func() {
+		if cap(w.buf) <= maxPooledBuffer {
+			m.plans.writers.Put(w)
 		}
-	}
-	slices.SortFunc(replacements, func(x, y replacement) int { return x.span[0] - y.span[0] })
-	open := bytes.IndexByte(b, '{')
-	out := make([]byte, 0, len(b)+64)
-	out = append(out, b[:open+1]...)
-	for i, in := range inserts {
-		if i > 0 {
-			out = append(out, ',')
+	}()
+	w.buf, w.sep, w.opts = w.buf[:0], m.plans.sep, m.plans.opts
+	if err := w.message(pm, p, true, true); err != nil {
+		// A value JSON cannot carry (invalid UTF-8): the error is
+		// protojson's, worded as it always was.
+		if _, perr := m.JSONPb.Marshal(v); perr != nil {
+			return nil, perr
 		}
-		out = append(out, in...)
+		return nil, fmt.Errorf("gateway: marshal %s: %w", p.name, err)
 	}
-	if len(inserts) > 0 && len(spans) > 0 {
-		out = append(out, ',')
-	}
-	pos := open + 1
-	for _, r := range replacements {
-		out = append(out, b[pos:r.span[0]]...)
-		out = append(out, r.value...)
-		pos = r.span[1]
-	}
-	return append(out, b[pos:]...), nil
-}
-
-// objectMembers scans one JSON object and returns each member's value span
-// [start, end) in b. Member names are compared raw: protojson writes JSON
-// names (ASCII letters and digits) unescaped.
-func objectMembers(b []byte) (map[string][2]int, error) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, errors.New("not a JSON object")
-	}
-	spans := map[string][2]int{}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return spans, nil
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return nil, errors.New("malformed JSON object: member name expected")
-		}
-		end, err := skipValue(b, i)
-		if err != nil {
-			return nil, err
-		}
-		name := string(b[i+1 : end-1])
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return nil, errors.New("malformed JSON object: ':' expected")
-		}
-		start := skipSpace(b, i+1)
-		if end, err = skipValue(b, start); err != nil {
-			return nil, err
-		}
-		spans[name] = [2]int{start, end}
-		i = skipSpace(b, end)
-		if i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
-			continue
-		}
-		if i < len(b) && b[i] == '}' {
-			return spans, nil
-		}
-		return nil, errors.New("malformed JSON object: ',' or '}' expected")
-	}
-}
-
-// arrayItems scans one JSON array and returns each item's span.
-func arrayItems(b []byte) ([][2]int, error) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '[' {
-		return nil, errors.New("not a JSON array")
-	}
-	var items [][2]int
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return items, nil
-	}
-	for {
-		end, err := skipValue(b, i)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, [2]int{i, end})
-		i = skipSpace(b, end)
-		if i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
-			continue
-		}
-		if i < len(b) && b[i] == ']' {
-			return items, nil
-		}
-		return nil, errors.New("malformed JSON array")
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the end of the JSON value starting at b[i].
-func skipValue(b []byte, i int) (int, error) {
-	if i >= len(b) {
-		return 0, errors.New("unexpected end of JSON")
-	}
-	switch b[i] {
-	case '"':
-		for j := i + 1; j < len(b); j++ {
-			switch b[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1, nil
-			}
-		}
-		return 0, errors.New("unterminated JSON string")
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, err := skipValue(b, j)
-				if err != nil {
-					return 0, err
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, errors.New("unterminated JSON object or array")
-	default:
-		j := i
-		for j < len(b) && !strings.ContainsRune(",}] \n\t\r", rune(b[j])) {
-			j++
-		}
-		return j, nil
-	}
-}
-
-func listMissing(list protoreflect.List) bool {
-	for j := 0; j < list.Len(); j++ {
-		if missingPresent(list.Get(j).Message(), false) {
-			return true
-		}
-	}
-	return false
-}
-
-// isWellKnown reports google.protobuf types, whose JSON form is not an
-// object of their fields (ListValue is an array, Timestamp a string).
-func isWellKnown(md protoreflect.MessageDescriptor) bool {
-	return md.ParentFile().Package() == "google.protobuf"
+	return bytes.Clone(w.buf), nil
 }

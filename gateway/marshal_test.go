@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 )
 
 func TestAWSJSONTopLevelLists(t *testing.T) {
-	m := newAWSJSON(&runtime.JSONPb{})
+	m := newAWSJSON(protojson.UnmarshalOptions{})
 	tests := []struct {
 		name string
 		msg  any
@@ -44,7 +44,7 @@ func TestAWSJSONTopLevelLists(t *testing.T) {
 }
 
 func TestAWSJSONAlwaysPresentMembers(t *testing.T) {
-	m := newAWSJSON(&runtime.JSONPb{})
+	m := newAWSJSON(protojson.UnmarshalOptions{})
 	tests := []struct {
 		name string
 		msg  any
@@ -82,7 +82,7 @@ func TestAWSJSONAlwaysPresentMembers(t *testing.T) {
 
 func TestObjectMembersScansAwkwardJSON(t *testing.T) {
 	b := []byte(` { "a" : "x\"}" , "b":[1,{"c":"]"}], "d" :{"e":{}} ,"f":-1.5e3,"g":null} `)
-	spans, err := objectMembers(b)
+	spans, err := legacyObjectMembers(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +94,14 @@ func TestObjectMembersScansAwkwardJSON(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{``, `[]`, `{"a"}`, `{"a":"x`, `{"a":1 "b":2}`} {
-		if _, err := objectMembers([]byte(bad)); err == nil {
+		if _, err := legacyObjectMembers([]byte(bad)); err == nil {
 			t.Errorf("objectMembers(%q) accepted malformed JSON", bad)
 		}
 	}
 }
 
 func TestAWSJSONRefusesPathMembersInTheBody(t *testing.T) {
-	m := newAWSJSON(&runtime.JSONPb{})
+	m := newAWSJSON(protojson.UnmarshalOptions{})
 	tests := []struct {
 		name    string
 		body    string
@@ -131,7 +131,7 @@ func TestAWSJSONRefusesPathMembersInTheBody(t *testing.T) {
 // whitespace is a syntax error (which the error handler answers with
 // SerializationException), never silently dropped.
 func TestDecoderOneValue(t *testing.T) {
-	m := newAWSJSON(&runtime.JSONPb{})
+	m := newAWSJSON(protojson.UnmarshalOptions{})
 	tests := []struct {
 		name, body string
 		// syntax is true when the body must be refused as not JSON.
