@@ -342,7 +342,7 @@ func (s *Server) openStore(ctx context.Context) error {
 	if s.store, err = store.New(ctx, s.client, store.Options{Prefix: s.cfg.EtcdPrefix}); err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
-	return nil
+	return s.startReadView()
 }
 
 // startEmbeddedEtcd starts the single-member etcd in DataDir/etcd and
@@ -768,6 +768,10 @@ const sweeperStopWait = 5 * time.Second
 // empty store, or nil when the store had been bootstrapped before.
 func (s *Server) DevCredentials() *DevCredentials { return s.dev }
 
+// ReadView returns the replica's read view (docs/architecture.md, "Read
+// view").
+func (s *Server) ReadView() *store.View { return s.store.View() }
+
 // IAM returns the key store.
 func (s *Server) IAM() *iam.Service { return s.keys }
 
@@ -783,7 +787,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.etcdReachable.Set(1)
-	_, _ = w.Write([]byte("ok\n"))
+	_, _ = w.Write([]byte("ok\n" + s.readViewStatus(ctx) + "\n"))
 }
 
 // Serve serves gRPC and HTTP until ctx ends or a server fails, then shuts

@@ -513,6 +513,9 @@ func (s *viewState) list(st *Store, opts ListOptions, limit int) (Page, error) {
 	return page, nil
 }
 
+// View returns the read view attached to s, or nil.
+func (s *Store) View() *View { return s.view.Load() }
+
 // viewFor returns the view state a read of key may be answered from, or
 // nil when it must go to etcd.
 func (s *Store) viewFor(ctx context.Context, key string) *viewState {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
+
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"
@@ -22,14 +24,21 @@ func entryKey(c *storagev1.ClusterRecord, principalArn string) (string, bool) {
 	return store.AccessEntryKey(c.GetUid(), p.Canonical()), true
 }
 
-// get reads the entry for principalArn on cluster c and its mod revision.
+// get reads the entry for principalArn on cluster c and its mod revision,
+// linearizably.
 func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, principalArn string) (*storagev1.AccessEntryRecord, int64, error) {
+	return s.getWith(ctx, s.store.Get, c, principalArn)
+}
+
+func (s *Service) getWith(ctx context.Context, read func(context.Context, string, proto.Message) (int64, error),
+	c *storagev1.ClusterRecord, principalArn string,
+) (*storagev1.AccessEntryRecord, int64, error) {
 	key, ok := entryKey(c, principalArn)
 	if !ok {
 		return nil, 0, entryNotFound(c.GetName())
 	}
 	rec := &storagev1.AccessEntryRecord{}
-	rev, err := s.store.Get(ctx, key, rec)
+	rev, err := read(ctx, key, rec)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, entryNotFound(c.GetName()).WithCause(err)
 	}
@@ -64,7 +73,7 @@ func (s *Service) Describe(ctx context.Context, cluster, principalArn string) (*
 	if err != nil {
 		return nil, err
 	}
-	rec, _, err := s.get(ctx, c, principalArn)
+	rec, _, err := s.getWith(ctx, s.store.Read, c, principalArn)
 	return rec, err
 }
 
@@ -90,7 +99,7 @@ func (s *Service) List(ctx context.Context, cluster, policyArn string, maxResult
 	if err != nil {
 		return nil, "", withCluster(err, cluster)
 	}
-	page, err := s.store.List(ctx, store.ListOptions{
+	page, err := s.store.ReadList(ctx, store.ListOptions{
 		Prefix: store.AccessEntriesPrefix(c.GetUid()),
 		// The filter is part of the scope: a token of a filtered listing
 		// does not continue another.

@@ -58,6 +58,8 @@ func (c Config) Validate() error {
 // cluster record and its mod revision, which writes are guarded on.
 type Clusters interface {
 	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	// Read returns a cluster record from the replica's read view.
+	Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 	GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 }
 
@@ -141,13 +143,18 @@ func wrapUnlessAPI(err error, format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
-// cluster reads the caller's cluster linearizably and checks that its
+// cluster reads the caller's cluster (linearizably for a write, from the
+// read view otherwise) and checks that its
 // access entries may be used: the cluster's authentication mode must
 // include access entries, and, for a write, the cluster must not be
 // DELETING or FAILED (a FAILED cluster never becomes usable; a DELETING
 // one is going away with its entries).
 func (s *Service) cluster(ctx context.Context, who identity.Caller, name string, forWrite bool) (*storagev1.ClusterRecord, int64, error) {
-	c, rev, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
+	read := s.clusters.Read
+	if forWrite {
+		read = s.clusters.Get
+	}
+	c, rev, err := read(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -14,11 +14,12 @@ import (
 // Describe returns one add-on of the caller's cluster, including one that
 // is DELETING.
 //
-// The cluster is read fast and the add-on linearizably. A found add-on is
-// current whatever the cluster read was: a cluster's add-ons are purged in
-// the same transaction as the cluster, so the uid read cannot name a gone
-// incarnation whose add-on still exists. A miss is confirmed with a
-// linearizable cluster read (the cluster may have been recreated).
+// Both are read from the replica's read view (store.Read: every write of
+// this replica is in it). A found add-on is consistent with the cluster
+// read: a cluster's add-ons are purged in the same transaction as the
+// cluster, so the uid read cannot name a gone incarnation whose add-on
+// still exists. A miss is confirmed linearizably (the cluster may have been
+// recreated, or the add-on created, through another replica a moment ago).
 func (s *Service) Describe(ctx context.Context, clusterName, name string) (*storagev1.AddonRecord, error) {
 	_, c, _, err := s.callerCluster(ctx, clusterName, false, fast)
 	if err != nil {
@@ -27,7 +28,7 @@ func (s *Service) Describe(ctx context.Context, clusterName, name string) (*stor
 	if !namePattern.MatchString(name) {
 		return nil, addonNotFound(clusterName, name)
 	}
-	rec, _, err := s.get(ctx, c, name)
+	rec, _, err := s.read(ctx, c, name)
 	if !errdefs.IsException(err, errdefs.ResourceNotFoundException) {
 		return rec, err
 	}
@@ -35,16 +36,13 @@ func (s *Service) Describe(ctx context.Context, clusterName, name string) (*stor
 	if cerr != nil {
 		return nil, cerr
 	}
-	if fresh.GetUid() == c.GetUid() {
-		return nil, err
-	}
 	rec, _, err = s.get(ctx, fresh, name)
 	return rec, err
 }
 
 // List returns one page of the add-on names of the caller's cluster.
 func (s *Service) List(ctx context.Context, clusterName string, maxResults *int32, nextToken string) ([]string, string, error) {
-	_, c, _, err := s.callerCluster(ctx, clusterName, false, linearizable)
+	_, c, _, err := s.callerCluster(ctx, clusterName, false, fast)
 	if err != nil {
 		return nil, "", err
 	}
@@ -52,7 +50,7 @@ func (s *Service) List(ctx context.Context, clusterName string, maxResults *int3
 	if err != nil {
 		return nil, "", err
 	}
-	page, err := s.store.List(ctx, store.ListOptions{
+	page, err := s.store.ReadList(ctx, store.ListOptions{
 		Prefix:   store.AddonsPrefix(c.GetUid()),
 		Scope:    "ListAddons/" + c.GetUid(),
 		Limit:    limit,

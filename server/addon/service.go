@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
@@ -214,10 +215,22 @@ func (s *Service) callerCluster(ctx context.Context, name string, forWrite, quic
 	return who, c, rev, err
 }
 
-// get reads one add-on record and its mod revision.
+// get reads one add-on record and its mod revision, linearizably.
 func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, int64, error) {
+	return s.getWith(ctx, s.store.Get, c, name)
+}
+
+// read is get from the replica's read view (store.Read), for answering
+// callers.
+func (s *Service) read(ctx context.Context, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, int64, error) {
+	return s.getWith(ctx, s.store.Read, c, name)
+}
+
+func (s *Service) getWith(ctx context.Context, read func(context.Context, string, proto.Message) (int64, error),
+	c *storagev1.ClusterRecord, name string,
+) (*storagev1.AddonRecord, int64, error) {
 	rec := &storagev1.AddonRecord{}
-	rev, err := s.store.Get(ctx, store.AddonKey(c.GetUid(), name), rec)
+	rev, err := read(ctx, store.AddonKey(c.GetUid(), name), rec)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, 0, addonNotFound(c.GetName(), name).WithCause(err)

@@ -38,7 +38,14 @@ func (s *Service) Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev
 	return s.get(ctx, ref, s.store.Get)
 }
 
-// GetSerializable is Get with a serializable read: cheaper, possibly stale.
+// Read is Get for answering a caller: from the replica's read view, which
+// holds every write this replica made (store.Read), else linearizable.
+func (s *Service) Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
+	return s.get(ctx, ref, s.store.Read)
+}
+
+// GetSerializable is Get with a read that may be stale (the read view, or
+// a serializable read of etcd): cheaper.
 // A caller must confirm what it read: guard its write with the returned mod
 // revision (a stale read then fails the compare and the caller retries with
 // Get), and re-read a miss with Get.

@@ -11,7 +11,10 @@ import (
 	"github.com/saltbush/saltbush/store"
 )
 
-// Describe returns the caller's cluster name.
+// Describe returns the caller's cluster name. Reads that answer callers
+// (Describe, List) come from the replica's read view (store.Read): what
+// this replica wrote is always there; another replica's write a moment
+// later (docs/architecture.md, "Read view").
 func (s *Service) Describe(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
 	who, err := identity.AccountCaller(ctx)
 	if err != nil {
@@ -21,7 +24,7 @@ func (s *Service) Describe(ctx context.Context, name string) (*storagev1.Cluster
 		return nil, err
 	}
 	rec := &storagev1.ClusterRecord{}
-	if _, err := s.store.Get(ctx, store.ClusterKey(who.AccountID, name), rec); err != nil {
+	if _, err := s.store.Read(ctx, store.ClusterKey(who.AccountID, name), rec); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, notFound(name).WithCause(err)
 		}
@@ -40,7 +43,7 @@ func (s *Service) List(ctx context.Context, maxResults *int32, nextToken string)
 	if err != nil {
 		return nil, "", err
 	}
-	page, err := s.store.List(ctx, store.ListOptions{
+	page, err := s.store.ReadList(ctx, store.ListOptions{
 		Prefix:   store.ClustersPrefix(who.AccountID),
 		Scope:    "ListClusters/" + who.AccountID,
 		Limit:    limit,

@@ -32,7 +32,7 @@ func (s *Service) Describe(ctx context.Context, clusterName, updateID string, f 
 		return nil, missing
 	}
 	rec := &storagev1.UpdateRecord{}
-	if _, err := s.store.Get(ctx, prefix+updateID, rec); err != nil {
+	if _, err := s.store.Read(ctx, prefix+updateID, rec); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, missing.WithCause(err)
 		}
@@ -56,7 +56,7 @@ func (s *Service) List(ctx context.Context, clusterName string, f Filter, maxRes
 	if err != nil {
 		return nil, "", err
 	}
-	page, err := s.store.List(ctx, store.ListOptions{
+	page, err := s.store.ReadList(ctx, store.ListOptions{
 		Prefix:   prefix,
 		Scope:    "ListUpdates/" + c.GetUid() + "/" + f.AddonName,
 		Limit:    limit,

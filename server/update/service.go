@@ -33,7 +33,8 @@ const (
 
 // Clusters resolves a cluster name of the caller's account.
 type Clusters interface {
-	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	// Read returns a cluster record from the replica's read view.
+	Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 	// ARN is the ARN of a cluster of account.
 	ARN(account, name string) string
 }
@@ -62,7 +63,7 @@ func (s *Service) cluster(ctx context.Context, name string) (*storagev1.ClusterR
 	if !ok {
 		return nil, errors.New("request has no authenticated caller")
 	}
-	rec, _, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
+	rec, _, err := s.clusters.Read(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
 	return rec, err
 }
 
@@ -84,7 +85,7 @@ func (s *Service) scope(ctx context.Context, c *storagev1.ClusterRecord, f Filte
 		return "", errdefs.InvalidParameter("Addon name %q is not valid.", f.AddonName).
 			WithField("clusterName", c.GetName()).WithField("addonName", f.AddonName)
 	}
-	if _, err := s.store.Get(ctx, store.AddonKey(c.GetUid(), f.AddonName), &storagev1.AddonRecord{}); err != nil {
+	if _, err := s.store.Read(ctx, store.AddonKey(c.GetUid(), f.AddonName), &storagev1.AddonRecord{}); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return "", errdefs.NotFound("No addon: %s found in cluster: %s", f.AddonName, c.GetName()).
 				WithField("clusterName", c.GetName()).WithField("addonName", f.AddonName).WithCause(err)
