@@ -21,7 +21,7 @@ func (s *Service) Describe(ctx context.Context, cluster, id string) (*storagev1.
 	if err != nil {
 		return nil, err
 	}
-	rec, _, err := s.get(ctx, c, id)
+	rec, _, err := s.getWith(ctx, s.store.Read, c, id)
 	return rec, err
 }
 
@@ -53,7 +53,7 @@ func (s *Service) List(ctx context.Context, cluster string, f Filter, maxResults
 	if err != nil {
 		return nil, "", withCluster(err, cluster)
 	}
-	page, err := s.store.List(ctx, store.ListOptions{
+	page, err := s.store.ReadList(ctx, store.ListOptions{
 		Prefix: store.PodIdentityAssociationsPrefix(c.GetUid()),
 		// The filter is part of the scope: a token of a filtered listing
 		// does not continue another.

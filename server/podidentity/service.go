@@ -20,6 +20,8 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
@@ -57,6 +59,8 @@ func (c Config) Validate() error {
 // record and its mod revision, which writes are guarded on.
 type Clusters interface {
 	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	// Read returns a cluster record from the replica's read view.
+	Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 }
 
 // Service is the pod identity association domain logic. It is safe for
@@ -140,11 +144,15 @@ func wrapUnlessAPI(err error, format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
-// cluster reads the caller's cluster linearizably; for a write it must not
-// be DELETING (its associations go with it) or FAILED (it never becomes
-// usable).
+// cluster reads the caller's cluster (linearizably for a write, from the
+// read view otherwise); for a write it must not be DELETING (its
+// associations go with it) or FAILED (it never becomes usable).
 func (s *Service) cluster(ctx context.Context, who identity.Caller, name string, forWrite bool) (*storagev1.ClusterRecord, int64, error) {
-	c, rev, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
+	read := s.clusters.Read
+	if forWrite {
+		read = s.clusters.Get
+	}
+	c, rev, err := read(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -158,15 +166,21 @@ func (s *Service) cluster(ctx context.Context, who identity.Caller, name string,
 	return c, rev, nil
 }
 
-// get reads association id of cluster c and its mod revision. A malformed
-// id is an InvalidParameterException, as in AWS; a well-formed one that
-// names nothing is ResourceNotFoundException.
+// get reads association id of cluster c and its mod revision,
+// linearizably. A malformed id is an InvalidParameterException, as in AWS;
+// a well-formed one that names nothing is ResourceNotFoundException.
 func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, id string) (*storagev1.PodIdentityAssociationRecord, int64, error) {
+	return s.getWith(ctx, s.store.Get, c, id)
+}
+
+func (s *Service) getWith(ctx context.Context, read func(context.Context, string, proto.Message) (int64, error),
+	c *storagev1.ClusterRecord, id string,
+) (*storagev1.PodIdentityAssociationRecord, int64, error) {
 	if err := validateID(c.GetName(), id); err != nil {
 		return nil, 0, err
 	}
 	rec := &storagev1.PodIdentityAssociationRecord{}
-	rev, err := s.store.Get(ctx, store.PodIdentityAssociationKey(c.GetUid(), id), rec)
+	rev, err := read(ctx, store.PodIdentityAssociationKey(c.GetUid(), id), rec)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, notFound(c.GetName(), id).WithCause(err)
 	}
