@@ -222,6 +222,8 @@ type procFamily struct {
 type procRun struct {
 	result
 	server, client time.Duration
+	// runs is how many runs a median (medians) is of.
+	runs int
 }
 
 // runDeadline bounds one sub-benchmark's ops: a pre-signed request is
@@ -281,9 +283,13 @@ func medians(runs map[string]map[int][]procRun) map[string]map[int]procRun {
 					v[i] = f(r)
 				}
 				slices.Sort(v)
+				if len(v)%2 == 0 {
+					return (v[len(v)/2-1] + v[len(v)/2]) / 2
+				}
 				return v[len(v)/2]
 			}
 			out[name][c] = procRun{
+				runs: len(rs),
 				result: result{n: n, opsPerS: pick(func(r procRun) float64 { return r.opsPerS }),
 					p50: time.Duration(pick(func(r procRun) float64 { return float64(r.p50) })),
 					p99: time.Duration(pick(func(r procRun) float64 { return float64(r.p99) }))},
@@ -817,13 +823,13 @@ func (fr familyResult) table(mode string) string {
 	if fr.note != "" {
 		sb.WriteString(fr.note + "\n")
 	}
-	fmt.Fprintf(&sb, "load average %s at the start, %s at the end\n\n", fr.load[0], fr.load[1])
+	fmt.Fprintf(&sb, "load average %s at the start, %s at the end; with -count N each figure is the median of its N runs (runs)\n\n", fr.load[0], fr.load[1])
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(tw, "path\tc\tops\tops/s\tp50 ms\tp99 ms\tserver cpu µs/op\tclient cpu µs/op\t")
+	_, _ = fmt.Fprintln(tw, "path\tc\tops\truns\tops/s\tp50 ms\tp99 ms\tserver cpu µs/op\tclient cpu µs/op\t")
 	for _, p := range fr.paths {
 		for _, c := range concurrencies {
 			if r, ok := fr.results[p.name][c]; ok {
-				_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t%.0f\t\n", p.name, c, r.n, r.opsPerS, ms(r.p50), ms(r.p99),
+				_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t%.0f\t\n", p.name, c, r.n, r.runs, r.opsPerS, ms(r.p50), ms(r.p99),
 					us(r.server), us(r.client))
 			}
 		}
