@@ -32,6 +32,7 @@ func (a *agentStream) onSnapshot(ctx context.Context) error {
 	// lapses meanwhile.
 	a.unsure = !known
 	if !known {
+		a.recheckLater()
 		return nil
 	}
 	if !owned {
@@ -58,7 +59,7 @@ func (a *agentStream) onSnapshot(ctx context.Context) error {
 // has since given away); the watch brings a newer one.
 func (a *agentStream) viewOfSession(ctx context.Context) *snapshot {
 	sn, err := a.watch.current()
-	if sn == nil || sn.revision < a.session.revision {
+	if sn == nil || sn.revision < a.session.revision || !sn.recordAsNewAs(a.session) {
 		if err != nil {
 			a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.uid, "err", err)
 		}
@@ -85,7 +86,7 @@ func (a *agentStream) mayStayConnected(sn *snapshot) error {
 // key's revision moved since it was last found to be (an Ack of this
 // stream moves it too). known is false when etcd could not say.
 func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, known bool) {
-	rev, ok := sn.sessions[a.instance]
+	rev, _, ok := sn.session(a.instance)
 	switch {
 	case !ok:
 		return false, true
