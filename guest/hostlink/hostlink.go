@@ -70,6 +70,16 @@ const (
 // a stream busier than that anyway.
 var clientKeepalive = keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: false}
 
+// flowWindow is the link's static HTTP/2 flow-control window, per stream
+// and per connection. gRPC's default dynamic window estimates the
+// bandwidth-delay product by pinging the peer after every data frame it
+// receives while no such ping is out: on an idle stream, every host
+// heartbeat cost the replica a ping to read and answer (with ten thousand
+// agents, thousands a second). A desired set is the only large message
+// the agent receives; 1 MiB in flight carries one at tens of MB/s even
+// across a 50 ms round trip.
+const flowWindow = 1 << 20
+
 // errSilent ends a stream on which the host said nothing for fence-after.
 var errSilent = errors.New("saltbush was silent for fence-after; connecting again")
 
@@ -214,6 +224,7 @@ func (l *Link) conn(ep string) (*grpc.ClientConn, error) {
 	c, err := grpc.NewClient(ep,
 		grpc.WithTransportCredentials(credentials.NewTLS(l.cfg.TLS)),
 		grpc.WithKeepaliveParams(clientKeepalive),
+		grpc.WithStaticStreamWindowSize(flowWindow), grpc.WithStaticConnWindowSize(flowWindow),
 		// A replica that accepts TCP but never finishes the TLS handshake
 		// (partitioned after accept) would otherwise hold the stream's
 		// open for gRPC's 20 s minimum connect timeout, however short

@@ -1410,7 +1410,10 @@ func runFleet(b *testing.B, specPath string) {
 		}
 		cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "127.0.0.1",
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }}
-		conn, err := grpc.NewClient(spec.Addr, grpc.WithTransportCredentials(grpccreds.NewTLS(cfg)))
+		// The agent's link's flow control (guest/hostlink: static
+		// windows, no pings after every data frame it receives).
+		conn, err := grpc.NewClient(spec.Addr, grpc.WithTransportCredentials(grpccreds.NewTLS(cfg)),
+			grpc.WithStaticStreamWindowSize(1<<20), grpc.WithStaticConnWindowSize(1<<20))
 		if err != nil {
 			return err
 		}
@@ -1433,7 +1436,11 @@ func runFleet(b *testing.B, specPath string) {
 		}
 		return nil
 	}
+	// The fleet's own profile of connecting (the agents' side of the
+	// storm), beside the server's.
+	stopProfile := cpuProfile(b, os.Getenv(DeliveryProfileEnv), "fleet-connect")
 	parallel(b, len(spec.Members), 64, dial)
+	stopProfile()
 	spec.Members = nil
 	f.say("connected %d %s", time.Since(start).Nanoseconds(), base)
 
@@ -1492,7 +1499,11 @@ func (a *fleetAgent) run(ctx context.Context, f *fleet, assigned chan<- error, h
 		a.mu.Unlock()
 		m, err := stream.Recv()
 		if err != nil {
-			if first {
+			// A replica that cannot serve the stream yet (its session
+			// could not be kept fresh, the cluster changed during
+			// admission) refuses it before the first Assignment: the
+			// agent tries again, as the real agent's link does.
+			if code := status.Code(err); first && code != codes.Unavailable && code != codes.Aborted {
 				assigned <- err
 				return
 			}
