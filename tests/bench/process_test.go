@@ -46,10 +46,14 @@ import (
 // Every family measures its server paths beside its raw etcd paths: the
 // same etcd work sent straight to the child's embedded etcd (its client
 // URL is in DATA_DIR/etcd-endpoints) from this process, so the child's
-// CPU is then etcd's alone. The raw paths are BenchmarkAddonCreate's,
-// BenchmarkAddonDescribe's and BenchmarkAddonList's (addon_test.go), and
-// for DescribeCluster and DescribeAccessEntry the Gets those services make
-// (server/cluster/read.go, server/access/read.go):
+// CPU is then etcd's, plus, for the raw writes, the server's read view
+// following them (it watches every record under its prefix, whoever
+// wrote it; docs/architecture.md, "Read view"). The raw paths are
+// BenchmarkAddonCreate's, BenchmarkAddonDescribe's and BenchmarkAddonList's
+// (addon_test.go), and for DescribeCluster and DescribeAccessEntry the Gets
+// those services make of etcd when the read view cannot answer
+// (server/cluster/read.go, server/access/read.go); a Describe or List the
+// view answers reads no etcd at all, so its ratios may exceed 1:
 //
 //	create                 CreateAddon: raw-etcd-txn, raw-etcd-get-txn, grpc, facade-http
 //	describe-addon         DescribeAddon: raw-etcd, raw-etcd-serializable, grpc, facade-http
@@ -558,8 +562,9 @@ func (pb *procBench) apiCluster(ctx context.Context, name string) (*storagev1.Cl
 
 // describeClusterFamily is DescribeCluster of one ACTIVE cluster, what
 // BenchmarkDescribeClusterAuth measures through the façade
-// (auth_test.go); cluster.Describe makes one linearizable Get of the
-// cluster record (server/cluster/read.go).
+// (auth_test.go). Without the read view (or when it lags)
+// cluster.Describe makes one linearizable Get of the cluster record
+// (server/cluster/read.go): raw-etcd.
 func (pb *procBench) describeClusterFamily(b *testing.B) procFamily {
 	ab := pb.ab
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -602,10 +607,11 @@ func (pb *procBench) describeClusterFamily(b *testing.B) procFamily {
 }
 
 // describeAccessEntryFamily is DescribeAccessEntry of the creator's entry
-// on a cluster in authentication mode API. access.Describe reads the
-// cluster record and then the entry, both linearizably
-// (server/access/read.go); BenchmarkAccessReview's etcd-get baseline
-// (review_test.go) is the second Get alone, serializable.
+// on a cluster in authentication mode API. Without the read view (or
+// when it lags) access.Describe reads the cluster record and then the
+// entry from etcd, both linearizably (server/access/read.go): raw-etcd.
+// BenchmarkAccessReview's etcd-get baseline (review_test.go) is the
+// second Get alone, serializable.
 func (pb *procBench) describeAccessEntryFamily(b *testing.B) procFamily {
 	ab := pb.ab
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
