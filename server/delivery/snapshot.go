@@ -96,6 +96,18 @@ func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, kno
 		a.verified = rev
 		return true, true
 	}
+	// The watch event that moved the key says whose record it holds, at
+	// that revision, as the read below would: a later write brings its
+	// own event. (An Ack of this stream's whose answer has not reached
+	// its receiver yet is recognised so too, rather than costing a read
+	// that, under load, may fail and silence the stream.)
+	if rec, lease, ok := sn.sessionWritten(a.instance); ok {
+		if lease != a.session.lease.id || !sameSession(rec, a.session.rec) {
+			return false, true
+		}
+		a.verified = rev
+		return true, true
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.HeartbeatInterval)
 	defer cancel()
 	rec, kv, err := a.s.ownSession(ctx, a.session)

@@ -53,8 +53,25 @@ type snapshot struct {
 	recordRead int64
 }
 
-// sessionRevs are a session key's mod and create revisions.
-type sessionRevs struct{ mod, created int64 }
+// sessionRevs are a session key's mod and create revisions and, for a
+// change the watch applied, the record it wrote and its lease (rec nil:
+// not known).
+type sessionRevs struct {
+	mod, created int64
+	rec          *storagev1.AgentSessionRecord
+	lease        int64
+}
+
+// sessionWritten returns the record instance's session key holds at its
+// mod revision, and its lease, when the watch event that wrote it is
+// still in recent (ok false otherwise: ask etcd).
+func (sn *snapshot) sessionWritten(instance string) (*storagev1.AgentSessionRecord, clientv3.LeaseID, bool) {
+	r, ok := sn.recent[instance]
+	if !ok || r.mod == 0 || r.rec == nil {
+		return nil, 0, false
+	}
+	return r.rec, clientv3.LeaseID(r.lease), true
+}
 
 // session returns the mod and create revisions of instance's live session
 // key.
@@ -464,7 +481,14 @@ func (w *clusterWatch) childrenChanged(ctx context.Context, resp clientv3.WatchR
 			}
 			c := sessionChange{instance: key[len(w.sessionsPrefix):]}
 			if ev.Type == mvccpb.PUT {
-				c.revs = sessionRevs{mod: ev.Kv.ModRevision, created: ev.Kv.CreateRevision}
+				c.revs = sessionRevs{mod: ev.Kv.ModRevision, created: ev.Kv.CreateRevision, lease: ev.Kv.Lease}
+				// The record, so that its stream can tell its own
+				// writes from a newer stream's without asking etcd
+				// (ownsSession); undecodable, it asks.
+				rec := &storagev1.AgentSessionRecord{}
+				if store.Decode(ev.Kv.Value, rec) == nil {
+					c.revs.rec = rec
+				}
 			}
 			changes, rev = append(changes, c), max(rev, ev.Kv.ModRevision)
 		}
