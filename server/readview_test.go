@@ -286,7 +286,11 @@ func metrics(t *testing.T, srv *servertest.Server) string {
 
 func get(t *testing.T, url string, want int) string {
 	t.Helper()
-	resp, err := http.Get(url) //nolint:noctx // a test's loopback probe
+	req, err := http.NewRequestWithContext(viewCtx(t), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
