@@ -1275,6 +1275,9 @@ type fleetAgent struct {
 	applied fakeagent.Applied // the last desired set, across streams
 	mu      sync.Mutex        // replacing stream
 	stream  *fakeagent.Stream
+	// refused is why the host last ended a stream of the agent before
+	// its first Assignment (under mu), for a dial that times out.
+	refused error
 }
 
 func (a *fleetAgent) send(m *deliveryv1.AgentMessage) error {
@@ -1432,7 +1435,10 @@ func runFleet(b *testing.B, specPath string) {
 				return fmt.Errorf("%s: %w", m.Instance, err)
 			}
 		case <-time.After(2 * time.Minute):
-			return fmt.Errorf("%s: no assignment within 2m", m.Instance)
+			a.mu.Lock()
+			refused := a.refused
+			a.mu.Unlock()
+			return fmt.Errorf("%s: no assignment within 2m (last refusal: %v)", m.Instance, refused)
 		}
 		return nil
 	}
@@ -1506,6 +1512,11 @@ func (a *fleetAgent) run(ctx context.Context, f *fleet, assigned chan<- error, h
 			if code := status.Code(err); first && code != codes.Unavailable && code != codes.Aborted {
 				assigned <- err
 				return
+			}
+			if first {
+				a.mu.Lock()
+				a.refused = err
+				a.mu.Unlock()
 			}
 			if ctx.Err() != nil || status.Code(err) == codes.Canceled {
 				return
