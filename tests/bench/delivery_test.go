@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1497,6 +1498,9 @@ func runFleet(b *testing.B, specPath string) {
 // is opened again, as the real agent does ("connect again"), after 100ms.
 func (a *fleetAgent) run(ctx context.Context, f *fleet, assigned chan<- error, heartbeat *atomic.Int64) {
 	first := true
+	// healthy: the current stream got an Assignment; failures counts the
+	// attempts since the last healthy stream (fleetBackoff).
+	healthy, failures := false, 0
 	opts := fakeagent.SessionOptions{StandbysSilent: true}
 	session := fakeagent.NewSession(a.hello.GetInstanceId(), &a.applied, opts)
 	for {
@@ -1525,22 +1529,30 @@ func (a *fleetAgent) run(ctx context.Context, f *fleet, assigned chan<- error, h
 			f.reasonsMu.Lock()
 			f.reasons[status.Code(err).String()+": "+status.Convert(err).Message()]++
 			f.reasonsMu.Unlock()
+			if healthy {
+				failures = 0
+			} else {
+				failures++
+			}
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(100 * time.Millisecond):
+				case <-time.After(fleetBackoff(failures)):
 				}
 				if err := a.connect(ctx); err == nil {
 					break
 				}
+				failures++
 			}
+			healthy = false
 			session = fakeagent.NewSession(a.hello.GetInstanceId(), &a.applied, opts)
 			continue
 		}
 		at := time.Now()
 		switch {
 		case m.GetAssignment() != nil:
+			healthy = true
 			heartbeat.CompareAndSwap(0, int64(m.GetAssignment().GetTiming().GetHeartbeatInterval().AsDuration()))
 			if first {
 				first = false
@@ -1567,6 +1579,24 @@ func (a *fleetAgent) run(ctx context.Context, f *fleet, assigned chan<- error, h
 			_ = a.send(session.Track(r, true))
 		}
 	}
+}
+
+// fleetBackoff is the real agent's delay before its next connection
+// attempt (guest/hostlink, with guest/config's defaults of 500 ms and
+// 30 s): equal-jitter exponential in the attempts that failed since its
+// last stream that worked. A fixed short delay made thousands of agents,
+// whose streams a replica ended at once (its session lease not renewed
+// in time under the connect storm), retry in step every 100 ms: the
+// replica, busy with their TLS handshakes, could then not renew its lease
+// either, and never recovered.
+func fleetBackoff(failures int) time.Duration {
+	const initial, maxDelay = 500 * time.Millisecond, 30 * time.Second
+	d := initial
+	for i := 1; i < failures && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	return d/2 + rand.N(d/2+1) //nolint:gosec // G404: jitter spreads retries; nothing depends on it being unpredictable
 }
 
 // heartbeats sends every agent that said Hello a Heartbeat every
