@@ -27,27 +27,6 @@ func (a *agentStream) acked(ctx context.Context, ack *deliveryv1.Ack) error {
 	if sn, _ := a.watch.current(); sn != nil && a.executor.Load() {
 		a.s.observeExecutor(a.watch, a, set, sn.desired.GetDigest())
 	}
-	// First guarded by the revision of this stream's own last write of
-	// the key (its creation or its last Ack), without a read: if the key
-	// is still at it, it holds the record as this stream wrote it, on the
-	// replica's lease. A write since (a newer stream's), or one of this
-	// stream's whose answer was lost, fails the guard: then read first.
-	if a.wrote != nil && a.wroteRev != 0 {
-		rec := proto.Clone(a.wrote).(*storagev1.AgentSessionRecord)
-		rec.AckedVersion, rec.AckedDigest, rec.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
-		res, err := a.s.store.Commit(ctx, store.NewTxn().
-			RequireModRevision(a.session.key, a.wroteRev).
-			PutWithLease(a.session.key, rec, a.session.lease.id))
-		if err == nil {
-			a.wrote, a.wroteRev = rec, res.Revision
-			a.ownWrite.Store(res.Revision)
-			return nil
-		}
-		a.wrote, a.wroteRev = nil, 0
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-	}
 	// Only over this stream's own record, on the lease it is on: a newer
 	// stream of the instance owns the key (and its lease) now, and an Ack
 	// late on the old stream must not move the session back onto the old
@@ -65,9 +44,6 @@ func (a *agentStream) acked(ctx context.Context, ack *deliveryv1.Ack) error {
 			// The sender need not ask etcd whose the session is when it
 			// sees the key move to this revision: it is this write.
 			a.ownWrite.Store(res.Revision)
-			if clientv3.LeaseID(kv.Lease) == a.session.lease.id {
-				a.wrote, a.wroteRev = rec, res.Revision
-			}
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			return err

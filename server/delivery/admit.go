@@ -30,71 +30,7 @@ type session struct {
 	// revision is the etcd revision the session was created at: the
 	// stream's first assignment comes from a snapshot at least that new.
 	revision int64
-	// clusterRev is the mod revision of the cluster record the stream
-	// was admitted against (the session's write was guarded by it).
-	clusterRev int64
 }
-
-// recordAsNewAs reports whether sn's cluster record is at least the one
-// ss was admitted against: read since ss was written, or the same record
-// or a later one. A snapshot the watch made by applying session events
-// keeps the record of its last read, which may predate a member's
-// admission (the record's own watch brings the change).
-func (sn *snapshot) recordAsNewAs(ss *session) bool {
-	return ss.clusterRev == 0 || sn.recordRead >= ss.revision || (sn.cluster != nil && sn.clusterRev >= ss.clusterRev)
-}
-
-// admitAndOpen admits the agent whose Hello is h and opens its session:
-// against the cluster record of this replica's watch of the cluster, if
-// it admits the agent, else against the record in etcd. The session's
-// write is guarded by the record's revision either way: a stale record
-// only costs a second attempt, against etcd's.
-func (s *Service) admitAndOpen(ctx context.Context, agent *identity.Agent, h *deliveryv1.Hello) (*storagev1.ClusterRecord, *session, error) {
-	if c, rev, ok := s.admitCached(agent, h); ok {
-		ss, err := s.openSession(ctx, c, rev, h)
-		if !errors.Is(err, errClusterChanged) {
-			return c, ss, err
-		}
-	}
-	c, rev, err := s.admit(ctx, agent, h)
-	if err != nil {
-		s.log.WarnContext(ctx, "agent refused", "cluster_uid", agent.ClusterUID, "instance", agent.Instance,
-			"claimed_cluster", h.GetCluster().GetName(), "claimed_instance", h.GetInstanceId(), "err", err)
-		return nil, nil, err
-	}
-	ss, err := s.openSession(ctx, c, rev, h)
-	return c, ss, err
-}
-
-// admitCached admits h against the cluster record of this replica's
-// watch of the certificate's cluster, if there is one and it admits h (ok;
-// otherwise admit reads the record from etcd): in a connect storm of a
-// large cluster, reading and decoding its record for every connect cost
-// O(members) each. The record may be stale; the session's write is
-// guarded by its revision (openSession), which catches that.
-func (s *Service) admitCached(agent *identity.Agent, h *deliveryv1.Hello) (*storagev1.ClusterRecord, int64, bool) {
-	s.mu.Lock()
-	w := s.watches[agent.ClusterUID]
-	s.mu.Unlock()
-	if w == nil {
-		return nil, 0, false
-	}
-	sn, _ := w.current()
-	if sn == nil || sn.cluster == nil {
-		return nil, 0, false
-	}
-	c := sn.cluster
-	if h.GetInstanceId() != agent.Instance || c.GetUid() != agent.ClusterUID ||
-		c.GetAccountId() != h.GetCluster().GetAccountId() || c.GetName() != h.GetCluster().GetName() ||
-		!sn.member(agent.Instance) || !sn.serving() {
-		return nil, 0, false
-	}
-	return c, sn.clusterRev, true
-}
-
-// errClusterChanged refuses a stream whose cluster record changed between
-// its admission and its session's write.
-var errClusterChanged = status.Error(codes.Aborted, "the cluster changed during admission; connect again")
 
 // hello reads the stream's first message, which must be a Hello.
 func (s *Service) hello(ctx context.Context, stream deliveryv1.DeliveryService_ConnectServer) (*deliveryv1.Hello, error) {
@@ -184,7 +120,7 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 	// Guarded by the cluster record read at admission: a member removed,
 	// or a cluster turned DELETING, in between gets no session.
 	key := store.SessionKey(c.GetUid(), h.GetInstanceId())
-	ss := &session{key: key, rec: rec, lease: lease, clusterRev: clusterRev}
+	ss := &session{key: key, rec: rec, lease: lease}
 	// Not cut short by the agent going away mid-write, which would leave
 	// the outcome unknown.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -195,7 +131,7 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 	if err != nil {
 		s.renewer.release(lease)
 		if errors.Is(err, store.ErrConflict) {
-			return nil, errClusterChanged
+			return nil, status.Error(codes.Aborted, "the cluster changed during admission; connect again")
 		}
 		// The write may have been applied with its answer lost: a
 		// session nobody renews or retires would keep the replica's

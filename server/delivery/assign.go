@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -33,7 +34,7 @@ func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 	// A record naming no instance is a cluster's fenced executor (it was
 	// FAILED or DELETING): nobody holds the epoch, which goes on from it.
 	vacant := e != nil && e.GetInstanceId() == ""
-	_, created, live := sn.session(e.GetInstanceId())
+	_, live := sn.sessions[e.GetInstanceId()]
 	// Only assignments write a record that is not draining, and an
 	// assignment requires its instance's session: so a session key
 	// created after such a record was deleted in between, and came back.
@@ -41,31 +42,32 @@ func (s *Service) assign(ctx context.Context, sn *snapshot) (bool, error) {
 	// the drain's fence on its new stream, or its session runs out.) A
 	// create revision only grows: once true, this stays true.
 	lapsed := e != nil && !vacant && live && !e.GetDraining() && sn.member(e.GetInstanceId()) &&
-		created > sn.executorRev
+		sn.sessionsCreated[e.GetInstanceId()] > sn.executorRev
 	if e != nil && !vacant && live && !acked && !lapsed {
 		// Live, and not known to have stopped (a removed member's
 		// session runs out first; a draining executor acknowledges).
 		return false, nil
 	}
-	// The first live member in instance order; a drained executor is
-	// passed over while anyone else can take over.
-	candidate := ""
-	sn.eachSession(func(instance string) {
-		if sn.member(instance) && (!e.GetDraining() || instance != e.GetInstanceId()) && (candidate == "" || instance < candidate) {
-			candidate = instance
+	var candidates []string
+	for instance := range sn.sessions {
+		// A drained executor is passed over while anyone else can take
+		// over.
+		if sn.member(instance) && (!e.GetDraining() || instance != e.GetInstanceId()) {
+			candidates = append(candidates, instance)
 		}
-	})
+	}
 	if lapsed {
 		// It keeps the role, at the next epoch: its new session lives,
 		// so no other member may be assigned (break before make).
-		candidate = e.GetInstanceId()
+		candidates = []string{e.GetInstanceId()}
 	}
-	if candidate == "" {
+	if len(candidates) == 0 {
 		// A drained executor with nobody to take over stays fenced: the
 		// operator asked for it to stop.
 		return false, nil
 	}
-	next := &storagev1.ExecutorRecord{InstanceId: candidate, Since: timestamppb.Now(), Reason: "first executor"}
+	slices.Sort(candidates)
+	next := &storagev1.ExecutorRecord{InstanceId: candidates[0], Since: timestamppb.Now(), Reason: "first executor"}
 	uid := sn.cluster.GetUid()
 	txn := store.NewTxn().
 		RequireExists(store.SessionKey(uid, next.GetInstanceId())).

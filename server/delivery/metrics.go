@@ -14,7 +14,7 @@ func (s *Service) observe(w *clusterWatch, sn *snapshot) {
 		return
 	}
 	s.epochs.WithLabelValues(w.uid).Set(float64(sn.executor.GetEpoch()))
-	s.sessions.WithLabelValues(w.uid).Set(float64(sn.sessionCount()))
+	s.sessions.WithLabelValues(w.uid).Set(float64(len(sn.sessions)))
 	s.desired.WithLabelValues(w.uid).Set(float64(sn.desired.GetVersion()))
 	if !sn.lastReport.IsZero() {
 		s.lastReport.WithLabelValues(w.uid).Set(float64(sn.lastReport.UnixNano()) / 1e9)

@@ -194,17 +194,11 @@ func (s *Service) ownSession(ctx context.Context, ss *session) (*storagev1.Agent
 	if err := store.Decode(kv.Value, rec); err != nil {
 		return nil, nil, fmt.Errorf("session %s: %w", ss.key, err)
 	}
-	if !sameSession(rec, ss.rec) {
+	if rec.GetInstanceId() != ss.rec.GetInstanceId() || rec.GetBootId() != ss.rec.GetBootId() ||
+		rec.GetReplica() != ss.rec.GetReplica() || !proto.Equal(rec.GetConnectedAt(), ss.rec.GetConnectedAt()) {
 		return nil, nil, nil
 	}
 	return rec, kv, nil
-}
-
-// sameSession reports whether rec is the session mine was written as:
-// same instance, boot, replica and connect time.
-func sameSession(rec, mine *storagev1.AgentSessionRecord) bool {
-	return rec.GetInstanceId() == mine.GetInstanceId() && rec.GetBootId() == mine.GetBootId() &&
-		rec.GetReplica() == mine.GetReplica() && proto.Equal(rec.GetConnectedAt(), mine.GetConnectedAt())
 }
 
 // retire moves the session of an ended stream off the replica's lease

@@ -135,8 +135,6 @@ type Service struct {
 	// executorGauges is the stream whose figures the executor metrics of
 	// a cluster show.
 	executorGauges map[string]*agentStream
-	// sweeping: sweepSilent runs (while live has streams).
-	sweeping bool
 }
 
 // NewService returns delivery's host side; its metrics are registered on

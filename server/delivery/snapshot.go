@@ -32,7 +32,6 @@ func (a *agentStream) onSnapshot(ctx context.Context) error {
 	// lapses meanwhile.
 	a.unsure = !known
 	if !known {
-		a.recheckLater()
 		return nil
 	}
 	if !owned {
@@ -59,7 +58,7 @@ func (a *agentStream) onSnapshot(ctx context.Context) error {
 // has since given away); the watch brings a newer one.
 func (a *agentStream) viewOfSession(ctx context.Context) *snapshot {
 	sn, err := a.watch.current()
-	if sn == nil || sn.revision < a.session.revision || !sn.recordAsNewAs(a.session) {
+	if sn == nil || sn.revision < a.session.revision {
 		if err != nil {
 			a.s.log.WarnContext(ctx, "delivery snapshot", "cluster_uid", a.uid, "err", err)
 		}
@@ -86,25 +85,13 @@ func (a *agentStream) mayStayConnected(sn *snapshot) error {
 // key's revision moved since it was last found to be (an Ack of this
 // stream moves it too). known is false when etcd could not say.
 func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, known bool) {
-	rev, _, ok := sn.session(a.instance)
+	rev, ok := sn.sessions[a.instance]
 	switch {
 	case !ok:
 		return false, true
 	case rev == a.verified:
 		return true, true
 	case rev == a.ownWrite.Load():
-		a.verified = rev
-		return true, true
-	}
-	// The watch event that moved the key says whose record it holds, at
-	// that revision, as the read below would: a later write brings its
-	// own event. (An Ack of this stream's whose answer has not reached
-	// its receiver yet is recognised so too, rather than costing a read
-	// that, under load, may fail and silence the stream.)
-	if rec, lease, ok := sn.sessionWritten(a.instance); ok {
-		if lease != a.session.lease.id || !sameSession(rec, a.session.rec) {
-			return false, true
-		}
 		a.verified = rev
 		return true, true
 	}

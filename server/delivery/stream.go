@@ -7,7 +7,6 @@ import (
 
 	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
 )
 
@@ -19,20 +18,19 @@ import (
 //   - Set by newAgentStream before either loop starts, then only read:
 //     s, stream, watch, changed, uid, instance, session and the channels.
 //   - sendLoop's own (no other goroutine touches them): what the agent was
-//     told (role, epoch, sentRole, digest, drainFenced), the session
-//     ownership check (verified, unsure, recheckArmed). Only sendLoop
+//     told (role, epoch, sentRole, digest, drainFenced, lastSentAt), the
+//     session ownership check (verified, unsure, recheck). Only sendLoop
 //     calls stream.Send.
 //   - recvLoop's own: stream.Recv and the writes an agent message causes
-//     (reports, the session's acknowledged set, with wrote and wroteRev).
-//     It hands its answers to sendLoop on out, its end on recvErr, and
-//     then closes received (the session is retired only after that: no
-//     write of the receiver can follow the retirement).
+//     (reports, the session's acknowledged set). It hands its answers to
+//     sendLoop on out, its end on recvErr, and then closes received (the
+//     session is retired only after that: no write of the receiver can
+//     follow the retirement).
 //   - Shared, as atomics written by one loop and read by the other: heard,
-//     applied and ownWrite (recvLoop writes); lastSet, executor and
-//     lastSent (sendLoop writes); leaving (sendLoop sets it before a
-//     removed member's Fence, recvLoop clears it and closes left when the
-//     FenceAck removed the session). heard is also read by the Service's
-//     sweep (sweepSilent), which nudges a silent stream's sendLoop.
+//     applied and ownWrite (recvLoop writes); lastSet and executor
+//     (sendLoop writes); leaving (sendLoop sets it before a removed
+//     member's Fence, recvLoop clears it and closes left when the FenceAck
+//     removed the session).
 //   - replaced is closed by Service.register, under the Service's lock,
 //     when a newer stream of the instance opened on this replica.
 type agentStream struct {
@@ -59,18 +57,9 @@ type agentStream struct {
 	// replaced closes when a newer stream of the instance opened on this
 	// replica.
 	replaced chan struct{}
-	// beat asks sendLoop for a Heartbeat: recvLoop heard the agent, and
-	// the host has said nothing for half the heartbeat interval.
-	beat chan struct{}
-	// nudge is the Service's sweep telling sendLoop that the agent may
-	// have been silent for fence-after.
-	nudge chan struct{}
 
 	// heard is when the agent last sent anything (monoClock instant).
 	heard atomic.Int64
-	// lastSent is when anything was last sent to the agent (monoClock
-	// instant).
-	lastSent atomic.Int64
 	// lastSet is the last desired set sent (its Addons left out), for
 	// the Ack that names its nonce.
 	lastSet atomic.Pointer[deliveryv1.DesiredSet]
@@ -87,12 +76,6 @@ type agentStream struct {
 	// session (an Ack), which holds this stream's session by construction.
 	ownWrite atomic.Int64
 
-	// recvLoop's own: the session record as this stream last wrote it
-	// on the replica's lease, and the revision of that write (nil, 0:
-	// unknown, read it before writing).
-	wrote    *storagev1.AgentSessionRecord
-	wroteRev int64
-
 	// sendLoop's own, from here on.
 	//
 	// role and epoch are the last Assignment sent (sentRole: one was).
@@ -104,6 +87,9 @@ type agentStream struct {
 	digest string
 	// drainFenced is the epoch whose drain was last fenced.
 	drainFenced int64
+	// lastSentAt is when anything was last sent (an idle stream sends a
+	// heartbeat).
+	lastSentAt time.Time
 	// verified is the mod revision at which the session key was last
 	// found to hold this stream's session.
 	verified int64
@@ -111,10 +97,8 @@ type agentStream struct {
 	// stream's; nothing but a Fence is sent until it can.
 	unsure bool
 	// recheck asks for the snapshot to be handled again (an ownership
-	// check etcd could not answer is retried every heartbeat interval);
-	// recheckArmed: a timer will ask.
-	recheck      chan struct{}
-	recheckArmed bool
+	// check etcd could not answer is retried every heartbeat interval).
+	recheck chan struct{}
 }
 
 // newAgentStream is the stream of an admitted agent whose Hello was hello
@@ -125,11 +109,9 @@ func newAgentStream(s *Service, stream deliveryv1.DeliveryService_ConnectServer,
 	a := &agentStream{s: s, stream: stream, watch: w, changed: changed, uid: w.uid, instance: hello.GetInstanceId(), session: ss,
 		out: make(chan *deliveryv1.HostMessage, 16), recvErr: make(chan error, 1), received: received,
 		left: make(chan struct{}), replaced: make(chan struct{}), recheck: make(chan struct{}, 1),
-		beat: make(chan struct{}, 1), nudge: make(chan struct{}, 1),
 		// What the agent says it has: a set with this digest is not sent.
-		digest: hello.GetDesiredDigest(), verified: ss.revision, wrote: ss.rec, wroteRev: ss.revision}
+		digest: hello.GetDesiredDigest(), lastSentAt: time.Now(), verified: ss.revision}
 	a.heard.Store(s.clock.now())
-	a.lastSent.Store(s.clock.now())
 	a.applied.Store(&deliveryv1.DesiredSet{Version: hello.GetDesiredVersion(), Digest: hello.GetDesiredDigest()})
 	return a
 }
@@ -151,7 +133,13 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 		// says a word, the agent's link tries the next replica.
 		return errShuttingDown
 	}
-	c, session, err := s.admitAndOpen(ctx, who.Agent, hello)
+	c, clusterRev, err := s.admit(ctx, who.Agent, hello)
+	if err != nil {
+		s.log.WarnContext(ctx, "agent refused", "cluster_uid", who.Agent.ClusterUID, "instance", who.Agent.Instance,
+			"claimed_cluster", hello.GetCluster().GetName(), "claimed_instance", hello.GetInstanceId(), "err", err)
+		return err
+	}
+	session, err := s.openSession(ctx, c, clusterRev, hello)
 	if err != nil {
 		return err
 	}
@@ -164,7 +152,7 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	defer s.streams.Dec()
 	s.log.InfoContext(ctx, "agent connected", "cluster", c.GetName(), "cluster_uid", c.GetUid(), "instance", hello.GetInstanceId())
 
-	w, changed := s.subscribe(c, hello.GetInstanceId())
+	w, changed := s.subscribe(c)
 	defer s.unsubscribe(w, changed)
 	a := newAgentStream(s, stream, w, changed, session, hello, received)
 	// A newer stream of the instance on this replica ends an older one
@@ -172,7 +160,6 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	// session's lease tells).
 	s.register(a)
 	defer s.unregister(a)
-	s.sweep()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go a.recvLoop(ctx)
@@ -214,14 +201,9 @@ func (s *Service) unregister(a *agentStream) {
 // report results, heartbeats. Each event's step returns an ending when
 // the agent may no longer be connected; stop then tells it to stop and
 // ends the stream.
-//
-// It keeps no timer: an idle stream's heartbeat answers the agent's
-// (recvLoop asks for it on beat), and the Service's one sweep of all
-// streams finds a silent agent (nudge). A ticker per stream woke every
-// idle stream's goroutines on its own schedule, apart from the agent's
-// heartbeat: with ten thousand streams, the wake-ups were most of the
-// replica's idle CPU.
 func (a *agentStream) sendLoop(ctx context.Context) error {
+	heartbeat := time.NewTicker(a.s.cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
 	for {
 		var err error
 		select {
@@ -237,14 +219,11 @@ func (a *agentStream) sendLoop(ctx context.Context) error {
 			err = receiverEnded(rerr)
 		case m := <-a.out:
 			err = a.put(m)
-		case <-a.beat:
-			err = a.onBeat()
-		case <-a.nudge:
-			err = a.onNudge()
+		case <-heartbeat.C:
+			err = a.onHeartbeat()
 		case <-a.changed:
 			err = a.onSnapshot(ctx)
 		case <-a.recheck:
-			a.recheckArmed = false
 			err = a.onSnapshot(ctx)
 		}
 		if err != nil {
@@ -253,48 +232,23 @@ func (a *agentStream) sendLoop(ctx context.Context) error {
 	}
 }
 
-// heartbeat is the host's Heartbeat; it carries nothing, so one is shared.
-var heartbeat = &deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}
-
-// idle reports whether the host has said nothing to the agent for half
-// the heartbeat interval.
-func (a *agentStream) idle() bool {
-	return a.s.clock.since(a.lastSent.Load()) >= a.s.cfg.HeartbeatInterval/2
-}
-
-// onBeat answers the agent, which spoke, with a Heartbeat if the host has
-// been idle: an agent sends a Heartbeat every heartbeat interval when it
-// has nothing else to say, so the host's answers keep its grant alive as
-// the host's own heartbeats did, and the two share one wake-up.
-func (a *agentStream) onBeat() error {
-	if !a.idle() {
-		return nil
-	}
-	return a.put(heartbeat)
-}
-
-// onNudge ends the stream of an agent silent for fence-after: it has
-// stopped applying by its own rule, and the stream may be half-open.
-func (a *agentStream) onNudge() error {
+// onHeartbeat runs every heartbeat interval: it ends the stream of an
+// agent silent for fence-after, retries an ownership check etcd could not
+// answer, and keeps an idle stream alive.
+func (a *agentStream) onHeartbeat() error {
 	if a.s.clock.since(a.heard.Load()) > a.s.cfg.FenceAfter {
 		return endSilent
 	}
-	return nil
-}
-
-// recheckLater asks for the snapshot to be handled again in a heartbeat
-// interval: an ownership check etcd could not answer is retried.
-func (a *agentStream) recheckLater() {
-	if a.recheckArmed {
-		return
-	}
-	a.recheckArmed = true
-	time.AfterFunc(a.s.cfg.HeartbeatInterval, func() {
+	if a.unsure {
 		select {
 		case a.recheck <- struct{}{}:
 		default:
 		}
-	})
+	}
+	if time.Since(a.lastSentAt) >= a.s.cfg.HeartbeatInterval/2 {
+		return a.put(&deliveryv1.HostMessage{Message: &deliveryv1.HostMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}})
+	}
+	return nil
 }
 
 // put sends m if the session is fresh; otherwise the stream ends
@@ -306,7 +260,7 @@ func (a *agentStream) put(m *deliveryv1.HostMessage) error {
 	if m.GetFence() == nil && !a.session.fresh(a.s.clock, a.s.cfg) {
 		return endNotRenewed
 	}
-	a.lastSent.Store(a.s.clock.now())
+	a.lastSentAt = time.Now()
 	return a.stream.Send(m)
 }
 
@@ -328,12 +282,6 @@ func (a *agentStream) receive(ctx context.Context) error {
 		a.heard.Store(a.s.clock.now())
 		if err := a.handle(ctx, m); err != nil {
 			return err
-		}
-		if a.idle() {
-			select {
-			case a.beat <- struct{}{}:
-			default:
-			}
 		}
 	}
 }
