@@ -29,7 +29,7 @@ func (s *Server) registerReadViewMetrics() error {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return float64(f(s.store.View().Stats())) })
 	}
-	const readsHelp = "Reads that answer callers (Describe, List, authorization lookups), by source: view (the replica's watch-fed read view) or etcd, with why the view could not answer (not_synced: before its first list; lagging: known to lag; timed_out: the read waited for it in vain)."
+	const readsHelp = "Reads that answer callers (Describe, List, authorization lookups), by source: view (the replica's watch-fed read view) or etcd, with why the view could not answer (not_synced: before its first list; lagging: known to lag; timed_out: the read waited for it in vain; stale: the view heard nothing from etcd for a second)."
 	collectors := []prometheus.Collector{
 		gauge("saltbush_read_view_synced", "1 once the read view's first list has loaded.", func(st store.ViewStats) float64 { return b2f(st.Synced) }),
 		gauge("saltbush_read_view_lagging", "1 while the read view lags (a read waited for it in vain) and reads go to etcd.", func(st store.ViewStats) float64 { return b2f(st.Lagging) }),
@@ -40,6 +40,7 @@ func (s *Server) registerReadViewMetrics() error {
 		counter("saltbush_read_view_reads_total", readsHelp, prometheus.Labels{"source": "etcd", "reason": "not_synced"}, func(st store.ViewStats) int64 { return st.NotSynced }),
 		counter("saltbush_read_view_reads_total", readsHelp, prometheus.Labels{"source": "etcd", "reason": "lagging"}, func(st store.ViewStats) int64 { return st.LaggingReads }),
 		counter("saltbush_read_view_reads_total", readsHelp, prometheus.Labels{"source": "etcd", "reason": "timed_out"}, func(st store.ViewStats) int64 { return st.TimedOut }),
+		counter("saltbush_read_view_reads_total", readsHelp, prometheus.Labels{"source": "etcd", "reason": "stale"}, func(st store.ViewStats) int64 { return st.Stale }),
 		counter("saltbush_read_view_lists_total", "Full lists of the read view: the first, and one per compaction its watch fell behind.", nil, func(st store.ViewStats) int64 { return st.Relists }),
 		counter("saltbush_read_view_watch_restarts_total", "Read view watches that ended with an error and were reopened.", nil, func(st store.ViewStats) int64 { return st.WatchErrors }),
 	}

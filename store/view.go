@@ -46,6 +46,16 @@ import (
 // answers for it.
 const DefaultViewMaxWait = time.Second
 
+// ViewFreshness bounds how old the view's last confirmation from etcd may
+// be for it to answer. Every quarter of it the view makes one cheap
+// linearizable read (it needs a quorum) and records its revision as seen,
+// so reads wait for the view to reach it; a view without a confirmation
+// for longer (cut off from etcd, or its member in a minority) answers
+// nothing, and reads go to etcd and fail there as they would without the
+// view. A replica cut off from etcd answers from memory for at most this
+// long, and what it answers is at most about this stale.
+const ViewFreshness = time.Second
+
 // viewListPage is how many keys one request of the view's list reads.
 const viewListPage = 1000
 
@@ -108,12 +118,17 @@ type View struct {
 	progress chan struct{}
 	// waiting counts reads waiting for the view to reach a revision.
 	waiting atomic.Int64
+	// heard is when etcd last answered a linearizable read of the view
+	// (its list, or a confirmation), in unix nanoseconds; confirming is
+	// set while a confirmation is in flight.
+	heard      atomic.Int64
+	confirming atomic.Bool
 
 	stats viewCounters
 }
 
 type viewCounters struct {
-	fromView, notSynced, lagging, timedOut, relists, watchErrors atomic.Int64
+	fromView, notSynced, lagging, timedOut, stale, relists, watchErrors atomic.Int64
 }
 
 // ViewStats are the view's counters and state, for metrics.
@@ -134,6 +149,9 @@ type ViewStats struct {
 	// TimedOut count reads that went to etcd (view not loaded; view known
 	// to lag; the read waited MaxWait in vain).
 	FromView, NotSynced, LaggingReads, TimedOut int64
+	// Stale counts reads that went to etcd because the view had heard
+	// nothing from etcd for ViewFreshness.
+	Stale int64
 	// Relists counts full lists (the first one, and one per compaction
 	// the watch fell behind); WatchErrors counts watches reopened.
 	Relists, WatchErrors int64
@@ -239,6 +257,7 @@ func (v *View) relist(ctx context.Context) (int64, error) {
 		}
 	}
 	v.stats.relists.Add(1)
+	v.heard.Store(time.Now().UnixNano())
 	v.publish(&viewState{tree: tree, rev: rev})
 	return rev, nil
 }
@@ -265,6 +284,10 @@ func (v *View) follow(ctx context.Context, rev int64) (int64, error) {
 		case <-v.progress:
 			_ = v.client.RequestProgress(wctx)
 		case <-tick.C:
+			if time.Since(time.Unix(0, v.heard.Load())) > ViewFreshness/4 && !v.confirming.Load() {
+				v.confirming.Store(true)
+				go v.confirm(ctx)
+			}
 			// etcd drops a progress request while a watcher of the stream
 			// is not in sync (or waits for a revision not yet written), so
 			// ask again while anyone waits.
@@ -330,6 +353,19 @@ func viewHolds(rel string) bool {
 	return false
 }
 
+// confirm makes the linearizable read that keeps the view fresh.
+func (v *View) confirm(ctx context.Context) {
+	defer v.confirming.Store(false)
+	ctx, cancel := context.WithTimeout(ctx, ViewFreshness/2)
+	defer cancel()
+	resp, err := v.client.Get(ctx, v.st.Key(metaKey), clientv3.WithCountOnly())
+	if err != nil {
+		return
+	}
+	v.st.observe(resp.Header.Revision)
+	v.heard.Store(time.Now().UnixNano())
+}
+
 func (v *View) publish(s *viewState) {
 	v.mu.Lock()
 	v.state.Store(s)
@@ -362,6 +398,10 @@ func (v *View) await(ctx context.Context, want int64) *viewState {
 	s := v.state.Load()
 	if s == nil {
 		v.stats.notSynced.Add(1)
+		return nil
+	}
+	if time.Since(time.Unix(0, v.heard.Load())) > ViewFreshness {
+		v.stats.stale.Add(1)
 		return nil
 	}
 	if s.rev >= want {
@@ -460,6 +500,7 @@ func (v *View) Stats() ViewStats {
 		NotSynced:    v.stats.notSynced.Load(),
 		LaggingReads: v.stats.lagging.Load(),
 		TimedOut:     v.stats.timedOut.Load(),
+		Stale:        v.stats.stale.Load(),
 		Relists:      v.stats.relists.Load(),
 		WatchErrors:  v.stats.watchErrors.Load(),
 	}
