@@ -311,3 +311,92 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// Reads answered from the read view share one decoded record per version
+// (store.ReadShared). Many callers reading the same cluster, add-on and
+// access entry at once, while tags change them, must each get the whole
+// current record; run with -race, a path that changed a shared record
+// fails here.
+func TestReadViewSharedRecordsConcurrently(t *testing.T) {
+	t.Parallel()
+	srv := servertest.Start(t)
+	client := srv.EKS(t)
+	ctx := viewCtx(t)
+	const name, principal = "shared", "arn:aws:iam::000000000000:user/shared-reader"
+	createActiveCluster(t, srv, client, name)
+	if _, err := client.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(name), AddonName: aws.String("coredns"),
+		Tags: map[string]string{"kind": "addon"}}); err != nil {
+		t.Fatal(err)
+	}
+	srv.NewUser(t, principal, "")
+	entry, err := client.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(name), PrincipalArn: aws.String(principal),
+		KubernetesGroups: []string{"viewers", "auditors"}, Tags: map[string]string{"kind": "entry"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range []string{"AmazonEKSViewPolicy", "AmazonEKSAdminViewPolicy"} {
+		if _, err := client.AssociateAccessPolicy(ctx, &eks.AssociateAccessPolicyInput{ClusterName: aws.String(name), PrincipalArn: aws.String(principal),
+			PolicyArn:   aws.String("arn:aws:eks::aws:cluster-access-policy/" + policy),
+			AccessScope: &types.AccessScope{Type: types.AccessScopeTypeCluster}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cluster, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := srv.ReadView().Stats()
+
+	const readers, rounds = 6, 40
+	errs := make(chan error, readers+1)
+	go func() {
+		// The writer: every tag change is a new version of the cluster
+		// record, so readers move from one shared record to the next.
+		for i := range rounds {
+			if _, err := client.TagResource(ctx, &eks.TagResourceInput{ResourceArn: cluster.Cluster.Arn,
+				Tags: map[string]string{"round": fmt.Sprint(i)}}); err != nil {
+				errs <- fmt.Errorf("TagResource round %d: %w", i, err)
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for r := range readers {
+		go func() {
+			errs <- func() error {
+				for i := range rounds {
+					c, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(name)})
+					if err != nil || c.Cluster.Status != types.ClusterStatusActive || len(c.Cluster.ResourcesVpcConfig.SubnetIds) != 2 {
+						return fmt.Errorf("reader %d round %d: DescribeCluster = %+v, %v", r, i, c, err)
+					}
+					a, err := client.DescribeAddon(ctx, &eks.DescribeAddonInput{ClusterName: aws.String(name), AddonName: aws.String("coredns")})
+					if err != nil || a.Addon.Tags["kind"] != "addon" || len(a.Addon.Tags) != 1 {
+						return fmt.Errorf("reader %d round %d: DescribeAddon = %+v, %v", r, i, a, err)
+					}
+					e, err := client.DescribeAccessEntry(ctx, &eks.DescribeAccessEntryInput{ClusterName: aws.String(name), PrincipalArn: aws.String(principal)})
+					if err != nil || !slices.Equal(e.AccessEntry.KubernetesGroups, entry.AccessEntry.KubernetesGroups) || e.AccessEntry.Tags["kind"] != "entry" {
+						return fmt.Errorf("reader %d round %d: DescribeAccessEntry = %+v, %v", r, i, e, err)
+					}
+					p, err := client.ListAssociatedAccessPolicies(ctx, &eks.ListAssociatedAccessPoliciesInput{ClusterName: aws.String(name), PrincipalArn: aws.String(principal)})
+					if err != nil || len(p.AssociatedAccessPolicies) != 2 ||
+						aws.ToString(p.AssociatedAccessPolicies[0].PolicyArn) > aws.ToString(p.AssociatedAccessPolicies[1].PolicyArn) {
+						return fmt.Errorf("reader %d round %d: ListAssociatedAccessPolicies = %+v, %v", r, i, p, err)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range readers + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	final, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(name)})
+	if err != nil || final.Cluster.Tags["round"] != fmt.Sprint(rounds-1) {
+		t.Fatalf("DescribeCluster after the last tag change: %v, %v", final, err)
+	}
+	if after := srv.ReadView().Stats(); after.FromView-before.FromView < readers*rounds*4 {
+		t.Fatalf("read view stats before %+v, after %+v: want the reads answered by the view", before, after)
+	}
+}

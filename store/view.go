@@ -79,6 +79,23 @@ type viewItem struct {
 	key    string
 	value  []byte
 	modRev int64
+	// shared holds the record decoded once, for ReadShared; a change of
+	// the key makes a new item and so a new, empty holder.
+	shared *viewShared
+}
+
+// viewShared is the one decoded copy of a view item's record that every
+// ReadShared reader of that version gets. Decoding a record is most of
+// what a read from memory costs, so it is done once per version rather
+// than once per read.
+type viewShared struct {
+	rec atomic.Pointer[sharedRecord]
+}
+
+type sharedRecord struct{ msg proto.Message }
+
+func newViewItem(key string, value []byte, modRev int64) viewItem {
+	return viewItem{key: key, value: value, modRev: modRev, shared: &viewShared{}}
 }
 
 func viewLess(a, b viewItem) bool { return a.key < b.key }
@@ -248,7 +265,7 @@ func (v *View) relist(ctx context.Context) (int64, error) {
 				rev = resp.Header.Revision
 			}
 			for _, kv := range resp.Kvs {
-				tree.ReplaceOrInsert(viewItem{key: v.st.rel(kv.Key), value: kv.Value, modRev: kv.ModRevision})
+				tree.ReplaceOrInsert(newViewItem(v.st.rel(kv.Key), kv.Value, kv.ModRevision))
 			}
 			if !resp.More || len(resp.Kvs) == 0 {
 				break
@@ -334,7 +351,7 @@ func (v *View) apply(events []*clientv3.Event, rev int64) int64 {
 		if ev.Type == mvccpb.DELETE {
 			tree.Delete(viewItem{key: rel})
 		} else {
-			tree.ReplaceOrInsert(viewItem{key: rel, value: ev.Kv.Value, modRev: ev.Kv.ModRevision})
+			tree.ReplaceOrInsert(newViewItem(rel, ev.Kv.Value, ev.Kv.ModRevision))
 		}
 	}
 	if tree == nil {
@@ -524,6 +541,29 @@ func (s *viewState) get(key string, into proto.Message) (int64, error) {
 	return it.modRev, nil
 }
 
+// getShared returns key's record decoded once and shared: the caller must
+// not change it. A reader asking for another type than the first one's
+// gets its own copy.
+func getShared[T proto.Message](s *viewState, key string, newRec func() T) (T, int64, error) {
+	var zero T
+	it, ok := s.tree.Get(viewItem{key: key})
+	if !ok {
+		return zero, 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	if sr := it.shared.rec.Load(); sr != nil {
+		if rec, ok := sr.msg.(T); ok {
+			return rec, it.modRev, nil
+		}
+	}
+	rec := newRec()
+	if err := Decode(it.value, rec); err != nil {
+		return zero, 0, fmt.Errorf("%s: %w", key, err)
+	}
+	// Two first readers may both decode; either copy is the same record.
+	it.shared.rec.CompareAndSwap(nil, &sharedRecord{msg: rec})
+	return rec, it.modRev, nil
+}
+
 // list is Store.List answered from the view: the same pages, the same
 // continuation tokens.
 func (s *viewState) list(st *Store, opts ListOptions, limit int) (Page, error) {
@@ -588,6 +628,30 @@ func (s *Store) Read(ctx context.Context, key string, into proto.Message) (int64
 		return vs.get(key, into)
 	}
 	return s.Get(ctx, key, into)
+}
+
+// ReadShared is Read for a caller that only looks at the record: from the
+// view it returns the one decoded copy of the record's version that every
+// such reader shares, so the caller must never change it, nor anything it
+// holds (its maps, lists and messages). From etcd it is a fresh record.
+func ReadShared[T proto.Message](ctx context.Context, s *Store, key string, newRec func() T) (T, int64, error) {
+	if vs := s.viewFor(ctx, key); vs != nil {
+		return getShared(vs, key, newRec)
+	}
+	rec := newRec()
+	rev, err := s.Get(ctx, key, rec)
+	return rec, rev, err
+}
+
+// GetSerializableShared is GetSerializable with ReadShared's contract: the
+// record may be shared and must not be changed.
+func GetSerializableShared[T proto.Message](ctx context.Context, s *Store, key string, newRec func() T) (T, int64, error) {
+	if vs := s.viewFor(ctx, key); vs != nil {
+		return getShared(vs, key, newRec)
+	}
+	rec := newRec()
+	rev, err := s.get(ctx, key, rec, clientv3.WithSerializable())
+	return rec, rev, err
 }
 
 // ReadList is List for answering a caller, from the read view as Read

@@ -74,11 +74,66 @@ func TestViewReadYourWrites(t *testing.T) {
 			case st.want != "" && (err != nil || rec.GetName() != st.want || modRev != wrote):
 				t.Fatalf("round %d %s: Read = %q at %d, %v; want %q at %d", i, st.name, rec.GetName(), modRev, err, st.want, wrote)
 			}
+			shared, sharedRev, err := store.ReadShared(testContext(t), s, st.key, newClusterRecord)
+			if (st.want == "") != errors.Is(err, store.ErrNotFound) || (st.want != "" && (shared.GetName() != st.want || sharedRev != wrote)) {
+				t.Fatalf("round %d %s: ReadShared = %q at %d, %v; want %q at %d", i, st.name, shared.GetName(), sharedRev, err, st.want, wrote)
+			}
 		}
 	}
 	stats := v.Stats()
-	if stats.FromView < int64(50*len(steps)) || stats.NotSynced+stats.TimedOut+stats.LaggingReads != 0 {
+	if stats.FromView < int64(2*50*len(steps)) || stats.NotSynced+stats.TimedOut+stats.LaggingReads != 0 {
 		t.Fatalf("view stats %+v: want every read answered by the view", stats)
+	}
+}
+
+func newClusterRecord() *storagev1.ClusterRecord { return &storagev1.ClusterRecord{} }
+
+// TestViewReadSharedDecodesOncePerVersion: ReadShared hands every reader
+// of one version the same decoded record, a new one after a change, and
+// never one of another type; Read and a store without a view decode a
+// copy each time.
+func TestViewReadSharedDecodesOncePerVersion(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	key := store.ClusterKey("111122223333", "a")
+	mustCreate(t, s, key, cluster("a"))
+	read := func() *storagev1.ClusterRecord {
+		t.Helper()
+		rec, _, err := store.ReadShared(testContext(t), s, key, newClusterRecord)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	if first, second := read(), read(); first == second {
+		t.Fatal("without a view, two ReadShared calls returned one record; want a copy each")
+	}
+
+	runView(t, s, store.ViewOptions{MaxWait: time.Minute})
+	first := read()
+	if again := read(); again != first || first.GetName() != "a" {
+		t.Fatalf("two reads of one version: %p %q and %p; want one shared record named a", first, first.GetName(), again)
+	}
+	if own, _, err := readCluster(t, s, key); err != nil || own == first || !proto.Equal(own, first) {
+		t.Fatalf("Read = %p, %v; want a copy equal to the shared %p", own, err, first)
+	}
+	// Another type for the same bytes is decoded on its own (into
+	// whatever those bytes mean to it), not handed the cached record.
+	if other, _, err := store.ReadShared(testContext(t), s, key, func() *storagev1.AddonRecord { return &storagev1.AddonRecord{} }); err != nil || other == nil {
+		t.Fatalf("ReadShared as an add-on record = %v, %v", other, err)
+	}
+	if again := read(); again != first {
+		t.Fatal("a read of another type replaced the shared record")
+	}
+
+	put(t, s, key, "a2")
+	changed := read()
+	if changed == first || changed.GetName() != "a2" || first.GetName() != "a" {
+		t.Fatalf("after a change: shared %q (was %q, still %q); want a new record named a2 and the old one untouched",
+			changed.GetName(), "a", first.GetName())
+	}
+	if again := read(); again != changed {
+		t.Fatal("two reads of the changed version returned different records")
 	}
 }
 

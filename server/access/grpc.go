@@ -7,7 +7,6 @@ import (
 
 	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/validation"
@@ -78,8 +77,7 @@ func (s *EKSServer) authorizeEntry(ctx context.Context, action, cluster, princip
 	}
 	uid := "*"
 	if c, _, err := s.svc.clusters.GetSerializable(ctx, clusterRef(who.AccountID, cluster)); err == nil {
-		rec := &storagev1.AccessEntryRecord{}
-		if _, err := s.svc.store.GetSerializable(ctx, store.AccessEntryKey(c.GetUid(), p.Canonical()), rec); err == nil {
+		if rec, _, err := store.GetSerializableShared(ctx, s.svc.store, store.AccessEntryKey(c.GetUid(), p.Canonical()), newRecord); err == nil {
 			uid = rec.GetUid()
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"google.golang.org/protobuf/proto"
-
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"
@@ -25,20 +23,25 @@ func entryKey(c *storagev1.ClusterRecord, principalArn string) (string, bool) {
 }
 
 // get reads the entry for principalArn on cluster c and its mod revision,
-// linearizably.
+// linearizably: a record of the caller's own.
 func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, principalArn string) (*storagev1.AccessEntryRecord, int64, error) {
-	return s.getWith(ctx, s.store.Get, c, principalArn)
+	return s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AccessEntryRecord, int64, error) {
+		rec := &storagev1.AccessEntryRecord{}
+		rev, err := s.store.Get(ctx, key, rec)
+		return rec, rev, err
+	}, c, principalArn)
 }
 
-func (s *Service) getWith(ctx context.Context, read func(context.Context, string, proto.Message) (int64, error),
+func newRecord() *storagev1.AccessEntryRecord { return &storagev1.AccessEntryRecord{} }
+
+func (s *Service) getWith(ctx context.Context, read func(context.Context, string) (*storagev1.AccessEntryRecord, int64, error),
 	c *storagev1.ClusterRecord, principalArn string,
 ) (*storagev1.AccessEntryRecord, int64, error) {
 	key, ok := entryKey(c, principalArn)
 	if !ok {
 		return nil, 0, entryNotFound(c.GetName())
 	}
-	rec := &storagev1.AccessEntryRecord{}
-	rev, err := read(ctx, key, rec)
+	rec, rev, err := read(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, entryNotFound(c.GetName()).WithCause(err)
 	}
@@ -73,7 +76,11 @@ func (s *Service) Describe(ctx context.Context, cluster, principalArn string) (*
 	if err != nil {
 		return nil, err
 	}
-	rec, _, err := s.getWith(ctx, s.store.Read, c, principalArn)
+	// From the read view: the record may be shared with other readers and
+	// is only converted or copied from, never changed.
+	rec, _, err := s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AccessEntryRecord, int64, error) {
+		return store.ReadShared(ctx, s.store, key, newRecord)
+	}, c, principalArn)
 	return rec, err
 }
 

@@ -55,8 +55,7 @@ func (s *EKSServer) authorizeAddon(ctx context.Context, action, cluster, addon s
 	uid := "*"
 	if namePattern.MatchString(addon) {
 		if c, _, err := s.svc.readCluster(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: cluster}, fast); err == nil {
-			rec := &storagev1.AddonRecord{}
-			if _, err := s.svc.store.GetSerializable(ctx, store.AddonKey(c.GetUid(), addon), rec); err == nil {
+			if rec, _, err := store.GetSerializableShared(ctx, s.svc.store, store.AddonKey(c.GetUid(), addon), newRecord); err == nil {
 				uid = rec.GetUid()
 			}
 		}

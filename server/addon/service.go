@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
@@ -215,22 +214,31 @@ func (s *Service) callerCluster(ctx context.Context, name string, forWrite, quic
 	return who, c, rev, err
 }
 
-// get reads one add-on record and its mod revision, linearizably.
+// get reads one add-on record and its mod revision, linearizably: a
+// record of the caller's own.
 func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, int64, error) {
-	return s.getWith(ctx, s.store.Get, c, name)
+	return s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AddonRecord, int64, error) {
+		rec := &storagev1.AddonRecord{}
+		rev, err := s.store.Get(ctx, key, rec)
+		return rec, rev, err
+	}, c, name)
 }
 
-// read is get from the replica's read view (store.Read), for answering
-// callers.
+// read is get from the replica's read view (store.ReadShared), for
+// answering callers: the record may be shared with other readers and
+// must not be changed.
 func (s *Service) read(ctx context.Context, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, int64, error) {
-	return s.getWith(ctx, s.store.Read, c, name)
+	return s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AddonRecord, int64, error) {
+		return store.ReadShared(ctx, s.store, key, newRecord)
+	}, c, name)
 }
 
-func (s *Service) getWith(ctx context.Context, read func(context.Context, string, proto.Message) (int64, error),
+func newRecord() *storagev1.AddonRecord { return &storagev1.AddonRecord{} }
+
+func (s *Service) getWith(ctx context.Context, read func(context.Context, string) (*storagev1.AddonRecord, int64, error),
 	c *storagev1.ClusterRecord, name string,
 ) (*storagev1.AddonRecord, int64, error) {
-	rec := &storagev1.AddonRecord{}
-	rev, err := read(ctx, store.AddonKey(c.GetUid(), name), rec)
+	rec, rev, err := read(ctx, store.AddonKey(c.GetUid(), name))
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, 0, addonNotFound(c.GetName(), name).WithCause(err)

@@ -33,34 +33,46 @@ func (s *Service) checkRef(ref *controlv1.ClusterRef) error {
 }
 
 // Get returns the cluster ref names (and, if ref has a uid, only that
-// incarnation).
+// incarnation): a record of the caller's own.
 func (s *Service) Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
-	return s.get(ctx, ref, s.store.Get)
+	return s.get(ctx, ref, func(ctx context.Context, key string) (*storagev1.ClusterRecord, int64, error) {
+		rec := &storagev1.ClusterRecord{}
+		rev, err := s.store.Get(ctx, key, rec)
+		return rec, rev, err
+	})
 }
 
 // Read is Get for answering a caller: from the replica's read view, which
-// holds every write this replica made (store.Read), else linearizable.
+// holds every write this replica made (store.ReadShared), else
+// linearizable. The record may be shared with other readers: the caller
+// must not change it.
 func (s *Service) Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
-	return s.get(ctx, ref, s.store.Read)
+	return s.get(ctx, ref, func(ctx context.Context, key string) (*storagev1.ClusterRecord, int64, error) {
+		return store.ReadShared(ctx, s.store, key, newRecord)
+	})
 }
 
 // GetSerializable is Get with a read that may be stale (the read view, or
 // a serializable read of etcd): cheaper.
 // A caller must confirm what it read: guard its write with the returned mod
 // revision (a stale read then fails the compare and the caller retries with
-// Get), and re-read a miss with Get.
+// Get), and re-read a miss with Get. Like Read's, the record may be shared
+// and must not be changed.
 func (s *Service) GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
-	return s.get(ctx, ref, s.store.GetSerializable)
+	return s.get(ctx, ref, func(ctx context.Context, key string) (*storagev1.ClusterRecord, int64, error) {
+		return store.GetSerializableShared(ctx, s.store, key, newRecord)
+	})
 }
 
+func newRecord() *storagev1.ClusterRecord { return &storagev1.ClusterRecord{} }
+
 func (s *Service) get(ctx context.Context, ref *controlv1.ClusterRef,
-	read func(context.Context, string, proto.Message) (int64, error),
+	read func(context.Context, string) (*storagev1.ClusterRecord, int64, error),
 ) (*storagev1.ClusterRecord, int64, error) {
 	if err := s.checkRef(ref); err != nil {
 		return nil, 0, err
 	}
-	rec := &storagev1.ClusterRecord{}
-	rev, err := read(ctx, store.ClusterKey(ref.GetAccountId(), ref.GetName()), rec)
+	rec, rev, err := read(ctx, store.ClusterKey(ref.GetAccountId(), ref.GetName()))
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, 0, notFound(ref.GetName()).WithCause(err)

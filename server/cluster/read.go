@@ -12,9 +12,10 @@ import (
 )
 
 // Describe returns the caller's cluster name. Reads that answer callers
-// (Describe, List) come from the replica's read view (store.Read): what
-// this replica wrote is always there; another replica's write a moment
-// later (docs/architecture.md, "Read view").
+// (Describe, List) come from the replica's read view (store.ReadShared):
+// what this replica wrote is always there; another replica's write a
+// moment later (docs/architecture.md, "Read view"). The record may be
+// shared with other readers and is only converted, never changed.
 func (s *Service) Describe(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
 	who, err := identity.AccountCaller(ctx)
 	if err != nil {
@@ -23,8 +24,8 @@ func (s *Service) Describe(ctx context.Context, name string) (*storagev1.Cluster
 	if err := validateName(name); err != nil {
 		return nil, err
 	}
-	rec := &storagev1.ClusterRecord{}
-	if _, err := s.store.Read(ctx, store.ClusterKey(who.AccountID, name), rec); err != nil {
+	rec, _, err := store.ReadShared(ctx, s.store, store.ClusterKey(who.AccountID, name), newRecord)
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, notFound(name).WithCause(err)
 		}
