@@ -61,7 +61,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 			RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
 		hintDeadline(txn, rec)
 		// The add-on's pod identity associations are created with it.
-		if err := s.pods.Sync(ctx, txn, c, rec, podNamespace(rec), rec.GetSpec().GetPodIdentityAssociations()); err != nil {
+		if err := s.pods.Create(ctx, txn, c, rec, podNamespace(rec), rec.GetSpec().GetPodIdentityAssociations()); err != nil {
 			return withAddonFields(err, c.GetName(), rec.GetName())
 		}
 		tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())

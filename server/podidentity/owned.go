@@ -48,6 +48,20 @@ func (o *Owner) Sync(ctx context.Context, txn *store.Txn, c *storagev1.ClusterRe
 	if err != nil {
 		return err
 	}
+	return o.sync(ctx, txn, c, addon, namespace, want, have)
+}
+
+// Create is Sync for an add-on being created: it owns no association yet
+// (its ARN ends in the uuid it was just given, which no association can
+// name as its owner), so Create adds only the creation of want and, unlike
+// Sync, lists none of the cluster's associations.
+func (o *Owner) Create(ctx context.Context, txn *store.Txn, c *storagev1.ClusterRecord, addon *storagev1.AddonRecord,
+	namespace string, want []*storagev1.PodIdentityAssociation) error {
+	return o.sync(ctx, txn, c, addon, namespace, want, nil)
+}
+
+func (o *Owner) sync(ctx context.Context, txn *store.Txn, c *storagev1.ClusterRecord, addon *storagev1.AddonRecord,
+	namespace string, want []*storagev1.PodIdentityAssociation, have map[string]revisioned) error {
 	now := timestamppb.New(o.now())
 	wanted := map[string]bool{}
 	for _, w := range want {
