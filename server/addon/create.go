@@ -44,15 +44,25 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 		if err != nil {
 			return err
 		}
-		if tok.Present() {
+		if tok.Present() && len(req.GetPodIdentityAssociations()) > 0 {
 			// A retry of a create that happened gets its add-on, before
 			// its own associations are found holding the service accounts.
+			// Without associations the txn's guard on the token finds a
+			// retry (ErrExists below), with no read before it.
 			if prior, err := s.replayCreate(ctx, tok, c, req.GetAddonName()); prior != nil || err != nil {
 				rec = prior
 				return err
 			}
 		}
 		if rec, err = s.newRecord(who, c, req); err != nil {
+			if tok.Present() {
+				// A retry of a create that happened answers with its
+				// add-on even if its request no longer validates.
+				if prior, rerr := s.replayCreate(ctx, tok, c, req.GetAddonName()); prior != nil || rerr != nil {
+					rec = prior
+					return rerr
+				}
+			}
 			return err
 		}
 		key := store.AddonKey(c.GetUid(), rec.GetName())
