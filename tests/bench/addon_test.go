@@ -342,6 +342,85 @@ func profileTimed(b *testing.B) func() {
 	}
 }
 
+// rawCreate is the raw etcd work of a CreateAddon on a shape's cluster:
+// the raw paths of BenchmarkAddonCreate and of BenchmarkServerProcess's
+// create family.
+type rawCreate struct {
+	ab         *addonBench
+	sh         *shape
+	clusterKey string
+	// lease: the store shares one lease among the idempotency keys of a
+	// minute; the raw paths share one for the whole run.
+	lease clientv3.LeaseID
+}
+
+func (ab *addonBench) rawCreate(ctx context.Context, sh *shape) (*rawCreate, error) {
+	lease, err := ab.etcd.Grant(ctx, int64((idempotencyTTL+time.Minute)/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("grant lease: %w", err)
+	}
+	return &rawCreate{ab: ab, sh: sh, clusterKey: ab.st.Key(store.ClusterKey(ab.account, sh.cluster)), lease: lease.ID}, nil
+}
+
+// txn is raw-etcd-txn: what store.Commit builds for Create +
+// RequireModRevision + hintDeadline's Put + CreateWithTTL, in Create's
+// order, with copies of the records the shape's CreateAddon stored,
+// guarded on the cluster record's revision when the shape was made.
+func (r *rawCreate) txn(ctx context.Context, seq int64) error {
+	return r.txnAt(ctx, seq, r.sh.clusterRev)
+}
+
+// getTxn is raw-etcd-get-txn: a serializable Get of the cluster record
+// (what CreateAddon read of etcd before the read view answered it), then
+// txn guarded on the revision it read.
+func (r *rawCreate) getTxn(ctx context.Context, seq int64) error {
+	resp, err := r.ab.etcd.Get(ctx, r.clusterKey, clientv3.WithSerializable())
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) != 1 {
+		return fmt.Errorf("%s: not found", r.clusterKey)
+	}
+	return r.txnAt(ctx, seq, resp.Kvs[0].ModRevision)
+}
+
+func (r *rawCreate) txnAt(ctx context.Context, seq int64, clusterRev int64) error {
+	ab, sh := r.ab, r.sh
+	name := fmt.Sprintf("raw-%08d", seq) // the raw paths skip name validation
+	rec := sh.addonCopy(name)
+	val, err := store.Encode(rec)
+	if err != nil {
+		return err
+	}
+	rel := store.AddonKey(sh.clusterUID, name)
+	idem := proto.Clone(sh.idem).(*storagev1.IdempotencyRecord)
+	idem.ResourceKey, idem.ResourceUid, idem.CreatedAt = rel, rec.Uid, timestamppb.Now()
+	ival, err := store.Encode(idem)
+	if err != nil {
+		return err
+	}
+	hint := proto.Clone(sh.hint).(*storagev1.AddonDeadlineHint)
+	hint.AddonName, hint.Generation = name, rec.GetGeneration()
+	hval, err := store.Encode(hint)
+	if err != nil {
+		return err
+	}
+	k, ik := ab.st.Key(rel), ab.st.Key(store.IdempotencyKey(ab.account, "CreateAddon", rec.ClientRequestToken))
+	hk := ab.st.Key(store.AddonDeadlineKey(rec.GetDeadline().AsTime(), sh.clusterUID, name))
+	resp, err := ab.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(r.clusterKey), "=", clusterRev),
+			clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)).
+		Then(clientv3.OpPut(k, string(val)), clientv3.OpPut(hk, string(hval)),
+			clientv3.OpPut(ik, string(ival), clientv3.WithLease(r.lease))).
+		Else(clientv3.OpGet(k, clientv3.WithCountOnly()), clientv3.OpGet(ik, clientv3.WithCountOnly())).
+		Commit()
+	if err == nil && !resp.Succeeded {
+		err = fmt.Errorf("%s: compare failed", k)
+	}
+	return err
+}
+
 // BenchmarkAddonCreate creates add-ons through five paths against one
 // saltbush, each op a fresh (cluster, add-on) pair:
 //
@@ -349,9 +428,10 @@ func profileTimed(b *testing.B) func() {
 //	                  record (CreateRevision==0), guard the cluster record's mod
 //	                  revision, put the deadline index hint, create the
 //	                  idempotency record on a shared lease
-//	raw-etcd-get-txn  all the etcd work CreateAddon does: a serializable Get of
-//	                  the cluster record (service.readCluster, fast), then that
-//	                  transaction guarded on the mod revision it read
+//	raw-etcd-get-txn  a serializable Get of the cluster record, then that
+//	                  transaction guarded on the mod revision it read: the etcd
+//	                  work of a CreateAddon before its cluster read came from the
+//	                  replica's read view (now it sends raw-etcd-txn's alone)
 //	grpc              CreateAddon over gRPC, with a clientRequestToken
 //	facade            CreateAddon with the AWS SDK for Go v2 (auto-filled token)
 //	facade-http       the same request from a bare net/http client, signed
@@ -365,68 +445,17 @@ func BenchmarkAddonCreate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The store shares one lease among the idempotency keys of a minute;
-	// the raw paths share one for the whole run.
-	lease, err := ab.etcd.Grant(ctx, int64((idempotencyTTL+time.Minute)/time.Second))
+	raw, err := ab.rawCreate(ctx, sh)
 	if err != nil {
-		b.Fatalf("grant lease: %v", err)
-	}
-	clusterKey := ab.st.Key(store.ClusterKey(ab.account, sh.cluster))
-	rawTxn := func(ctx context.Context, seq int64, clusterRev int64) error {
-		name := fmt.Sprintf("raw-%08d", seq) // the raw paths skip name validation
-		rec := sh.addonCopy(name)
-		val, err := store.Encode(rec)
-		if err != nil {
-			return err
-		}
-		rel := store.AddonKey(sh.clusterUID, name)
-		idem := proto.Clone(sh.idem).(*storagev1.IdempotencyRecord)
-		idem.ResourceKey, idem.ResourceUid, idem.CreatedAt = rel, rec.Uid, timestamppb.Now()
-		ival, err := store.Encode(idem)
-		if err != nil {
-			return err
-		}
-		hint := proto.Clone(sh.hint).(*storagev1.AddonDeadlineHint)
-		hint.AddonName, hint.Generation = name, rec.GetGeneration()
-		hval, err := store.Encode(hint)
-		if err != nil {
-			return err
-		}
-		k, ik := ab.st.Key(rel), ab.st.Key(store.IdempotencyKey(ab.account, "CreateAddon", rec.ClientRequestToken))
-		hk := ab.st.Key(store.AddonDeadlineKey(rec.GetDeadline().AsTime(), sh.clusterUID, name))
-		// What store.Commit builds for Create + RequireModRevision +
-		// hintDeadline's Put + CreateWithTTL, in Create's order.
-		resp, err := ab.etcd.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(clusterKey), "=", clusterRev),
-				clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)).
-			Then(clientv3.OpPut(k, string(val)), clientv3.OpPut(hk, string(hval)),
-				clientv3.OpPut(ik, string(ival), clientv3.WithLease(lease.ID))).
-			Else(clientv3.OpGet(k, clientv3.WithCountOnly()), clientv3.OpGet(ik, clientv3.WithCountOnly())).
-			Commit()
-		if err == nil && !resp.Succeeded {
-			err = fmt.Errorf("%s: compare failed", k)
-		}
-		return err
+		b.Fatal(err)
 	}
 	pool := &clusterPool{ab: ab}
 	// facade-http's creates, signed before each of its sub-benchmarks
 	// (presign_test.go).
 	var httpReqs signedQueue
 	paths := []path{
-		{"raw-etcd-txn", func(ctx context.Context, seq int64) error {
-			return rawTxn(ctx, seq, sh.clusterRev)
-		}},
-		{"raw-etcd-get-txn", func(ctx context.Context, seq int64) error {
-			resp, err := ab.etcd.Get(ctx, clusterKey, clientv3.WithSerializable())
-			if err != nil {
-				return err
-			}
-			if len(resp.Kvs) != 1 {
-				return fmt.Errorf("%s: not found", clusterKey)
-			}
-			return rawTxn(ctx, seq, resp.Kvs[0].ModRevision)
-		}},
+		{"raw-etcd-txn", raw.txn},
+		{"raw-etcd-get-txn", raw.getTxn},
 		{"grpc", func(ctx context.Context, _ int64) error {
 			cluster, err := pool.take()
 			if err != nil {
@@ -599,99 +628,15 @@ func BenchmarkAddonList(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	want := []string{benchAddon}
-	for i := range listAddons - 1 {
-		name := fmt.Sprintf("bench-addon-%03d", i)
-		val, err := store.Encode(sh.addonCopy(name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := ab.etcd.Put(ctx, ab.st.Key(store.AddonKey(sh.clusterUID, name)), string(val)); err != nil {
-			b.Fatal(err)
-		}
-		want = append(want, name)
-	}
-	clusterKey := ab.st.Key(store.ClusterKey(ab.account, sh.cluster))
-	prefix := ab.st.Key(store.AddonsPrefix(sh.clusterUID))
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	// check verifies one full listing: all 100 names in 10 pages.
-	check := func(names []string, pages int) error {
-		if len(names) != listAddons || pages != listAddons/listPageSize {
-			return fmt.Errorf("listed %d add-ons in %d pages, want %d in %d", len(names), pages, listAddons, listAddons/listPageSize)
-		}
-		return nil
-	}
-	rawList := func(ctx context.Context, withCluster bool) error {
-		var names []string
-		pages := 0
-		for start := prefix; ; pages++ {
-			if withCluster {
-				if _, err := ab.etcd.Get(ctx, clusterKey); err != nil {
-					return err
-				}
-			}
-			resp, err := ab.etcd.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(listPageSize+1), clientv3.WithKeysOnly())
-			if err != nil {
-				return err
-			}
-			kvs := resp.Kvs
-			if len(kvs) > listPageSize {
-				kvs = kvs[:listPageSize]
-			}
-			for _, kv := range kvs {
-				names = append(names, strings.TrimPrefix(string(kv.Key), prefix))
-			}
-			if len(resp.Kvs) <= listPageSize {
-				return check(names, pages+1)
-			}
-			start = string(kvs[listPageSize-1].Key) + "\x00"
-		}
-	}
-	// A listing sends the same ten page requests every time (continuation
-	// tokens are deterministic, store/list.go), so facade-http finds them
-	// once here, untimed, and signs them before each of its sub-benchmarks.
-	pagePath := func(next string) string {
-		q := url.Values{"maxResults": {fmt.Sprint(listPageSize)}}
-		if next != "" {
-			q.Set("nextToken", next)
-		}
-		return "/clusters/" + sh.cluster + "/addons?" + q.Encode()
-	}
-	var pagePaths []string
-	for next := ""; len(pagePaths) <= listAddons; {
-		pagePaths = append(pagePaths, pagePath(next))
-		r, err := ab.signer.sign(http.MethodGet, pagePath(next), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var out struct{ NextToken string }
-		if err := r.send(ctx, ab.http, ab.srv.URL, &out); err != nil {
-			b.Fatal(err)
-		}
-		if out.NextToken == "" {
-			break
-		}
-		next = out.NextToken
+	l, err := ab.addonListing(ctx, sh, ab.srv.URL)
+	if err != nil {
+		b.Fatal(err)
 	}
 	var listPages map[string]signedRequest
 	paths := []path{
-		{"raw-etcd", func(ctx context.Context, _ int64) error { return rawList(ctx, false) }},
-		{"raw-etcd-cluster", func(ctx context.Context, _ int64) error { return rawList(ctx, true) }},
-		{"grpc", func(ctx context.Context, _ int64) error {
-			var names []string
-			req := &eksv1.ListAddonsRequest{ClusterName: sh.cluster, MaxResults: proto.Int32(listPageSize)}
-			for pages := 1; ; pages++ {
-				out, err := ab.grpc.ListAddons(ctx, req)
-				if err != nil {
-					return err
-				}
-				names = append(names, out.GetAddons()...)
-				if out.GetNextToken() == "" {
-					return check(names, pages)
-				}
-				req.NextToken = out.GetNextToken()
-			}
-		}},
+		{"raw-etcd", func(ctx context.Context, _ int64) error { return l.raw(ctx, false) }},
+		{"raw-etcd-cluster", func(ctx context.Context, _ int64) error { return l.raw(ctx, true) }},
+		{"grpc", func(ctx context.Context, _ int64) error { return l.grpc(ctx) }},
 		{"facade", func(ctx context.Context, _ int64) error {
 			var names []string
 			in := &eks.ListAddonsInput{ClusterName: aws.String(sh.cluster), MaxResults: aws.Int32(listPageSize)}
@@ -702,42 +647,158 @@ func BenchmarkAddonList(b *testing.B) {
 				}
 				names = append(names, out.Addons...)
 				if aws.ToString(out.NextToken) == "" {
-					return check(names, pages)
+					return l.check(names, pages)
 				}
 				in.NextToken = out.NextToken
 			}
 		}},
-		{"facade-http", func(ctx context.Context, _ int64) error {
-			var names []string
-			next := ""
-			for pages := 1; ; pages++ {
-				r, ok := listPages[pagePath(next)]
-				if !ok {
-					return fmt.Errorf("page %s was not signed in advance", pagePath(next))
-				}
-				var out struct {
-					Addons    []string
-					NextToken string
-				}
-				if err := r.send(ctx, ab.http, ab.srv.URL, &out); err != nil {
-					return err
-				}
-				names = append(names, out.Addons...)
-				if out.NextToken == "" {
-					return check(names, pages)
-				}
-				next = out.NextToken
-			}
-		}},
+		{"facade-http", func(ctx context.Context, _ int64) error { return l.facadeHTTP(ctx, listPages, ab.srv.URL) }},
 	}
 	results := runPaths(b, paths, func(b *testing.B, _ int) func() {
 		if isFacadeHTTP(b) {
-			listPages = ab.signer.signAll(b, pagePaths)
+			listPages = ab.signer.signAll(b, l.pagePaths)
 		}
 		return nil
 	})
 	fmt.Print("\n" + summarizeAddon("list", "ListAddons (100 add-ons, 10 pages of 10 per op)", ab.mode, "", paths, results,
 		[]string{"raw-etcd", "raw-etcd-cluster"}, []string{"grpc", "facade", "facade-http"}))
+}
+
+// addonListing is BenchmarkAddonList's listing, shared with
+// BenchmarkServerProcess's list-addons family: all 100 add-ons of a shape's
+// cluster in pages of 10, by raw range reads, over gRPC, and by pre-signed
+// façade requests.
+type addonListing struct {
+	ab                      *addonBench
+	sh                      *shape
+	clusterKey, prefix, end string
+	// pagePaths are the ten page requests of a listing: the same every
+	// time (continuation tokens are deterministic, store/list.go), so
+	// facade-http finds them once, untimed, and signs them before each of
+	// its sub-benchmarks.
+	pagePaths []string
+}
+
+// addonListing writes 99 copies of the shape's add-on record under other
+// names straight to etcd, then finds the page requests by listing once
+// through the façade at url.
+func (ab *addonBench) addonListing(ctx context.Context, sh *shape, url string) (*addonListing, error) {
+	for i := range listAddons - 1 {
+		name := fmt.Sprintf("bench-addon-%03d", i)
+		val, err := store.Encode(sh.addonCopy(name))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ab.etcd.Put(ctx, ab.st.Key(store.AddonKey(sh.clusterUID, name)), string(val)); err != nil {
+			return nil, err
+		}
+	}
+	prefix := ab.st.Key(store.AddonsPrefix(sh.clusterUID))
+	l := &addonListing{ab: ab, sh: sh, clusterKey: ab.st.Key(store.ClusterKey(ab.account, sh.cluster)),
+		prefix: prefix, end: clientv3.GetPrefixRangeEnd(prefix)}
+	for next := ""; len(l.pagePaths) <= listAddons; {
+		l.pagePaths = append(l.pagePaths, l.pagePath(next))
+		r, err := ab.signer.sign(http.MethodGet, l.pagePath(next), nil)
+		if err != nil {
+			return nil, err
+		}
+		var out struct{ NextToken string }
+		if err := r.send(ctx, ab.http, url, &out); err != nil {
+			return nil, err
+		}
+		if out.NextToken == "" {
+			break
+		}
+		next = out.NextToken
+	}
+	return l, nil
+}
+
+// check verifies one full listing: all 100 names in 10 pages.
+func (l *addonListing) check(names []string, pages int) error {
+	if len(names) != listAddons || pages != listAddons/listPageSize {
+		return fmt.Errorf("listed %d add-ons in %d pages, want %d in %d", len(names), pages, listAddons, listAddons/listPageSize)
+	}
+	return nil
+}
+
+func (l *addonListing) pagePath(next string) string {
+	q := url.Values{"maxResults": {fmt.Sprint(listPageSize)}}
+	if next != "" {
+		q.Set("nextToken", next)
+	}
+	return "/clusters/" + l.sh.cluster + "/addons?" + q.Encode()
+}
+
+// raw is the raw paths: per page a linearizable keys-only range Get with
+// limit 11 resuming after the last key (store.List), after a linearizable
+// Get of the cluster record when withCluster.
+func (l *addonListing) raw(ctx context.Context, withCluster bool) error {
+	var names []string
+	for start, pages := l.prefix, 1; ; pages++ {
+		if withCluster {
+			if _, err := l.ab.etcd.Get(ctx, l.clusterKey); err != nil {
+				return err
+			}
+		}
+		resp, err := l.ab.etcd.Get(ctx, start, clientv3.WithRange(l.end), clientv3.WithLimit(listPageSize+1), clientv3.WithKeysOnly())
+		if err != nil {
+			return err
+		}
+		kvs := resp.Kvs
+		if len(kvs) > listPageSize {
+			kvs = kvs[:listPageSize]
+		}
+		for _, kv := range kvs {
+			names = append(names, strings.TrimPrefix(string(kv.Key), l.prefix))
+		}
+		if len(resp.Kvs) <= listPageSize {
+			return l.check(names, pages)
+		}
+		start = string(kvs[listPageSize-1].Key) + "\x00"
+	}
+}
+
+// grpc lists over gRPC.
+func (l *addonListing) grpc(ctx context.Context) error {
+	var names []string
+	req := &eksv1.ListAddonsRequest{ClusterName: l.sh.cluster, MaxResults: proto.Int32(listPageSize)}
+	for pages := 1; ; pages++ {
+		out, err := l.ab.grpc.ListAddons(ctx, req)
+		if err != nil {
+			return err
+		}
+		names = append(names, out.GetAddons()...)
+		if out.GetNextToken() == "" {
+			return l.check(names, pages)
+		}
+		req.NextToken = out.GetNextToken()
+	}
+}
+
+// facadeHTTP lists with the bare HTTP client, sending the pages signed
+// in advance (signAll of pagePaths) to the façade at url.
+func (l *addonListing) facadeHTTP(ctx context.Context, signed map[string]signedRequest, url string) error {
+	var names []string
+	next := ""
+	for pages := 1; ; pages++ {
+		r, ok := signed[l.pagePath(next)]
+		if !ok {
+			return fmt.Errorf("page %s was not signed in advance", l.pagePath(next))
+		}
+		var out struct {
+			Addons    []string
+			NextToken string
+		}
+		if err := r.send(ctx, l.ab.http, url, &out); err != nil {
+			return err
+		}
+		names = append(names, out.Addons...)
+		if out.NextToken == "" {
+			return l.check(names, pages)
+		}
+		next = out.NextToken
+	}
 }
 
 // summarizeAddon renders an add-on benchmark's table and its ratios to each

@@ -22,8 +22,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	grpccreds "google.golang.org/grpc/credentials"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
@@ -319,68 +317,15 @@ func (pb *procBench) createFamily(b *testing.B) procFamily {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The store shares one lease among the idempotency keys of a minute;
-	// the raw paths share one for the whole run (as BenchmarkAddonCreate).
-	lease, err := ab.etcd.Grant(ctx, int64((idempotencyTTL+time.Minute)/time.Second))
+	raw, err := ab.rawCreate(ctx, sh)
 	if err != nil {
-		b.Fatalf("grant lease: %v", err)
-	}
-	clusterKey := ab.st.Key(store.ClusterKey(ab.account, sh.cluster))
-	// rawTxn is BenchmarkAddonCreate's raw-etcd-txn: what store.Commit
-	// builds for Create + RequireModRevision + hintDeadline's Put +
-	// CreateWithTTL, in Create's order, with copies of the records the
-	// shape's CreateAddon stored.
-	rawTxn := func(ctx context.Context, seq int64, clusterRev int64) error {
-		name := fmt.Sprintf("raw-%08d", seq) // the raw paths skip name validation
-		rec := sh.addonCopy(name)
-		val, err := store.Encode(rec)
-		if err != nil {
-			return err
-		}
-		rel := store.AddonKey(sh.clusterUID, name)
-		idem := proto.Clone(sh.idem).(*storagev1.IdempotencyRecord)
-		idem.ResourceKey, idem.ResourceUid, idem.CreatedAt = rel, rec.Uid, timestamppb.Now()
-		ival, err := store.Encode(idem)
-		if err != nil {
-			return err
-		}
-		hint := proto.Clone(sh.hint).(*storagev1.AddonDeadlineHint)
-		hint.AddonName, hint.Generation = name, rec.GetGeneration()
-		hval, err := store.Encode(hint)
-		if err != nil {
-			return err
-		}
-		k, ik := ab.st.Key(rel), ab.st.Key(store.IdempotencyKey(ab.account, "CreateAddon", rec.ClientRequestToken))
-		hk := ab.st.Key(store.AddonDeadlineKey(rec.GetDeadline().AsTime(), sh.clusterUID, name))
-		resp, err := ab.etcd.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(clusterKey), "=", clusterRev),
-				clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)).
-			Then(clientv3.OpPut(k, string(val)), clientv3.OpPut(hk, string(hval)),
-				clientv3.OpPut(ik, string(ival), clientv3.WithLease(lease.ID))).
-			Else(clientv3.OpGet(k, clientv3.WithCountOnly()), clientv3.OpGet(ik, clientv3.WithCountOnly())).
-			Commit()
-		if err == nil && !resp.Succeeded {
-			err = fmt.Errorf("%s: compare failed", k)
-		}
-		return err
+		b.Fatal(err)
 	}
 	pool := &clusterPool{ab: ab}
 	var httpReqs signedQueue
 	paths := []procPath{
-		{"raw-etcd-txn", func(ctx context.Context, seq int64) error { return rawTxn(ctx, seq, sh.clusterRev) }},
-		// BenchmarkAddonCreate's raw-etcd-get-txn: readCluster's fast
-		// (serializable) read first, then the transaction guarded on it.
-		{"raw-etcd-get-txn", func(ctx context.Context, seq int64) error {
-			resp, err := ab.etcd.Get(ctx, clusterKey, clientv3.WithSerializable())
-			if err != nil {
-				return err
-			}
-			if len(resp.Kvs) != 1 {
-				return fmt.Errorf("%s: not found", clusterKey)
-			}
-			return rawTxn(ctx, seq, resp.Kvs[0].ModRevision)
-		}},
+		{"raw-etcd-txn", raw.txn},
+		{"raw-etcd-get-txn", raw.getTxn},
 		{"grpc", func(ctx context.Context, _ int64) error {
 			cluster, err := pool.take()
 			if err != nil {
@@ -684,127 +629,23 @@ func (pb *procBench) listFamily(b *testing.B) procFamily {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for i := range listAddons - 1 {
-		name := fmt.Sprintf("bench-addon-%03d", i)
-		val, err := store.Encode(sh.addonCopy(name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := ab.etcd.Put(ctx, ab.st.Key(store.AddonKey(sh.clusterUID, name)), string(val)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	clusterKey := ab.st.Key(store.ClusterKey(ab.account, sh.cluster))
-	prefix := ab.st.Key(store.AddonsPrefix(sh.clusterUID))
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	check := func(names []string, pages int) error {
-		if len(names) != listAddons || pages != listAddons/listPageSize {
-			return fmt.Errorf("listed %d add-ons in %d pages, want %d in %d", len(names), pages, listAddons, listAddons/listPageSize)
-		}
-		return nil
-	}
-	// BenchmarkAddonList's raw paths: per page a linearizable keys-only
-	// range Get with limit 11 resuming after the last key (store.List),
-	// after a linearizable Get of the cluster record when withCluster.
-	rawList := func(ctx context.Context, withCluster bool) error {
-		var names []string
-		for start, pages := prefix, 1; ; pages++ {
-			if withCluster {
-				if _, err := ab.etcd.Get(ctx, clusterKey); err != nil {
-					return err
-				}
-			}
-			resp, err := ab.etcd.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(listPageSize+1), clientv3.WithKeysOnly())
-			if err != nil {
-				return err
-			}
-			kvs := resp.Kvs
-			if len(kvs) > listPageSize {
-				kvs = kvs[:listPageSize]
-			}
-			for _, kv := range kvs {
-				names = append(names, strings.TrimPrefix(string(kv.Key), prefix))
-			}
-			if len(resp.Kvs) <= listPageSize {
-				return check(names, pages)
-			}
-			start = string(kvs[listPageSize-1].Key) + "\x00"
-		}
-	}
-	// The ten page requests are the same on every listing (tokens are
-	// deterministic, store/list.go): found once here, signed again before
-	// each facade-http sub-benchmark.
-	pagePath := func(next string) string {
-		q := url.Values{"maxResults": {fmt.Sprint(listPageSize)}}
-		if next != "" {
-			q.Set("nextToken", next)
-		}
-		return "/clusters/" + sh.cluster + "/addons?" + q.Encode()
-	}
-	var pagePaths []string
-	for next := ""; len(pagePaths) <= listAddons; {
-		pagePaths = append(pagePaths, pagePath(next))
-		r, err := ab.signer.sign(http.MethodGet, pagePath(next), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var out struct{ NextToken string }
-		if err := r.send(ctx, ab.http, pb.child.url, &out); err != nil {
-			b.Fatal(err)
-		}
-		if out.NextToken == "" {
-			break
-		}
-		next = out.NextToken
+	l, err := ab.addonListing(ctx, sh, pb.child.url)
+	if err != nil {
+		b.Fatal(err)
 	}
 	var pages map[string]signedRequest
 	paths := []procPath{
-		{"raw-etcd", func(ctx context.Context, _ int64) error { return rawList(ctx, false) }},
-		{"raw-etcd-cluster", func(ctx context.Context, _ int64) error { return rawList(ctx, true) }},
-		{"grpc", func(ctx context.Context, _ int64) error {
-			var names []string
-			req := &eksv1.ListAddonsRequest{ClusterName: sh.cluster, MaxResults: proto.Int32(listPageSize)}
-			for n := 1; ; n++ {
-				out, err := ab.grpc.ListAddons(ctx, req)
-				if err != nil {
-					return err
-				}
-				names = append(names, out.GetAddons()...)
-				if out.GetNextToken() == "" {
-					return check(names, n)
-				}
-				req.NextToken = out.GetNextToken()
-			}
-		}},
-		{"facade-http", func(ctx context.Context, _ int64) error {
-			var names []string
-			next := ""
-			for n := 1; ; n++ {
-				r, ok := pages[pagePath(next)]
-				if !ok {
-					return fmt.Errorf("page %s was not signed in advance", pagePath(next))
-				}
-				var out struct {
-					Addons    []string
-					NextToken string
-				}
-				if err := r.send(ctx, ab.http, pb.child.url, &out); err != nil {
-					return err
-				}
-				names = append(names, out.Addons...)
-				if out.NextToken == "" {
-					return check(names, n)
-				}
-				next = out.NextToken
-			}
-		}},
+		{"raw-etcd", func(ctx context.Context, _ int64) error { return l.raw(ctx, false) }},
+		{"raw-etcd-cluster", func(ctx context.Context, _ int64) error { return l.raw(ctx, true) }},
+		{"grpc", func(ctx context.Context, _ int64) error { return l.grpc(ctx) }},
+		{"facade-http", func(ctx context.Context, _ int64) error { return l.facadeHTTP(ctx, pages, pb.child.url) }},
 	}
 	return procFamily{
 		name: "list-addons", title: "ListAddons (100 add-ons, 10 pages of 10 per op)",
 		paths: paths, bases: []string{"raw-etcd", "raw-etcd-cluster"}, servers: []string{"grpc", "facade-http"},
 		before: func(b *testing.B, path string, _ int) func() {
 			if path == "facade-http" {
-				pages = ab.signer.signAll(b, pagePaths)
+				pages = ab.signer.signAll(b, l.pagePaths)
 			}
 			return nil
 		},
