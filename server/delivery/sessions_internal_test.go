@@ -287,10 +287,10 @@ func TestExecutorMetricsLeaveWithTheExecutor(t *testing.T) {
 		live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{},
 		appliedVersion: gauge("applied_version"), inSync: gauge("in_sync")}
 	const uid = "uid-review"
-	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]bool{}}
+	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]string{}}
 	s.watches[uid] = w
 	changed := make(chan struct{}, 1)
-	w.subs[changed] = true
+	w.subs[changed] = "i-a"
 	cluster := &storagev1.ClusterRecord{Uid: uid, Name: "review", Members: []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}}
 	publish := func(sn *snapshot) {
 		w.mu.Lock()
@@ -379,7 +379,7 @@ func TestRemovedMemberFenceAckBehindReportResults(t *testing.T) {
 	defer cancel()
 
 	const uid = "uid-review"
-	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]bool{}}
+	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]string{}}
 	s.watches[uid] = w
 	changed := make(chan struct{}, 1)
 	publish := func(sn *snapshot) {
@@ -570,7 +570,7 @@ func TestStreamEndsWhenItsSessionIsAnotherStreams(t *testing.T) {
 				}
 				sessions["i-a"] = res.Revision
 			}
-			w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]bool{}}
+			w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]string{}}
 			changed := make(chan struct{}, 1)
 			stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 64)}
 			lease := &replicaLease{id: g.ID, lost: make(chan struct{})}

@@ -152,7 +152,7 @@ func (s *Service) connect(stream deliveryv1.DeliveryService_ConnectServer) error
 	defer s.streams.Dec()
 	s.log.InfoContext(ctx, "agent connected", "cluster", c.GetName(), "cluster_uid", c.GetUid(), "instance", hello.GetInstanceId())
 
-	w, changed := s.subscribe(c)
+	w, changed := s.subscribe(c, hello.GetInstanceId())
 	defer s.unsubscribe(w, changed)
 	a := newAgentStream(s, stream, w, changed, session, hello, received)
 	// A newer stream of the instance on this replica ends an older one

@@ -75,7 +75,7 @@ func TestStreamStopsWhenItsOwnershipCheckFails(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]bool{}}
+	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]string{}}
 	changed := make(chan struct{}, 1)
 	stream := &fakeStream{ctx: ctx, sent: make(chan *deliveryv1.HostMessage, 256)}
 	lease := &replicaLease{id: g.ID, lost: make(chan struct{})}
@@ -171,7 +171,7 @@ func TestOwnAckDoesNotEndTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]bool{}}
+	w := &clusterWatch{s: s, uid: uid, subs: map[chan struct{}]string{}}
 	changed := make(chan struct{}, 1)
 	publish := func(sn *snapshot) {
 		w.mu.Lock()
@@ -242,7 +242,7 @@ func TestOwnAckDoesNotEndTheStream(t *testing.T) {
 func TestReportWaitsForTheStreamsOwnView(t *testing.T) {
 	s := &Service{cfg: reviewTiming, log: slog.New(slog.NewTextHandler(io.Discard, nil)), clock: newMonoClock(),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected"}, []string{"reason"})}
-	w := &clusterWatch{s: s, uid: "uid-review", subs: map[chan struct{}]bool{}}
+	w := &clusterWatch{s: s, uid: "uid-review", subs: map[chan struct{}]string{}}
 	cluster := &storagev1.ClusterRecord{Uid: "uid-review", Members: []*storagev1.ClusterMember{{InstanceId: "i-a"}, {InstanceId: "i-b"}}}
 	w.state = &snapshot{revision: 90, cluster: cluster, executor: &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}}
 	a := &agentStream{s: s, watch: w, uid: "uid-review", instance: "i-a", session: &session{revision: 100}}

@@ -42,6 +42,24 @@ type snapshot struct {
 	lastReport time.Time
 }
 
+// concerns reports whether the stream of instance may act otherwise on
+// sn than on prev, the snapshot published before it. A stream reads only
+// the cluster record (serving, members), the executor record (role,
+// epoch, drain), the desired set and its own session of a snapshot, so a
+// snapshot that changed other instances' sessions alone (a connect storm
+// of a large cluster writes one per member, then their Acks) wakes only
+// the streams whose sessions changed, not every stream of the cluster.
+// The desired set is compared by identity: read keeps an unchanged one.
+func (sn *snapshot) concerns(prev *snapshot, instance string) bool {
+	if prev == nil || sn.clusterRev != prev.clusterRev || (sn.cluster == nil) != (prev.cluster == nil) ||
+		sn.executorRev != prev.executorRev || sn.desired != prev.desired {
+		return true
+	}
+	rev, ok := sn.sessions[instance]
+	prevRev, prevOK := prev.sessions[instance]
+	return ok != prevOK || rev != prevRev || sn.sessionsCreated[instance] != prev.sessionsCreated[instance]
+}
+
 // executorOrNil is the executor of a snapshot that may be nil.
 func (sn *snapshot) executorOrNil() *storagev1.ExecutorRecord {
 	if sn == nil {
@@ -101,8 +119,9 @@ type clusterWatch struct {
 	stopWatches      context.CancelFunc
 
 	// Shared with the streams, under mu.
-	mu    sync.Mutex
-	subs  map[chan struct{}]bool
+	mu sync.Mutex
+	// subs are the streams' channels, each with its stream's instance.
+	subs  map[chan struct{}]string
 	state *snapshot
 	err   error
 	// next closes when state next changes (publish), for readers waiting
@@ -120,22 +139,27 @@ func (w *clusterWatch) poke() {
 }
 
 // subscribe returns the watch of c's incarnation (starting it if this is
-// the replica's first stream of it) and a channel that is signalled
-// whenever the snapshot changes; unsubscribe when the stream ends.
-func (s *Service) subscribe(c *storagev1.ClusterRecord) (*clusterWatch, chan struct{}) {
+// the replica's first stream of it) and a channel that is signalled at
+// once and then whenever a snapshot changes what concerns the stream of
+// instance; unsubscribe when the stream ends.
+func (s *Service) subscribe(c *storagev1.ClusterRecord, instance string) (*clusterWatch, chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.watches[c.GetUid()]
 	if !ok {
 		ctx, cancel := context.WithCancel(context.Background())
 		w = &clusterWatch{s: s, uid: c.GetUid(), account: c.GetAccountId(), name: c.GetName(), cancel: cancel,
-			done: make(chan struct{}), subs: map[chan struct{}]bool{}, trigger: make(chan struct{}, 1)}
+			done: make(chan struct{}), subs: map[chan struct{}]string{}, trigger: make(chan struct{}, 1)}
 		s.watches[c.GetUid()] = w
 		go w.run(ctx)
 	}
+	// Signalled at once: the stream acts on the latest snapshot if it
+	// already holds its session; later snapshots signal it only when
+	// they change what concerns it.
 	ch := make(chan struct{}, 1)
+	ch <- struct{}{}
 	w.mu.Lock()
-	w.subs[ch] = true
+	w.subs[ch] = instance
 	w.mu.Unlock()
 	// A new stream's session was just written: read again, so its first
 	// assignment comes from a view that includes it.
@@ -169,12 +193,13 @@ func (w *clusterWatch) current() (*snapshot, error) {
 }
 
 // publish records a read: its snapshot sn, or the error that kept it from
-// reading (the last snapshot stays). The streams are signalled
-// (coalesced: each takes the latest when it gets to it), and readers
-// waiting for a newer snapshot wake.
+// reading (the last snapshot stays). The streams sn concerns are
+// signalled (every stream on an error; coalesced: each takes the latest
+// when it gets to it), and readers waiting for a newer snapshot wake.
 func (w *clusterWatch) publish(sn *snapshot, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	prev := w.state
 	if err != nil {
 		w.err = err
 	} else {
@@ -182,7 +207,10 @@ func (w *clusterWatch) publish(sn *snapshot, err error) {
 		close(w.nextLocked())
 		w.next = nil
 	}
-	for ch := range w.subs {
+	for ch, instance := range w.subs {
+		if err == nil && !sn.concerns(prev, instance) {
+			continue
+		}
 		select {
 		case ch <- struct{}{}:
 		default:

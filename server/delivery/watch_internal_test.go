@@ -7,11 +7,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/storetest"
@@ -41,7 +43,7 @@ func awaitWaiter(t *testing.T, w *clusterWatch) {
 // there already gets it even with its context over; one whose context
 // ends first gets nothing.
 func TestSnapshotAtLeastWaitsForTheRevision(t *testing.T) {
-	w := &clusterWatch{uid: "uid-watch", subs: map[chan struct{}]bool{}}
+	w := &clusterWatch{uid: "uid-watch", subs: map[chan struct{}]string{}}
 	got := make(chan *snapshot, 1)
 	go func() { got <- w.snapshotAtLeast(context.Background(), 100) }()
 	awaitWaiter(t, w)
@@ -92,7 +94,7 @@ func TestWatchPublishesWhatEtcdHolds(t *testing.T) {
 	if _, err := st.Commit(ctx, store.NewTxn().Put(store.ClusterKey(c.GetAccountId(), c.GetName()), c)); err != nil {
 		t.Fatal(err)
 	}
-	w, changed := s.subscribe(c)
+	w, changed := s.subscribe(c, "i-a")
 	defer s.unsubscribe(w, changed)
 	// An executor record nobody's session backs: nothing to assign.
 	res, err := st.Commit(ctx, store.NewTxn().Put(store.ExecutorKey(c.GetUid()), &storagev1.ExecutorRecord{InstanceId: "i-a", Epoch: 3}))
@@ -102,5 +104,70 @@ func TestWatchPublishesWhatEtcdHolds(t *testing.T) {
 	sn := w.snapshotAtLeast(ctx, res.Revision)
 	if sn == nil || sn.executor.GetEpoch() != 3 || sn.cluster.GetName() != "watch" {
 		t.Fatalf("got %+v within the deadline, want the snapshot with the executor at epoch 3", sn)
+	}
+}
+
+// TestPublishWakesTheStreamsConcerned: a snapshot that changed only some
+// instances' sessions signals only their streams; a change of the cluster
+// record, the executor or the desired set, and a failed read, signal
+// every stream.
+func TestPublishWakesTheStreamsConcerned(t *testing.T) {
+	w := &clusterWatch{uid: "uid-watch", subs: map[chan struct{}]string{}}
+	subs := map[string]chan struct{}{}
+	for _, instance := range []string{"i-a", "i-b", "i-c"} {
+		ch := make(chan struct{}, 1)
+		w.subs[ch], subs[instance] = instance, ch
+	}
+	cluster := &storagev1.ClusterRecord{Uid: "uid-watch"}
+	desired := &deliveryv1.DesiredSet{Digest: "d1"}
+	base := func() *snapshot {
+		return &snapshot{revision: 10, cluster: cluster, clusterRev: 5, executorRev: 6, desired: desired,
+			sessions:        map[string]int64{"i-a": 7, "i-b": 8, "i-c": 9},
+			sessionsCreated: map[string]int64{"i-a": 7, "i-b": 8, "i-c": 9}}
+	}
+	cases := []struct {
+		name   string
+		change func(sn *snapshot)
+		err    error
+		want   []string
+	}{
+		{"nothing it reads changed", func(sn *snapshot) { sn.revision = 11 }, nil, nil},
+		{"one session moved", func(sn *snapshot) { sn.sessions["i-b"] = 11 }, nil, []string{"i-b"}},
+		{"a session taken over in place", func(sn *snapshot) { sn.sessions["i-a"], sn.sessionsCreated["i-a"] = 7, 3 }, nil, []string{"i-a"}},
+		{"a session gone", func(sn *snapshot) { delete(sn.sessions, "i-c"); delete(sn.sessionsCreated, "i-c") }, nil, []string{"i-c"}},
+		{"a session of another instance", func(sn *snapshot) { sn.sessions["i-z"], sn.sessionsCreated["i-z"] = 11, 11 }, nil, nil},
+		{"the cluster record", func(sn *snapshot) { sn.clusterRev = 11 }, nil, []string{"i-a", "i-b", "i-c"}},
+		{"the incarnation gone", func(sn *snapshot) { sn.cluster = nil }, nil, []string{"i-a", "i-b", "i-c"}},
+		{"the executor", func(sn *snapshot) { sn.executorRev = 11 }, nil, []string{"i-a", "i-b", "i-c"}},
+		{"the desired set", func(sn *snapshot) { sn.desired = &deliveryv1.DesiredSet{Digest: "d2"} }, nil, []string{"i-a", "i-b", "i-c"}},
+		{"a failed read", nil, context.DeadlineExceeded, []string{"i-a", "i-b", "i-c"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w.publish(base(), nil)
+			for _, ch := range subs {
+				select {
+				case <-ch:
+				default:
+				}
+			}
+			var sn *snapshot
+			if tc.err == nil {
+				sn = base()
+				tc.change(sn)
+			}
+			w.publish(sn, tc.err)
+			var got []string
+			for _, instance := range []string{"i-a", "i-b", "i-c"} {
+				select {
+				case <-subs[instance]:
+					got = append(got, instance)
+				default:
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("signalled %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
