@@ -49,10 +49,10 @@ type snapshot struct {
 // snapshot that changed other instances' sessions alone (a connect storm
 // of a large cluster writes one per member, then their Acks) wakes only
 // the streams whose sessions changed, not every stream of the cluster.
-// The desired set is compared by identity: read keeps an unchanged one.
+// The desired set is compared by its digest, all a stream compares of it.
 func (sn *snapshot) concerns(prev *snapshot, instance string) bool {
 	if prev == nil || sn.clusterRev != prev.clusterRev || (sn.cluster == nil) != (prev.cluster == nil) ||
-		sn.executorRev != prev.executorRev || sn.desired != prev.desired {
+		sn.executorRev != prev.executorRev || sn.desired.GetDigest() != prev.desired.GetDigest() {
 		return true
 	}
 	rev, ok := sn.sessions[instance]
@@ -268,14 +268,25 @@ func (w *clusterWatch) run(ctx context.Context) {
 	}
 }
 
-// watched handles an etcd watch event: any event asks for a re-read; a
-// broken watch (etcd unreachable, compacted, no leader) is stopped, to
-// be started again from the next read.
+// watched handles an etcd watch event: an event newer than the latest
+// snapshot asks for a re-read; a broken watch (etcd unreachable,
+// compacted, no leader) is stopped, to be started again from the next
+// read. Events the latest snapshot already holds (it was read at a later
+// revision) need none: in a connect storm the watch delivers a thousand
+// session writes one after another while a re-read made after the first
+// of them has them all.
 func (w *clusterWatch) watched(resp clientv3.WatchResponse, ok bool) {
 	if !ok || resp.Err() != nil {
 		w.stopEtcdWatches()
+		w.poke()
+		return
 	}
-	w.poke()
+	for _, ev := range resp.Events {
+		if w.last == nil || ev.Kv.ModRevision > w.last.revision {
+			w.poke()
+			return
+		}
+	}
 }
 
 // startEtcdWatches watches the cluster's keys and its record from

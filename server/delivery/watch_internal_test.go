@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
@@ -109,8 +111,8 @@ func TestWatchPublishesWhatEtcdHolds(t *testing.T) {
 
 // TestPublishWakesTheStreamsConcerned: a snapshot that changed only some
 // instances' sessions signals only their streams; a change of the cluster
-// record, the executor or the desired set, and a failed read, signal
-// every stream.
+// record, the executor or the desired set's content, and a failed read,
+// signal every stream.
 func TestPublishWakesTheStreamsConcerned(t *testing.T) {
 	w := &clusterWatch{uid: "uid-watch", subs: map[chan struct{}]string{}}
 	subs := map[string]chan struct{}{}
@@ -139,7 +141,8 @@ func TestPublishWakesTheStreamsConcerned(t *testing.T) {
 		{"the cluster record", func(sn *snapshot) { sn.clusterRev = 11 }, nil, []string{"i-a", "i-b", "i-c"}},
 		{"the incarnation gone", func(sn *snapshot) { sn.cluster = nil }, nil, []string{"i-a", "i-b", "i-c"}},
 		{"the executor", func(sn *snapshot) { sn.executorRev = 11 }, nil, []string{"i-a", "i-b", "i-c"}},
-		{"the desired set", func(sn *snapshot) { sn.desired = &deliveryv1.DesiredSet{Digest: "d2"} }, nil, []string{"i-a", "i-b", "i-c"}},
+		{"the desired set read again, the same", func(sn *snapshot) { sn.desired = &deliveryv1.DesiredSet{Version: 11, Digest: "d1"} }, nil, nil},
+		{"the desired set", func(sn *snapshot) { sn.desired = &deliveryv1.DesiredSet{Version: 11, Digest: "d2"} }, nil, []string{"i-a", "i-b", "i-c"}},
 		{"a failed read", nil, context.DeadlineExceeded, []string{"i-a", "i-b", "i-c"}},
 	}
 	for _, tc := range cases {
@@ -167,6 +170,42 @@ func TestPublishWakesTheStreamsConcerned(t *testing.T) {
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("signalled %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestWatchedRereadsOnlyForNewerEvents: an event the latest snapshot
+// already holds asks for no re-read; a newer one, a failed or closed
+// watch, or events before any snapshot do.
+func TestWatchedRereadsOnlyForNewerEvents(t *testing.T) {
+	event := func(revs ...int64) clientv3.WatchResponse {
+		var resp clientv3.WatchResponse
+		for _, r := range revs {
+			resp.Events = append(resp.Events, &clientv3.Event{Kv: &mvccpb.KeyValue{ModRevision: r}})
+		}
+		return resp
+	}
+	cases := []struct {
+		name  string
+		last  *snapshot
+		resp  clientv3.WatchResponse
+		ok    bool
+		poked bool
+	}{
+		{"held by the snapshot", &snapshot{revision: 100}, event(90, 100), true, false},
+		{"one newer", &snapshot{revision: 100}, event(99, 101), true, true},
+		{"no snapshot yet", nil, event(5), true, true},
+		{"watch failed", &snapshot{revision: 100}, clientv3.WatchResponse{Canceled: true, CompactRevision: 50}, true, true},
+		{"watch closed", &snapshot{revision: 100}, clientv3.WatchResponse{}, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &clusterWatch{uid: "uid-watch", trigger: make(chan struct{}, 1), last: tc.last}
+			w.watched(tc.resp, tc.ok)
+			poked := len(w.trigger) == 1
+			if poked != tc.poked {
+				t.Fatalf("re-read asked: %v, want %v", poked, tc.poked)
 			}
 		})
 	}
