@@ -680,9 +680,14 @@ type addonListing struct {
 }
 
 // addonListing writes 99 copies of the shape's add-on record under other
-// names straight to etcd, then finds the page requests by listing once
-// through the façade at url.
+// names straight to etcd, then finds the page requests by listing through
+// the façade at url. The server answers lists from its read view, which
+// has writes of another etcd client only once their watch events arrive:
+// the listing is repeated until it holds all 100 (within ctx's deadline,
+// a minute at most).
 func (ab *addonBench) addonListing(ctx context.Context, sh *shape, url string) (*addonListing, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	for i := range listAddons - 1 {
 		name := fmt.Sprintf("bench-addon-%03d", i)
 		val, err := store.Encode(sh.addonCopy(name))
@@ -696,22 +701,47 @@ func (ab *addonBench) addonListing(ctx context.Context, sh *shape, url string) (
 	prefix := ab.st.Key(store.AddonsPrefix(sh.clusterUID))
 	l := &addonListing{ab: ab, sh: sh, clusterKey: ab.st.Key(store.ClusterKey(ab.account, sh.cluster)),
 		prefix: prefix, end: clientv3.GetPrefixRangeEnd(prefix)}
-	for next := ""; len(l.pagePaths) <= listAddons; {
-		l.pagePaths = append(l.pagePaths, l.pagePath(next))
-		r, err := ab.signer.sign(http.MethodGet, l.pagePath(next), nil)
+	for {
+		names, err := l.discover(ctx, url)
 		if err != nil {
 			return nil, err
 		}
-		var out struct{ NextToken string }
-		if err := r.send(ctx, ab.http, url, &out); err != nil {
-			return nil, err
+		if names == listAddons {
+			return l, nil
 		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the façade listed %d of the %d add-ons: %w", names, listAddons, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// discover lists once through the façade at url, recording the page
+// requests, and returns how many add-ons it listed.
+func (l *addonListing) discover(ctx context.Context, url string) (int, error) {
+	l.pagePaths = l.pagePaths[:0]
+	names := 0
+	for next := ""; len(l.pagePaths) <= listAddons; {
+		l.pagePaths = append(l.pagePaths, l.pagePath(next))
+		r, err := l.ab.signer.sign(http.MethodGet, l.pagePath(next), nil)
+		if err != nil {
+			return 0, err
+		}
+		var out struct {
+			Addons    []string
+			NextToken string
+		}
+		if err := r.send(ctx, l.ab.http, url, &out); err != nil {
+			return 0, err
+		}
+		names += len(out.Addons)
 		if out.NextToken == "" {
 			break
 		}
 		next = out.NextToken
 	}
-	return l, nil
+	return names, nil
 }
 
 // check verifies one full listing: all 100 names in 10 pages.
