@@ -190,7 +190,7 @@ fuzz:
 ## bench: every benchmark family of tests/bench, each at the op count its
 ## section of tests/bench/README.md gives (a create costs microseconds, an
 ## agent failover seconds, so one -benchtime cannot fit them all), each
-## printing its table (`make bench | tee bench.out` keeps them). About 27
+## printing its table (`make bench | tee bench.out` keeps them). About 10
 ## minutes on 2 cores; `make bench BENCHCOUNT=3` repeats each for benchstat.
 BENCHCOUNT ?= 1
 BENCH = SALTBUSH_KUBE_BIN=$(KUBE_BIN) $(GOTEST) -run '^$$' -count $(BENCHCOUNT) -timeout 60m ./tests/bench/ -bench
