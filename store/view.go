@@ -630,6 +630,10 @@ func (s *Store) Read(ctx context.Context, key string, into proto.Message) (int64
 	return s.Get(ctx, key, into)
 }
 
+// RecordReader is the shape of ReadShared, GetSerializableShared and
+// GetRecord, so that a service can take whichever read its caller needs.
+type RecordReader[T proto.Message] func(ctx context.Context, s *Store, key string, newRec func() T) (T, int64, error)
+
 // ReadShared is Read for a caller that only looks at the record: from the
 // view it returns the one decoded copy of the record's version that every
 // such reader shares, so the caller must never change it, nor anything it
@@ -638,6 +642,12 @@ func ReadShared[T proto.Message](ctx context.Context, s *Store, key string, newR
 	if vs := s.viewFor(ctx, key); vs != nil {
 		return getShared(vs, key, newRec)
 	}
+	return GetRecord(ctx, s, key, newRec)
+}
+
+// GetRecord is Get into a record of the caller's own, made by newRec: the
+// linearizable counterpart of ReadShared, with the same signature.
+func GetRecord[T proto.Message](ctx context.Context, s *Store, key string, newRec func() T) (T, int64, error) {
 	rec := newRec()
 	rev, err := s.Get(ctx, key, rec)
 	return rec, rev, err

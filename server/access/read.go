@@ -25,23 +25,19 @@ func entryKey(c *storagev1.ClusterRecord, principalArn string) (string, bool) {
 // get reads the entry for principalArn on cluster c and its mod revision,
 // linearizably: a record of the caller's own.
 func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, principalArn string) (*storagev1.AccessEntryRecord, int64, error) {
-	return s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AccessEntryRecord, int64, error) {
-		rec := &storagev1.AccessEntryRecord{}
-		rev, err := s.store.Get(ctx, key, rec)
-		return rec, rev, err
-	}, c, principalArn)
+	return s.getWith(ctx, store.GetRecord[*storagev1.AccessEntryRecord], c, principalArn)
 }
 
 func newRecord() *storagev1.AccessEntryRecord { return &storagev1.AccessEntryRecord{} }
 
-func (s *Service) getWith(ctx context.Context, read func(context.Context, string) (*storagev1.AccessEntryRecord, int64, error),
+func (s *Service) getWith(ctx context.Context, read store.RecordReader[*storagev1.AccessEntryRecord],
 	c *storagev1.ClusterRecord, principalArn string,
 ) (*storagev1.AccessEntryRecord, int64, error) {
 	key, ok := entryKey(c, principalArn)
 	if !ok {
 		return nil, 0, entryNotFound(c.GetName())
 	}
-	rec, rev, err := read(ctx, key)
+	rec, rev, err := read(ctx, s.store, key, newRecord)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, entryNotFound(c.GetName()).WithCause(err)
 	}
@@ -78,9 +74,7 @@ func (s *Service) Describe(ctx context.Context, cluster, principalArn string) (*
 	}
 	// From the read view: the record may be shared with other readers and
 	// is only converted or copied from, never changed.
-	rec, _, err := s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AccessEntryRecord, int64, error) {
-		return store.ReadShared(ctx, s.store, key, newRecord)
-	}, c, principalArn)
+	rec, _, err := s.getWith(ctx, store.ReadShared[*storagev1.AccessEntryRecord], c, principalArn)
 	return rec, err
 }
 

@@ -217,28 +217,22 @@ func (s *Service) callerCluster(ctx context.Context, name string, forWrite, quic
 // get reads one add-on record and its mod revision, linearizably: a
 // record of the caller's own.
 func (s *Service) get(ctx context.Context, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, int64, error) {
-	return s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AddonRecord, int64, error) {
-		rec := &storagev1.AddonRecord{}
-		rev, err := s.store.Get(ctx, key, rec)
-		return rec, rev, err
-	}, c, name)
+	return s.getWith(ctx, store.GetRecord[*storagev1.AddonRecord], c, name)
 }
 
 // read is get from the replica's read view (store.ReadShared), for
 // answering callers: the record may be shared with other readers and
 // must not be changed.
 func (s *Service) read(ctx context.Context, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, int64, error) {
-	return s.getWith(ctx, func(ctx context.Context, key string) (*storagev1.AddonRecord, int64, error) {
-		return store.ReadShared(ctx, s.store, key, newRecord)
-	}, c, name)
+	return s.getWith(ctx, store.ReadShared[*storagev1.AddonRecord], c, name)
 }
 
 func newRecord() *storagev1.AddonRecord { return &storagev1.AddonRecord{} }
 
-func (s *Service) getWith(ctx context.Context, read func(context.Context, string) (*storagev1.AddonRecord, int64, error),
+func (s *Service) getWith(ctx context.Context, read store.RecordReader[*storagev1.AddonRecord],
 	c *storagev1.ClusterRecord, name string,
 ) (*storagev1.AddonRecord, int64, error) {
-	rec, rev, err := read(ctx, store.AddonKey(c.GetUid(), name))
+	rec, rev, err := read(ctx, s.store, store.AddonKey(c.GetUid(), name), newRecord)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, 0, addonNotFound(c.GetName(), name).WithCause(err)

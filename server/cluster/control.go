@@ -35,11 +35,7 @@ func (s *Service) checkRef(ref *controlv1.ClusterRef) error {
 // Get returns the cluster ref names (and, if ref has a uid, only that
 // incarnation): a record of the caller's own.
 func (s *Service) Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
-	return s.get(ctx, ref, func(ctx context.Context, key string) (*storagev1.ClusterRecord, int64, error) {
-		rec := &storagev1.ClusterRecord{}
-		rev, err := s.store.Get(ctx, key, rec)
-		return rec, rev, err
-	})
+	return s.get(ctx, ref, store.GetRecord[*storagev1.ClusterRecord])
 }
 
 // Read is Get for answering a caller: from the replica's read view, which
@@ -47,9 +43,7 @@ func (s *Service) Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev
 // linearizable. The record may be shared with other readers: the caller
 // must not change it.
 func (s *Service) Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
-	return s.get(ctx, ref, func(ctx context.Context, key string) (*storagev1.ClusterRecord, int64, error) {
-		return store.ReadShared(ctx, s.store, key, newRecord)
-	})
+	return s.get(ctx, ref, store.ReadShared[*storagev1.ClusterRecord])
 }
 
 // GetSerializable is Get with a read that may be stale (the read view, or
@@ -59,20 +53,18 @@ func (s *Service) Read(ctx context.Context, ref *controlv1.ClusterRef) (*storage
 // Get), and re-read a miss with Get. Like Read's, the record may be shared
 // and must not be changed.
 func (s *Service) GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error) {
-	return s.get(ctx, ref, func(ctx context.Context, key string) (*storagev1.ClusterRecord, int64, error) {
-		return store.GetSerializableShared(ctx, s.store, key, newRecord)
-	})
+	return s.get(ctx, ref, store.GetSerializableShared[*storagev1.ClusterRecord])
 }
 
 func newRecord() *storagev1.ClusterRecord { return &storagev1.ClusterRecord{} }
 
 func (s *Service) get(ctx context.Context, ref *controlv1.ClusterRef,
-	read func(context.Context, string) (*storagev1.ClusterRecord, int64, error),
+	read store.RecordReader[*storagev1.ClusterRecord],
 ) (*storagev1.ClusterRecord, int64, error) {
 	if err := s.checkRef(ref); err != nil {
 		return nil, 0, err
 	}
-	rec, rev, err := read(ctx, store.ClusterKey(ref.GetAccountId(), ref.GetName()))
+	rec, rev, err := read(ctx, s.store, store.ClusterKey(ref.GetAccountId(), ref.GetName()), newRecord)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, 0, notFound(ref.GetName()).WithCause(err)
