@@ -1,6 +1,8 @@
 package access
 
 import (
+	"context"
+
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/accesspolicy"
 	"github.com/saltbush/saltbush/server/identity"
@@ -15,23 +17,28 @@ const ClusterAdminPolicy = accesspolicy.ARNPrefix + "AmazonEKSClusterAdminPolicy
 // session — with its path, which roleOf finds (the key store's name
 // index; a session ARN names its role without the path). ok is false
 // when the caller is not an IAM principal (a saltbush service acting for
-// the account): nobody is seeded.
-func Creator(who identity.Caller, roleOf func(sessionARN string) string) (Principal, bool) {
+// the account): nobody is seeded. An error is roleOf's (etcd's).
+func Creator(ctx context.Context, who identity.Caller,
+	roleOf func(ctx context.Context, sessionARN string) (string, error)) (Principal, bool, error) {
 	if who.Service != "" || who.Agent != nil {
-		return Principal{}, false
+		return Principal{}, false, nil
 	}
 	signer, ok := ParseSigner(who.PrincipalARN)
 	if !ok {
-		return Principal{}, false
+		return Principal{}, false, nil
 	}
 	if signer.SessionName == "" || roleOf == nil {
-		return signer.Principal, true
+		return signer.Principal, true, nil
 	}
-	p, err := ParsePrincipal(roleOf(who.PrincipalARN))
+	arn, err := roleOf(ctx, who.PrincipalARN)
+	if err != nil {
+		return Principal{}, false, err
+	}
+	p, err := ParsePrincipal(arn)
 	if err != nil || p.Canonical() != signer.Principal.Canonical() {
-		return signer.Principal, true
+		return signer.Principal, true, nil
 	}
-	return p, true
+	return p, true, nil
 }
 
 // CreatorEntry returns the entry CreateCluster seeds, in its own

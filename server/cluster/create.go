@@ -58,7 +58,11 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateClusterRequest) (
 		// The creator's admin entry is written with the cluster, never
 		// after it: no entry for the creator can exist yet to be
 		// overwritten (entries live under the new uid).
-		if creator, ok := access.Creator(who, s.cfg.RoleOfSession); ok {
+		creator, ok, err := access.Creator(ctx, who, s.cfg.RoleOfSession)
+		if err != nil {
+			return nil, fmt.Errorf("create cluster %q: creator: %w", req.GetName(), err)
+		}
+		if ok {
 			txn.Create(access.CreatorEntry(s.cfg.Region, creator, rec))
 		}
 	}

@@ -4,6 +4,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +28,7 @@ type Config struct {
 	// RoleOfSession returns the ARN, path included, of an assumed-role
 	// session's role (the key store's name index), for the creator's
 	// access entry; when nil the role is taken to have no path.
-	RoleOfSession func(sessionARN string) string
+	RoleOfSession func(ctx context.Context, sessionARN string) (string, error)
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }

@@ -293,17 +293,18 @@ func (c *Cache) PrincipalExists(ctx context.Context, arn string) (bool, error) {
 
 // EffectivePrincipal is Service.effectivePrincipal from memory: a
 // session's role found by name in the mirror (so a role with a path is
-// found), or the role without a path when the index has no entry; any
-// other ARN unchanged.
-func (c *Cache) EffectivePrincipal(arn string) string {
+// found), or in etcd when the mirror has not seen the role yet — as
+// Policies does, so the role a request was authorized as and the role it
+// acts as are the same one; any other ARN unchanged.
+func (c *Cache) EffectivePrincipal(ctx context.Context, arn string) (string, error) {
 	account, role, _, ok := AssumedRole(arn)
 	if !ok {
-		return arn
+		return arn, nil
 	}
 	if resolved, ok := c.roleByName(account, role); ok {
-		return resolved
+		return resolved, nil
 	}
-	return EffectivePrincipal(arn)
+	return c.svc.effectivePrincipal(ctx, arn)
 }
 
 // roleByName is a role's ARN from the mirror's name index.

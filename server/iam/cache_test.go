@@ -261,6 +261,14 @@ func TestRoleWithPathSessions(t *testing.T) {
 	if _, err := svc.CreatePrincipal(ctx, role); err != nil {
 		t.Fatal(err)
 	}
+	// Made an instant ago, and in a cache that has loaded nothing: the
+	// session's role is still the one with the path (etcd's name index),
+	// never the pathless ARN the session names.
+	for name, cache := range map[string]*Cache{"running": c, "not loaded": svc.NewCache()} {
+		if got, err := cache.EffectivePrincipal(ctx, session); err != nil || got != role {
+			t.Errorf("%s cache: role of %s = %q, %v; want %s", name, session, got, err, role)
+		}
+	}
 	for _, dup := range []string{"arn:aws:iam::111122223333:role/deployer", "arn:aws:iam::111122223333:role/other/deployer"} {
 		if _, err := svc.CreatePrincipal(ctx, dup); !isException(err, "ResourceInUseException") {
 			t.Errorf("second role named deployer (%s): %v, want ResourceInUseException", dup, err)
