@@ -116,7 +116,7 @@ func TestAccessEntryKillMidWriteKeepsInvariants(t *testing.T) {
 			}
 		}(uint64(w + 1))
 	}
-	killMidWrite(t, ctx, p, dataDir, "access entries", stopWork, &wg, func(cli *clientv3.Client) int {
+	killMidWrite(t, ctx, p, dataDir, "access entries", &acked, stopWork, &wg, func(cli *clientv3.Client) int {
 		return checkAccessInvariants(t, ctx, cli, &acked)
 	})
 

@@ -107,7 +107,7 @@ func TestAddonKillMidWriteKeepsInvariants(t *testing.T) {
 			}
 		}(uint64(w + 1))
 	}
-	killMidWrite(t, ctx, p, dataDir, "add-on records", stopWork, &wg, func(cli *clientv3.Client) int {
+	killMidWrite(t, ctx, p, dataDir, "add-on records", &acked, stopWork, &wg, func(cli *clientv3.Client) int {
 		return checkAddonInvariants(t, ctx, cli, &acked, &removed)
 	})
 

@@ -141,7 +141,7 @@ func TestPodIdentityKillMidWriteKeepsInvariants(t *testing.T) {
 			}
 		}(uint64(w + 1))
 	}
-	killMidWrite(t, ctx, p, dataDir, "pod identity associations", stopWork, &wg, func(cli *clientv3.Client) int {
+	killMidWrite(t, ctx, p, dataDir, "pod identity associations", &acked, stopWork, &wg, func(cli *clientv3.Client) int {
 		return checkPodIdentityInvariants(t, ctx, cli, &acked)
 	})
 

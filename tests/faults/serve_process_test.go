@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -209,15 +210,26 @@ func TestServeStopAndRestartKeepsData(t *testing.T) {
 	}
 }
 
-// killMidWrite lets the workload p serves run for a moment, kills p with
-// SIGKILL wherever its writes are, stops the workload and waits for it, and
-// then opens the dead server's etcd data directly: check reads the keyspace
-// it left and returns how many records (of what, for the log) it checked.
-// None is a failure: the workload wrote nothing before the kill.
-func killMidWrite(t *testing.T, ctx context.Context, p *process, dataDir, what string,
+// killMidWrite lets the workload p serves run for a moment and until the
+// server has acknowledged at least one of the writes acked records (then a
+// random instant more), kills p with SIGKILL wherever its writes are,
+// stops the workload and waits for it, and then opens the dead server's
+// etcd data directly: check reads the keyspace it left and returns how
+// many records (of what, for the log) it checked. None is a failure. The
+// kill waits for an acknowledgement, not for a fixed time alone: on a busy
+// machine a race-built server's first writes may take longer than that.
+func killMidWrite(t *testing.T, ctx context.Context, p *process, dataDir, what string, acked *sync.Map,
 	stopWork func(), wg *sync.WaitGroup, check func(*clientv3.Client) int) {
 	t.Helper()
-	time.Sleep(1500 * time.Millisecond)
+	start := time.Now()
+	for !anyStored(acked) || time.Since(start) < 1500*time.Millisecond {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no %s acknowledged before the test's deadline", what)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	time.Sleep(time.Duration(rand.Int64N(int64(300 * time.Millisecond))))
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -253,4 +265,10 @@ func killMidWrite(t *testing.T, ctx context.Context, p *process, dataDir, what s
 		t.Fatalf("no %s survived: the workload wrote nothing before the kill", what)
 	}
 	t.Logf("checked %d %s after SIGKILL", n, what)
+}
+
+func anyStored(m *sync.Map) bool {
+	found := false
+	m.Range(func(any, any) bool { found = true; return false })
+	return found
 }
