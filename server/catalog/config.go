@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -83,6 +84,12 @@ func (v *Version) configError(problems ...Problem) *ConfigError {
 // int64 and other numbers as float64, so templates can compare and print
 // them. Every error is a *ConfigError.
 func (v *Version) ParseConfiguration(raw string) (map[string]any, error) {
+	return v.parseConfiguration(raw, true)
+}
+
+// parseConfiguration is ParseConfiguration; withPlainJSON false reads
+// every document as YAML, the reference plainJSON is tested against.
+func (v *Version) parseConfiguration(raw string, withPlainJSON bool) (map[string]any, error) {
 	if len(raw) > MaxConfigurationBytes {
 		return nil, v.configError(Problem{Message: fmt.Sprintf("%d bytes exceeds the limit of %d", len(raw), MaxConfigurationBytes)})
 	}
@@ -92,19 +99,16 @@ func (v *Version) ParseConfiguration(raw string) (map[string]any, error) {
 		}
 		return map[string]any{}, nil
 	}
-	// YAMLToJSON would read the first document and drop the rest silently.
-	if docs := splitDocuments([]byte(raw)); len(docs) > 1 {
-		return nil, v.configError(Problem{Message: fmt.Sprintf("a single JSON or YAML document is expected, found %d", len(docs))})
+	var doc any
+	ok := false
+	if withPlainJSON {
+		doc, ok = plainJSON(raw)
 	}
-	// Strict: a duplicated key is refused instead of the last one winning.
-	j, err := yaml.YAMLToJSONStrict([]byte(raw))
-	if err != nil {
-		return nil, v.configError(Problem{Message: "not valid JSON or YAML: " + err.Error()})
-	}
-	// UseNumber keeps 3 an integer for the schema's "type": "integer".
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(j))
-	if err != nil {
-		return nil, v.configError(Problem{Message: "not valid JSON or YAML: " + err.Error()})
+	if !ok {
+		var problem *ConfigError
+		if doc, problem = v.decodeYAML(raw); problem != nil {
+			return nil, problem
+		}
 	}
 	obj, ok := doc.(map[string]any)
 	if !ok {
@@ -191,6 +195,105 @@ func jsonKind(v any) string {
 // normalizeNumbers turns json.Number into int64 when it is an integer that
 // fits and float64 otherwise. Templates get numbers they can compare with
 // literals (json.Number is a string to text/template) and print plainly.
+// decodeYAML reads raw as one YAML (or JSON) document, as JSON values with
+// json.Number numbers.
+func (v *Version) decodeYAML(raw string) (any, *ConfigError) {
+	// YAMLToJSON would read the first document and drop the rest silently.
+	if docs := splitDocuments([]byte(raw)); len(docs) > 1 {
+		return nil, v.configError(Problem{Message: fmt.Sprintf("a single JSON or YAML document is expected, found %d", len(docs))})
+	}
+	// Strict: a duplicated key is refused instead of the last one winning.
+	j, err := yaml.YAMLToJSONStrict([]byte(raw))
+	if err != nil {
+		return nil, v.configError(Problem{Message: "not valid JSON or YAML: " + err.Error()})
+	}
+	// UseNumber keeps 3 an integer for the schema's "type": "integer".
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(j))
+	if err != nil {
+		return nil, v.configError(Problem{Message: "not valid JSON or YAML: " + err.Error()})
+	}
+	return doc, nil
+}
+
+// plainJSON reads raw when it is one JSON object with no duplicated key
+// and only finite numbers: what most callers send, and what decodeYAML
+// would read to the same values (JSON is YAML) at several times the cost
+// of a YAML parse. Anything else (YAML, a duplicated key, a syntax error,
+// a number out of float64's range) is left to decodeYAML, whose answer,
+// error messages included, is the reference.
+func plainJSON(raw string) (any, bool) {
+	if t := strings.TrimSpace(raw); t == "" || t[0] != '{' {
+		return nil, false
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	doc, ok := plainJSONValue(dec, 0)
+	if !ok {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	return doc, true
+}
+
+// maxJSONDepth bounds plainJSON's recursion; deeper documents (none real)
+// take the YAML path, which has its own limits.
+const maxJSONDepth = 100
+
+func plainJSONValue(dec *json.Decoder, depth int) (any, bool) {
+	if depth > maxJSONDepth {
+		return nil, false
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, false
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := map[string]any{}
+			for dec.More() {
+				k, err := dec.Token()
+				key, isKey := k.(string)
+				if err != nil || !isKey {
+					return nil, false
+				}
+				if _, dup := obj[key]; dup {
+					return nil, false
+				}
+				val, ok := plainJSONValue(dec, depth+1)
+				if !ok {
+					return nil, false
+				}
+				obj[key] = val
+			}
+			_, err := dec.Token() // '}'
+			return obj, err == nil
+		case '[':
+			arr := []any{}
+			for dec.More() {
+				val, ok := plainJSONValue(dec, depth+1)
+				if !ok {
+					return nil, false
+				}
+				arr = append(arr, val)
+			}
+			_, err := dec.Token() // ']'
+			return arr, err == nil
+		}
+		return nil, false
+	case json.Number:
+		if f, err := t.Float64(); err != nil || math.IsInf(f, 0) {
+			return nil, false
+		}
+		return t, true
+	default: // string, bool, nil
+		return t, true
+	}
+}
+
 func normalizeNumbers(v any) any {
 	switch t := v.(type) {
 	case map[string]any:

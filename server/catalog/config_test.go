@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -195,15 +196,72 @@ func TestParseConfiguration_Examples(t *testing.T) {
 	}
 }
 
+// samePlainJSONAnswer fails unless got, err (ParseConfiguration's answer
+// to raw) are what reading raw as YAML gives, error message included;
+// except that valid JSON the YAML parser refuses (it knows no "\/"
+// escape) is read, as AWS reads JSON.
+func samePlainJSONAnswer(t *testing.T, v *Version, raw string, got map[string]any, err error) {
+	t.Helper()
+	want, wantErr := v.parseConfiguration(raw, false)
+	var ce *ConfigError
+	if err == nil && errors.As(wantErr, &ce) && strings.Contains(wantErr.Error(), "not valid JSON or YAML") && json.Valid([]byte(raw)) {
+		return
+	}
+	if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: got %#v, %v; read as YAML %#v, %v", raw, got, err, want, wantErr)
+	}
+}
+
+// TestParseConfigurationPlainJSONIsYAML: JSON objects are read without
+// the YAML parser, to the same values and the same errors.
+func TestParseConfigurationPlainJSONIsYAML(t *testing.T) {
+	c := loadEmbedded(t)
+	v := noopVersion(t, c, "v1.0.0-eksbuild.1")
+	tests := []struct {
+		name, raw string
+		plain     bool // plainJSON reads it (else the YAML path does)
+	}{
+		{name: "object", raw: `{"replicaCount": 3, "message": "hi", "labels": {"team": "a"}}`, plain: true},
+		{name: "spaces around", raw: " \n{\"message\": \"hi\"}\n ", plain: true},
+		{name: "float integer", raw: `{"replicaCount": 3.0}`, plain: true},
+		{name: "exponent", raw: `{"replicaCount": 3e0}`, plain: true},
+		{name: "fraction refused by the schema", raw: `{"replicaCount": 2.5}`, plain: true},
+		{name: "huge integer", raw: `{"replicaCount": 123456789012345678901234567890}`, plain: true},
+		{name: "unknown member", raw: `{"nope": [1, {"a": null}, true]}`, plain: true},
+		{name: "escapes", raw: `{"message": "\u00e9\n\""}`, plain: true},
+		{name: "JSON escape YAML refuses", raw: `{"message": "a\/b"}`, plain: true},
+		{name: "wrong type", raw: `{"message": 7}`, plain: true},
+		{name: "duplicate key", raw: `{"message": "a", "message": "b"}`},
+		{name: "nested duplicate key", raw: `{"labels": {"a": "1", "a": "2"}}`},
+		{name: "out of range number", raw: `{"replicaCount": 1e400}`},
+		{name: "trailing data", raw: `{"message": "a"} {}`},
+		{name: "trailing comma", raw: `{"message": "a",}`},
+		{name: "not an object", raw: `["message"]`},
+		{name: "flow YAML", raw: `{message: hi}`},
+		{name: "deep", raw: strings.Repeat(`{"a":`, maxJSONDepth+2) + "1" + strings.Repeat("}", maxJSONDepth+2)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, ok := plainJSON(tt.raw); ok != tt.plain {
+				t.Errorf("plainJSON read it: %v, want %v", ok, tt.plain)
+			}
+			got, err := v.ParseConfiguration(tt.raw)
+			samePlainJSONAnswer(t, v, tt.raw, got, err)
+		})
+	}
+}
+
 func FuzzParseConfiguration(f *testing.F) {
 	c := loadEmbedded(f)
 	v := noopVersion(f, c, "v1.1.0-eksbuild.1")
 	for _, seed := range []string{"", "{}", `{"message": "hi"}`, "message: hi\nlabels: {a: b}\n", "- 1", "a: &x [*x]",
-		"---\n---\n", `{"replicaCount": 1e400}`, "message: !!binary aGk="} {
+		"---\n---\n", `{"replicaCount": 1e400}`, "message: !!binary aGk=",
+		`{"replicaCount": 3, "labels": {"a": "b"}, "x": [1.5, null, true]}`, `{"message": "a\/b"}`, `{"a": 1, "a": 2}`} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		got, err := v.ParseConfiguration(raw)
+		samePlainJSONAnswer(t, v, raw, got, err)
 		if err != nil {
 			var ce *ConfigError
 			if !errors.As(err, &ce) || len(ce.Problems) == 0 {
