@@ -15,8 +15,8 @@ import (
 
 // TestFlatValueIsTheJSONRoundTrip: for every EKS request type, filled at
 // random many times, flatValue either declines or builds exactly what
-// protojson.Marshal and decodeObject make (the path it replaces), and it
-// takes every request of only strings, 32-bit integers and bools.
+// protojson.Marshal and decodeObject make (the path it replaces); it takes
+// some requests and declines others.
 func TestFlatValueIsTheJSONRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"", "a", "my-cluster", "arn:aws:iam::111122223333:role/x", "ünïcödé", strings.Repeat("z", 300), "\xff"}
@@ -54,7 +54,8 @@ func TestFlatValueIsTheJSONRoundTrip(t *testing.T) {
 	}
 }
 
-// fill sets each field of m at random: left unset, or a value of its kind.
+// fill sets each field of m at random: left unset, or values of its kind
+// (lists and maps of none to three, invalid UTF-8 now and then).
 func fill(rng *rand.Rand, m protoreflect.Message, strs []string, depth int) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
@@ -64,24 +65,43 @@ func fill(rng *rand.Rand, m protoreflect.Message, strs []string, depth int) {
 		}
 		switch {
 		case fd.IsList():
-			if fd.Kind() == protoreflect.StringKind {
-				l := m.Mutable(fd).List()
-				l.Append(protoreflect.ValueOfString(strs[rng.IntN(len(strs)-1)]))
+			l := m.Mutable(fd).List()
+			for range rng.IntN(4) {
+				if fd.Kind() == protoreflect.MessageKind {
+					fill(rng, l.AppendMutable().Message(), strs, depth+1)
+				} else if v, ok := scalar(rng, fd, strs); ok {
+					l.Append(v)
+				}
 			}
 		case fd.IsMap():
-			if fd.MapValue().Kind() == protoreflect.StringKind {
-				m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
+			mp := m.Mutable(fd).Map()
+			for range rng.IntN(4) {
+				key := protoreflect.ValueOfString(strs[rng.IntN(len(strs))]).MapKey()
+				if fd.MapValue().Kind() == protoreflect.MessageKind {
+					fill(rng, mp.Mutable(key).Message(), strs, depth+1)
+				} else if v, ok := scalar(rng, fd.MapValue(), strs); ok {
+					mp.Set(key, v)
+				}
 			}
 		case fd.Kind() == protoreflect.MessageKind:
 			fill(rng, m.Mutable(fd).Message(), strs, depth+1)
-		case fd.Kind() == protoreflect.StringKind:
-			m.Set(fd, protoreflect.ValueOfString(strs[rng.IntN(len(strs))]))
-		case fd.Kind() == protoreflect.Int32Kind:
-			m.Set(fd, protoreflect.ValueOfInt32([]int32{0, 1, -5, 100, 2147483647}[rng.IntN(5)]))
-		case fd.Kind() == protoreflect.BoolKind:
-			m.Set(fd, protoreflect.ValueOfBool(rng.IntN(2) == 0))
-		case fd.Kind() == protoreflect.EnumKind:
-			m.Set(fd, protoreflect.ValueOfEnum(1))
+		default:
+			if v, ok := scalar(rng, fd, strs); ok {
+				m.Set(fd, v)
+			}
 		}
 	}
+}
+
+// scalar is a random value of fd's kind (false: a kind fill leaves unset).
+func scalar(rng *rand.Rand, fd protoreflect.FieldDescriptor, strs []string) (protoreflect.Value, bool) {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		return protoreflect.ValueOfString(strs[rng.IntN(len(strs))]), true
+	case protoreflect.Int32Kind:
+		return protoreflect.ValueOfInt32([]int32{0, 1, -5, 100, 2147483647}[rng.IntN(5)]), true
+	case protoreflect.BoolKind:
+		return protoreflect.ValueOfBool(rng.IntN(2) == 0), true
+	}
+	return protoreflect.Value{}, false
 }

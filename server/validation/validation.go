@@ -183,38 +183,76 @@ func requestValue(ctx context.Context, req proto.Message) (map[string]any, error
 }
 
 // flatValue is what protojson.Marshal and decodeObject make of m, built
-// directly, for a message whose set fields are all singular strings,
-// 32-bit integers or bools (the Describe, List and Delete requests): most
-// requests the hot read paths validate. It reports false for anything
-// else, and for a string that is not UTF-8 (protojson's error then names
-// it), and the caller takes the JSON round trip.
+// directly from its fields: strings, 32-bit integers, bools, and lists,
+// string-keyed maps and messages of them (every EKS request but those
+// using a well-known type), so that validating a request costs no JSON
+// encoding and decoding. It reports false for
+// anything else, and for a string that is not UTF-8 (protojson's error
+// then names it), and the caller takes the JSON round trip.
 func flatValue(m protoreflect.Message) (map[string]any, bool) {
 	value := map[string]any{}
 	ok := true
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.IsList() || fd.IsMap() {
-			ok = false
-			return false
+		var x any
+		if x, ok = flatField(fd, v); ok {
+			value[fd.JSONName()] = x
 		}
-		switch fd.Kind() {
-		case protoreflect.StringKind:
-			s := v.String()
-			if !utf8.ValidString(s) {
-				ok = false
-				return false
-			}
-			value[fd.JSONName()] = s
-		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-			value[fd.JSONName()] = json.Number(strconv.FormatInt(v.Int(), 10))
-		case protoreflect.BoolKind:
-			value[fd.JSONName()] = v.Bool()
-		default:
-			ok = false
-			return false
-		}
-		return true
+		return ok
 	})
 	return value, ok
+}
+
+func flatField(fd protoreflect.FieldDescriptor, v protoreflect.Value) (any, bool) {
+	switch {
+	case fd.IsList():
+		l := v.List()
+		out := make([]any, l.Len())
+		for i := range l.Len() {
+			x, ok := flatScalar(fd, l.Get(i))
+			if !ok {
+				return nil, false
+			}
+			out[i] = x
+		}
+		return out, true
+	case fd.IsMap():
+		if fd.MapKey().Kind() != protoreflect.StringKind {
+			return nil, false
+		}
+		out := make(map[string]any, v.Map().Len())
+		ok := true
+		v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+			key := k.String()
+			var x any
+			if x, ok = flatScalar(fd.MapValue(), mv); ok && utf8.ValidString(key) {
+				out[key] = x
+			}
+			ok = ok && utf8.ValidString(key)
+			return ok
+		})
+		return out, ok
+	}
+	return flatScalar(fd, v)
+}
+
+// flatScalar is one value of fd's kind (an element, for a list or map).
+func flatScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) (any, bool) {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		s := v.String()
+		return s, utf8.ValidString(s)
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return json.Number(strconv.FormatInt(v.Int(), 10)), true
+	case protoreflect.BoolKind:
+		return v.Bool(), true
+	case protoreflect.MessageKind:
+		// Well-known types have JSON forms of their own.
+		if fd.Message().FullName().Parent() == "google.protobuf" {
+			return nil, false
+		}
+		return flatValue(v.Message())
+	}
+	return nil, false
 }
 
 func decodeObject(b []byte) (map[string]any, error) {
