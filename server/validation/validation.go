@@ -223,12 +223,13 @@ func flatField(fd protoreflect.FieldDescriptor, v protoreflect.Value) (any, bool
 		ok := true
 		v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
 			key := k.String()
-			var x any
-			if x, ok = flatScalar(fd.MapValue(), mv); ok && utf8.ValidString(key) {
-				out[key] = x
+			x, valid := flatScalar(fd.MapValue(), mv)
+			if !valid || !utf8.ValidString(key) {
+				ok = false
+				return false
 			}
-			ok = ok && utf8.ValidString(key)
-			return ok
+			out[key] = x
+			return true
 		})
 		return out, ok
 	}
