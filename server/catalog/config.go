@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -219,10 +220,11 @@ func (v *Version) decodeYAML(raw string) (any, *ConfigError) {
 // and only finite numbers: what most callers send, and what decodeYAML
 // would read to the same values (JSON is YAML) at several times the cost
 // of a YAML parse. Anything else (YAML, a duplicated key, a syntax error,
-// a number out of float64's range) is left to decodeYAML, whose answer,
+// a number out of float64's range, invalid UTF-8) is left to decodeYAML, whose answer,
 // error messages included, is the reference.
 func plainJSON(raw string) (any, bool) {
-	if t := strings.TrimSpace(raw); t == "" || t[0] != '{' {
+	// encoding/json would replace invalid UTF-8 where YAML refuses it.
+	if t := strings.TrimSpace(raw); t == "" || t[0] != '{' || !utf8.ValidString(raw) {
 		return nil, false
 	}
 	dec := json.NewDecoder(strings.NewReader(raw))
