@@ -167,14 +167,11 @@ func (c *Cache) Lookup(ctx context.Context, akid string) (Credential, bool, erro
 
 // Policies is Service.Policies from memory.
 func (c *Cache) Policies(ctx context.Context, arn string) (_ []*policy.Document, err error) {
-	// A role session has the policies of its role, found by name in the
-	// mirror, or in etcd when the mirror has not seen the role yet.
-	if account, role, _, ok := AssumedRole(arn); ok {
-		if resolved, seen := c.roleByName(account, role); seen {
-			arn = resolved
-		} else if arn, err = c.svc.effectivePrincipal(ctx, arn); err != nil {
-			return nil, err
-		}
+	// A role session has the policies of its role, the one
+	// EffectivePrincipal finds (CreateCluster seeds its creator entry for
+	// the same one).
+	if arn, err = c.EffectivePrincipal(ctx, arn); err != nil {
+		return nil, err
 	}
 	c.mu.RLock()
 	m, ok := c.principals[arn]

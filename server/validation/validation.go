@@ -186,9 +186,9 @@ func requestValue(ctx context.Context, req proto.Message) (map[string]any, error
 // directly from its fields: strings, 32-bit integers, bools, and lists,
 // string-keyed maps and messages of them (every EKS request but those
 // using a well-known type), so that validating a request costs no JSON
-// encoding and decoding. It reports false for
-// anything else, and for a string that is not UTF-8 (protojson's error
-// then names it), and the caller takes the JSON round trip.
+// encoding and decoding. It reports false for anything else, and for a
+// string that is not UTF-8 (protojson's error then names it), and the
+// caller takes the JSON round trip.
 func flatValue(m protoreflect.Message) (map[string]any, bool) {
 	value := map[string]any{}
 	ok := true
