@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -223,18 +224,30 @@ func newAdminCertCommand(af *adminFlags) *cobra.Command {
 			if err := os.MkdirAll(outDir, 0o700); err != nil {
 				return err
 			}
+			out := issuedCertificate{
+				Serial:               resp.GetSerial(),
+				SpiffeID:             resp.GetSpiffeId(),
+				NotAfterEpochSeconds: resp.GetNotAfterEpochSeconds(),
+				KeyFile:              filepath.Join(outDir, name+".key"),
+				CertificateFile:      filepath.Join(outDir, name+".crt"),
+				CABundleFile:         filepath.Join(outDir, "ca.crt"),
+			}
 			files := map[string][]byte{
-				name + ".key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
-				name + ".crt": []byte(resp.GetCertificatePem()),
-				"ca.crt":      []byte(resp.GetCaBundlePem()),
+				out.KeyFile:         pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+				out.CertificateFile: []byte(resp.GetCertificatePem()),
+				out.CABundleFile:    []byte(resp.GetCaBundlePem()),
 			}
 			for f, b := range files {
-				if err := os.WriteFile(filepath.Join(outDir, f), b, 0o600); err != nil {
+				if err := os.WriteFile(f, b, 0o600); err != nil {
 					return err
 				}
 			}
-			resp.CertificatePem, resp.CaBundlePem = "", ""
-			return printJSON(resp)
+			b, err := json.MarshalIndent(out, "", "  ")
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(os.Stdout, string(b))
+			return err
 		},
 	}
 	issue.Flags().StringVar(&service, "service", "", "service name")
@@ -280,6 +293,22 @@ func newAdminCertCommand(af *adminFlags) *cobra.Command {
 		}),
 	})
 	return cmd
+}
+
+// issuedCertificate is what `cert issue` prints. The PEM goes to the files
+// and only their paths are printed: the key must not reach a terminal or a
+// log, and the certificate and CA bundle are read from the files by whoever
+// uses them. (Printing the RPC answer with its PEM fields blanked showed
+// "caBundlePem": "" beside a CA file that was not empty.)
+type issuedCertificate struct {
+	Serial   string `json:"serial"`
+	SpiffeID string `json:"spiffeId"`
+	// A JSON string, as protojson prints an int64 and as this command
+	// printed it before.
+	NotAfterEpochSeconds int64  `json:"notAfterEpochSeconds,string"`
+	KeyFile              string `json:"keyFile"`
+	CertificateFile      string `json:"certificateFile"`
+	CABundleFile         string `json:"caBundleFile"`
 }
 
 // saveBundle replaces the CA bundle this CLI trusts.

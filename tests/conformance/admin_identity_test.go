@@ -227,10 +227,22 @@ func TestAdminIdentityCLI(t *testing.T) {
 	outDir := filepath.Join(t.TempDir(), "ci")
 	issued := cli.ok(t, "", "cert", "issue", "--service", "ci", "--out-dir", outDir, "--ttl", "1h")
 	serial, _ := issued["serial"].(string)
-	// The key, certificate and bundle go to files, not to the output.
+	// The key, certificate and bundle go to files, not to the output: it
+	// names the files, and no member is empty (it once printed
+	// "caBundlePem": "" beside the CA file it wrote).
 	out, _ := json.Marshal(issued)
 	if serial == "" || issued["spiffeId"] != identity.ServiceID("ci") || strings.Contains(string(out), "BEGIN") {
 		t.Fatalf("cert issue output: %v", issued)
+	}
+	for k, v := range issued {
+		if v == "" {
+			t.Errorf("cert issue printed %q empty: %s", k, out)
+		}
+	}
+	for k, f := range map[string]string{"keyFile": "ci.key", "certificateFile": "ci.crt", "caBundleFile": "ca.crt"} {
+		if issued[k] != filepath.Join(outDir, f) {
+			t.Errorf("cert issue printed %s %v, want %s", k, issued[k], filepath.Join(outDir, f))
+		}
 	}
 	var files [3][]byte
 	for i, f := range []string{"ca.crt", "ci.crt", "ci.key"} {
