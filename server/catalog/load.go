@@ -3,7 +3,9 @@ package catalog
 import (
 	"bytes"
 	"cmp"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -371,10 +373,28 @@ func loadBundle(fsys fs.FS, dir string, v *Version) error {
 	return nil
 }
 
+// checkCA is a certificate authority as a cluster record stores it (base64
+// PEM) for checkVersion. Render checks the PEM framing, not the certificate.
+var checkCA = base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("catalog-check")}))
+
+// checkParams are the cluster facts of a real ACTIVE cluster, for
+// checkVersion.
+func checkParams() RenderParams {
+	return RenderParams{
+		ClusterName:              "catalog-check",
+		ServiceIPv4CIDR:          "10.43.0.0/16",
+		Endpoint:                 "https://10.0.0.1:6443",
+		CertificateAuthorityData: checkCA,
+		Region:                   "us-east-1",
+	}
+}
+
 // checkVersion proves at load time that the version is usable: an empty
 // configuration is accepted unless configuration is required, and the bundle
-// renders to valid objects with empty values, into a custom namespace with
-// IAM roles, and with every example the schema carries.
+// renders to valid objects on a cluster with all its facts, with empty
+// values, into a custom namespace with IAM roles, and with every example the
+// schema carries. On a cluster that has none of its facts yet (not ACTIVE)
+// it renders too, or fails only because a fact is missing.
 func checkVersion(v *Version) error {
 	if !v.RequiresConfiguration {
 		if err := v.schema.Validate(map[string]any{}); err != nil {
@@ -385,30 +405,35 @@ func checkVersion(v *Version) error {
 	for _, p := range v.PodIdentity {
 		roles[p.ServiceAccount] = "arn:aws:iam::111122223333:role/catalog-check-" + p.ServiceAccount
 	}
-	cases := []struct {
-		name string
-		p    RenderParams
-	}{
-		{"empty values", RenderParams{ClusterName: "catalog-check"}},
-		{"custom namespace and roles", RenderParams{
-			ClusterName:           "catalog-check",
-			Namespace:             "saltbush-catalog-check",
-			ServiceAccountRoleARN: "arn:aws:iam::111122223333:role/catalog-check",
-			PodIdentityRoles:      roles,
-		}},
+	withRoles := checkParams()
+	withRoles.Namespace = "saltbush-catalog-check"
+	withRoles.ServiceAccountRoleARN = "arn:aws:iam::111122223333:role/catalog-check"
+	withRoles.PodIdentityRoles = roles
+	type renderCase struct {
+		name        string
+		p           RenderParams
+		mayLackFact bool // the render may fail with a *MissingFactError
+	}
+	cases := []renderCase{
+		{"empty values", checkParams(), false},
+		{"custom namespace and roles", withRoles, false},
+		{"no cluster facts", RenderParams{ClusterName: "catalog-check"}, true},
 	}
 	examples, err := v.examples()
 	if err != nil {
 		return err
 	}
 	for i, ex := range examples {
-		cases = append(cases, struct {
-			name string
-			p    RenderParams
-		}{"example " + strconv.Itoa(i), RenderParams{ClusterName: "catalog-check", Values: ex}})
+		p := checkParams()
+		p.Values = ex
+		cases = append(cases, renderCase{"example " + strconv.Itoa(i), p, false})
 	}
 	for _, tc := range cases {
 		out, err := v.render(tc.p)
+		var missing *MissingFactError
+		if tc.mayLackFact && errors.As(err, &missing) {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("render with %s: %w", tc.name, err)
 		}

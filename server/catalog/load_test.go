@@ -87,6 +87,25 @@ func TestLoadFS_Valid(t *testing.T) {
 	}
 }
 
+// TestLoadFS_BundleNeedingClusterFacts checks that a bundle may fail for
+// want of a cluster fact before the cluster is ACTIVE, and must render with
+// the facts of a real cluster.
+func TestLoadFS_BundleNeedingClusterFacts(t *testing.T) {
+	m := demoFS()
+	m["demo/v1.0.0-eksbuild.1/bundle/10-cm.yaml"] = &fstest.MapFile{Data: []byte(strings.Replace(demoTemplate,
+		"data:\n", "data:\n  server: {{ quote (required \"endpoint\" .Endpoint) }}\n  dns: {{ quote (required \"serviceIpv4Cidr\" .ClusterDNSIP) }}\n", 1))}
+	c, err := LoadFS(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := c.Addon("demo")
+	v, _ := a.Version("v1.0.0-eksbuild.1")
+	out, err := v.Render(checkParams())
+	if err != nil || !strings.Contains(string(out), `server: https://10.0.0.1:6443`) || !strings.Contains(string(out), "dns: 10.43.0.10") {
+		t.Fatalf("Render = %v\n%s", err, out)
+	}
+}
+
 func TestLoadFS_Rejects(t *testing.T) {
 	const v1 = "demo/v1.0.0-eksbuild.1/"
 	replace := func(path, old, new string) func(fstest.MapFS) {
@@ -174,6 +193,10 @@ func TestLoadFS_Rejects(t *testing.T) {
 		{"system namespace created", set(v1+"bundle/00-ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: kube-system}\n"),
 			"namespace kube-system belongs to the cluster"},
 		{"object rendered twice", set(v1+"bundle/20-cm.yaml", demoTemplate), "is rendered twice"},
+		{"template needs a fact no cluster has", replace(v1+"bundle/10-cm.yaml", `{{ quote (default 1 .Values.n) }}`, `{{ quote (required "podCIDR" "") }}`),
+			"render with empty values: 10-cm.yaml: the bundle needs the cluster's podCIDR"},
+		{"template broken before the cluster is ACTIVE", replace(v1+"bundle/10-cm.yaml", "kind: ConfigMap", "kind: {{ if .Endpoint }}ConfigMap{{ end }}"),
+			"render with no cluster facts: 10-cm.yaml document 0: every object needs apiVersion, kind and metadata.name"},
 		{"unlisted version directory", set("demo/v2.0.0-eksbuild.1/schema.json", demoSchema), "v2.0.0-eksbuild.1 is not a version listed in addon.yaml"},
 		{"stray file in the add-on", set("demo/notes.md", "x"), "notes.md is not a version listed in addon.yaml"},
 	}

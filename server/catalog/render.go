@@ -33,6 +33,25 @@ type RenderParams struct {
 	// Values are configurationValues as ParseConfiguration returned them.
 	// Render does not validate them again.
 	Values map[string]any
+
+	// The cluster's facts, from its record. A bundle that cannot work
+	// without one asks for it with `required`, and Render then fails with a
+	// *MissingFactError while it is empty; one given is validated.
+
+	// ServiceIPv4CIDR is the cluster's service CIDR (kubernetesNetworkConfig
+	// serviceIpv4Cidr, 10.43.0.0/16 unless CreateCluster said otherwise); ""
+	// for a cluster without one (ipFamily ipv6). The cluster DNS address
+	// (ClusterDNSIP) is derived from it.
+	ServiceIPv4CIDR string
+	// Endpoint is the cluster's API server URL (https://host:port), as
+	// DescribeCluster returns it; "" until the provisioner reports it, which
+	// it does at the latest when the cluster turns ACTIVE.
+	Endpoint string
+	// CertificateAuthorityData is the cluster CA as DescribeCluster returns
+	// it: base64 of the PEM certificate(s); "" until reported, like Endpoint.
+	CertificateAuthorityData string
+	// Region is the AWS region the cluster lives in ("us-east-1").
+	Region string
 }
 
 // systemNamespaces are never created by a bundle: on K3s an emptied manifest
@@ -54,14 +73,19 @@ var clusterScopedKinds = []string{
 // renderData is the template's dot. Field names are the template API that
 // catalog/addons/README.md documents.
 type renderData struct {
-	AddonName             string
-	AddonVersion          string
-	ClusterName           string
-	Namespace             string
-	CreateNamespace       bool // false for kube-system and the other system namespaces
-	ServiceAccountRoleARN string
-	PodIdentityRoles      map[string]string
-	Values                map[string]any
+	AddonName                string
+	AddonVersion             string
+	ClusterName              string
+	Namespace                string
+	CreateNamespace          bool // false for kube-system and the other system namespaces
+	ServiceAccountRoleARN    string
+	PodIdentityRoles         map[string]string
+	Values                   map[string]any
+	ServiceIPv4CIDR          string
+	ClusterDNSIP             string // "" without a service IPv4 CIDR
+	Endpoint                 string
+	CertificateAuthorityData string
+	Region                   string
 }
 
 // RoleARN is the IAM role for a service account: its pod identity
@@ -77,7 +101,8 @@ func (d *renderData) RoleARN(serviceAccount string) string {
 // and re-encoded, so the output is canonical (sorted keys, no comments, no
 // empty documents) and the same params always give the same bytes, which
 // K3s's checksum relies on. Objects are checked for apiVersion, kind,
-// metadata.name, namespace placement and duplicates.
+// metadata.name, namespace placement and duplicates. A bundle that needs a
+// cluster fact p lacks fails with an error wrapping *MissingFactError.
 func (v *Version) Render(p RenderParams) ([]byte, error) {
 	out, err := v.render(p)
 	if err != nil {
@@ -102,19 +127,28 @@ func (v *Version) render(p RenderParams) ([]byte, error) {
 			return nil, fmt.Errorf("pod identity association for service account %q: the add-on has no such service account", sa)
 		}
 	}
+	dnsIP, err := checkFacts(p)
+	if err != nil {
+		return nil, err
+	}
 	values, err := canonicalValues(p.Values)
 	if err != nil {
 		return nil, err
 	}
 	data := &renderData{
-		AddonName:             v.Addon.Name,
-		AddonVersion:          v.Version,
-		ClusterName:           p.ClusterName,
-		Namespace:             ns,
-		CreateNamespace:       !slices.Contains(systemNamespaces, ns),
-		ServiceAccountRoleARN: p.ServiceAccountRoleARN,
-		PodIdentityRoles:      maps.Clone(p.PodIdentityRoles),
-		Values:                values,
+		AddonName:                v.Addon.Name,
+		AddonVersion:             v.Version,
+		ClusterName:              p.ClusterName,
+		Namespace:                ns,
+		CreateNamespace:          !slices.Contains(systemNamespaces, ns),
+		ServiceAccountRoleARN:    p.ServiceAccountRoleARN,
+		PodIdentityRoles:         maps.Clone(p.PodIdentityRoles),
+		Values:                   values,
+		ServiceIPv4CIDR:          p.ServiceIPv4CIDR,
+		ClusterDNSIP:             dnsIP,
+		Endpoint:                 p.Endpoint,
+		CertificateAuthorityData: p.CertificateAuthorityData,
+		Region:                   p.Region,
 	}
 
 	var out bytes.Buffer
@@ -122,6 +156,13 @@ func (v *Version) render(p RenderParams) ([]byte, error) {
 	for _, name := range v.files {
 		var buf bytes.Buffer
 		if err := v.bundle.ExecuteTemplate(&buf, name, data); err != nil {
+			// text/template buries a function's error in its position
+			// report; a missing fact is said plainly, and stays
+			// recognisable for callers that wait for it.
+			var missing *MissingFactError
+			if errors.As(err, &missing) {
+				return nil, fmt.Errorf("%s: %w", name, missing)
+			}
 			return nil, err
 		}
 		for i, doc := range splitDocuments(buf.Bytes()) {
@@ -266,12 +307,13 @@ func hasContent(doc []byte) bool {
 // ships in the image, and every function is a contract.
 func templateFuncs() template.FuncMap {
 	return template.FuncMap{
-		"toYaml":  toYAML,
-		"indent":  indent,
-		"nindent": func(n int, s string) string { return "\n" + indent(n, s) },
-		"default": defaultValue,
-		"quote":   quote,
-		"get":     get,
+		"toYaml":   toYAML,
+		"indent":   indent,
+		"nindent":  func(n int, s string) string { return "\n" + indent(n, s) },
+		"default":  defaultValue,
+		"quote":    quote,
+		"get":      get,
+		"required": required,
 	}
 }
 

@@ -2,7 +2,9 @@ package catalog
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"reflect"
 	"slices"
@@ -13,6 +15,20 @@ import (
 )
 
 const roleAnnotation = "eks.amazonaws.com/role-arn"
+
+// testCA is a cluster CA as the cluster record stores it: base64 of PEM.
+var testCA = base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("prod-ca")}))
+
+// prod is the render params of an ACTIVE cluster, every fact known.
+func prod() RenderParams {
+	return RenderParams{
+		ClusterName:              "prod",
+		ServiceIPv4CIDR:          "10.43.0.0/16",
+		Endpoint:                 "https://10.0.0.1:6443",
+		CertificateAuthorityData: testCA,
+		Region:                   "us-east-1",
+	}
+}
 
 // object is one rendered Kubernetes object.
 type object map[string]any
@@ -115,7 +131,9 @@ func TestRender_EveryVersion(t *testing.T) {
 				}
 				var outputs [][]byte
 				for _, tc := range cases {
-					out, err := v.Render(RenderParams{ClusterName: "prod", Values: tc.values})
+					p := prod()
+					p.Values = tc.values
+					out, err := v.Render(p)
 					if err != nil {
 						t.Fatalf("%s: %v", tc.name, err)
 					}
@@ -153,7 +171,9 @@ func TestRender_Namespace(t *testing.T) {
 		for _, v := range a.Versions {
 			for _, ns := range []string{"team-a", "kube-system"} {
 				t.Run(a.Name+"/"+v.Version+"/"+ns, func(t *testing.T) {
-					out, err := v.Render(RenderParams{ClusterName: "prod", Namespace: ns})
+					p := prod()
+					p.Namespace = ns
+					out, err := v.Render(p)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -198,7 +218,7 @@ func TestRender_RoleARNs(t *testing.T) {
 		for _, v := range a.Versions {
 			t.Run(a.Name+"/"+v.Version, func(t *testing.T) {
 				var sas []object
-				out, err := v.Render(RenderParams{ClusterName: "prod"})
+				out, err := v.Render(prod())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -217,7 +237,9 @@ func TestRender_RoleARNs(t *testing.T) {
 					return // the no-op add-on runs nothing
 				}
 
-				out, err = v.Render(RenderParams{ClusterName: "prod", ServiceAccountRoleARN: saRole})
+				p := prod()
+				p.ServiceAccountRoleARN = saRole
+				out, err = v.Render(p)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -249,7 +271,8 @@ func TestRender_RoleARNs(t *testing.T) {
 				for _, pi := range v.PodIdentity {
 					roles[pi.ServiceAccount] = "arn:aws:iam::111122223333:role/pod-identity-" + pi.ServiceAccount
 				}
-				out, err = v.Render(RenderParams{ClusterName: "prod", ServiceAccountRoleARN: saRole, PodIdentityRoles: roles})
+				p.PodIdentityRoles = roles
+				out, err = v.Render(p)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -321,7 +344,9 @@ func TestRender_ValuesTakeEffect(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := v.Render(RenderParams{ClusterName: "prod", Values: values})
+			p := prod()
+			p.Values = values
+			out, err := v.Render(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,12 +397,10 @@ func TestRender_Deterministic(t *testing.T) {
 		for _, v := range a.Versions {
 			t.Run(a.Name+"/"+v.Version, func(t *testing.T) {
 				examples, _ := v.Examples()
-				p := RenderParams{
-					ClusterName:           "prod",
-					Namespace:             "team-a",
-					ServiceAccountRoleARN: "arn:aws:iam::111122223333:role/addon",
-					Values:                examples[0],
-				}
+				p := prod()
+				p.Namespace = "team-a"
+				p.ServiceAccountRoleARN = "arn:aws:iam::111122223333:role/addon"
+				p.Values = examples[0]
 				first, err := v.Render(p)
 				if err != nil {
 					t.Fatal(err)
@@ -425,6 +448,14 @@ func TestRender_Errors(t *testing.T) {
 		{"unknown pod identity service account", RenderParams{ClusterName: "prod", PodIdentityRoles: map[string]string{"ebs-csi-node-sa": "arn:aws:iam::1:role/x"}},
 			`service account "ebs-csi-node-sa"`},
 		{"values that are not JSON", RenderParams{ClusterName: "prod", Values: map[string]any{"x": make(chan int)}}, "configuration values"},
+		// Facts are checked whether or not the bundle uses them.
+		{"service CIDR not a CIDR", RenderParams{ClusterName: "prod", ServiceIPv4CIDR: "10.43.0.0"}, `service IPv4 CIDR "10.43.0.0" is not a CIDR block`},
+		{"service CIDR too small", RenderParams{ClusterName: "prod", ServiceIPv4CIDR: "10.43.0.0/29"}, "too small"},
+		{"endpoint not https", RenderParams{ClusterName: "prod", Endpoint: "http://10.0.0.1:6443"}, `endpoint "http://10.0.0.1:6443" is not an https URL`},
+		{"endpoint with a query", RenderParams{ClusterName: "prod", Endpoint: "https://10.0.0.1:6443/?x=1"}, "is not an https URL"},
+		{"CA not base64", RenderParams{ClusterName: "prod", CertificateAuthorityData: "not base64!"}, "certificate authority data is not base64"},
+		{"CA not PEM", RenderParams{ClusterName: "prod", CertificateAuthorityData: base64.StdEncoding.EncodeToString([]byte("ca"))},
+			"no PEM CERTIFICATE block"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
