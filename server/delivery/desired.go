@@ -3,8 +3,10 @@ package delivery
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -24,23 +26,32 @@ import (
 // give the same digest on every replica and after every reconnect.
 //
 // An add-on's rendering depends only on its spec, which changes only with
-// its generation, and on the cluster's name: so an add-on whose uid and
-// generation are those in previous (the set the watch computed last) is
-// taken from there, not rendered again — most writes under a cluster are
-// reports and acknowledgements, which change no spec. When no add-on
-// changed, the digest is previous's too. It also returns when the latest
-// accepted report of any add-on was made.
+// its generation, and on the cluster's facts (clusterFacts): so an add-on
+// whose uid and generation are those in previous (the set the watch
+// computed last, for the cluster record previousCluster) is taken from
+// there, not rendered again, unless the facts changed — most writes under a
+// cluster are reports and acknowledgements, which change neither. When no
+// add-on changed, the digest is previous's too. It also returns when the
+// latest accepted report of any add-on was made.
+//
+// An add-on whose bundle needs a fact the cluster does not have yet (the
+// endpoint of a cluster that is not ACTIVE) is left out until the record
+// has it; the record's change brings a new set.
 //
 // The set also holds every pod identity association of the cluster
 // (associations, read in the same transaction), so that a created,
 // updated or deleted association is a new set: the executor records them
 // on the service accounts they name (docs/agent.md, "Pod identity").
-func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs, associations []*mvccpb.KeyValue, rev int64, previous *deliveryv1.DesiredSet) (*deliveryv1.DesiredSet, time.Time, error) {
+func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs, associations []*mvccpb.KeyValue, rev int64,
+	previous *deliveryv1.DesiredSet, previousCluster *storagev1.ClusterRecord) (*deliveryv1.DesiredSet, time.Time, error) {
 	var lastReport time.Time
 	set := &deliveryv1.DesiredSet{Version: rev, Addons: make([]*deliveryv1.DesiredAddon, 0, len(kvs))}
+	facts := factsOf(c)
 	known := make(map[string]*deliveryv1.DesiredAddon, len(previous.GetAddons()))
-	for _, a := range previous.GetAddons() {
-		known[a.GetName()] = a
+	if previousCluster != nil && factsOf(previousCluster) == facts {
+		for _, a := range previous.GetAddons() {
+			known[a.GetName()] = a
+		}
 	}
 	owners := make(map[string]string, len(kvs)) // add-on ARN → name
 	for _, kv := range kvs {
@@ -56,7 +67,13 @@ func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs, associations []*mv
 			set.Addons = append(set.Addons, a)
 			continue
 		}
-		a, err := s.desiredAddon(c, rec)
+		a, err := s.desiredAddon(facts, rec)
+		var missing *catalog.MissingFactError
+		if errors.As(err, &missing) {
+			s.log.Info("add-on waits for a cluster fact; left out of the desired set", "cluster_uid", c.GetUid(),
+				"addon", rec.GetName(), "generation", rec.GetGeneration(), "fact", missing.Fact)
+			continue
+		}
 		if err != nil {
 			// Validated at create and update, so this is a catalogue
 			// change the record predates: leave the add-on out (the agent
@@ -88,7 +105,36 @@ func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs, associations []*mv
 	return set, lastReport, nil
 }
 
-func (s *Service) desiredAddon(c *storagev1.ClusterRecord, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {
+// clusterFacts are what a cluster record contributes to its add-ons'
+// rendering (catalog.RenderParams), comparable so that a change to any of
+// them renders the add-ons again.
+type clusterFacts struct {
+	name, serviceIPv4CIDR, endpoint, certificateAuthorityData, region string
+}
+
+func factsOf(c *storagev1.ClusterRecord) clusterFacts {
+	return clusterFacts{
+		name:                     c.GetName(),
+		serviceIPv4CIDR:          c.GetSpec().GetNetworkConfig().GetServiceIpv4Cidr(),
+		endpoint:                 c.GetEndpoint(),
+		certificateAuthorityData: c.GetCertificateAuthorityData(),
+		region:                   arnRegion(c.GetArn()),
+	}
+}
+
+// arnRegion is the region field of an ARN (arn:aws:eks:us-east-1:…): the
+// cluster's ARN is made with the server's region (its configuration's
+// Cluster.Region), so this is the region the cluster lives in. "" for a
+// record without an ARN.
+func arnRegion(arn string) string {
+	parts := strings.SplitN(arn, ":", 5)
+	if len(parts) < 5 || parts[0] != "arn" {
+		return ""
+	}
+	return parts[3]
+}
+
+func (s *Service) desiredAddon(facts clusterFacts, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {
 	spec := rec.GetSpec()
 	a := &deliveryv1.DesiredAddon{
 		Name: rec.GetName(), Uid: rec.GetUid(), Generation: rec.GetGeneration(), Version: spec.GetVersion(),
@@ -118,8 +164,10 @@ func (s *Service) desiredAddon(c *storagev1.ClusterRecord, rec *storagev1.AddonR
 		roles[p.GetServiceAccount()] = p.GetRoleArn()
 	}
 	manifest, err := v.Render(catalog.RenderParams{
-		ClusterName: c.GetName(), Namespace: spec.GetNamespace(), ServiceAccountRoleARN: spec.GetServiceAccountRoleArn(),
+		ClusterName: facts.name, Namespace: spec.GetNamespace(), ServiceAccountRoleARN: spec.GetServiceAccountRoleArn(),
 		PodIdentityRoles: roles, Values: values,
+		ServiceIPv4CIDR: facts.serviceIPv4CIDR, Endpoint: facts.endpoint,
+		CertificateAuthorityData: facts.certificateAuthorityData, Region: facts.region,
 	})
 	if err != nil {
 		return nil, err

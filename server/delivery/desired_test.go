@@ -1,9 +1,14 @@
 package delivery
 
 import (
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -50,14 +55,14 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	cluster := &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod"}
 	rec := noopRecord(t, 1, "")
 
-	first, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, rec)}, nil, 10, nil)
+	first, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, rec)}, nil, 10, nil, nil)
 	if err != nil || len(first.GetAddons()) != 1 || first.GetDigest() == "" {
 		t.Fatalf("first set: %v %v", first, err)
 	}
 
 	reported := noopRecord(t, 1, "")
 	reported.Observed = &storagev1.AddonObserved{Generation: 1, Phase: storagev1.AddonPhase_ADDON_PHASE_READY}
-	same, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, reported)}, nil, 11, first)
+	same, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, reported)}, nil, 11, first, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +105,7 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, first)
+			got, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, first, cluster)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +114,7 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 			}
 			tc.want(t, got)
 			// The digest is the content's: computed from scratch it is the same.
-			fresh, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, nil)
+			fresh, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, nil, nil)
 			if err != nil || fresh.GetDigest() != got.GetDigest() {
 				t.Errorf("digest %s with a previous set, %s without (%v)", got.GetDigest(), fresh.GetDigest(), err)
 			}
@@ -117,9 +122,137 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	}
 
 	// Removing the add-on (REMOVED accepted, record purged) empties the set.
-	empty, _, err := s.desiredSet(cluster, nil, nil, 13, first)
+	empty, _, err := s.desiredSet(cluster, nil, nil, 13, first, cluster)
 	if err != nil || len(empty.GetAddons()) != 0 || empty.GetDigest() == first.GetDigest() {
 		t.Errorf("set without add-ons: %v %v", empty, err)
+	}
+}
+
+// factsCatalogue holds two add-ons: "facts", whose bundle prints every
+// cluster fact and cannot do without the endpoint (as kube-proxy's cannot),
+// and "plain", which needs none.
+func factsCatalogue(t *testing.T) *catalog.Catalog {
+	t.Helper()
+	addon := func(name string) string {
+		return "name: " + name + "\ntype: testing\npublisher: saltbush\nowner: saltbush\ndefaultNamespace: demo\nversions:\n" +
+			"  - version: v1.0.0-eksbuild.1\n    compatibilities: [{clusterVersion: \"1.37\", defaultVersion: true}]\n" +
+			"    architecture: [amd64]\n    computeTypes: [ec2]\n"
+	}
+	const cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: {{ quote .Namespace }}}\ndata:\n"
+	cat, err := catalog.LoadFS(fstest.MapFS{
+		"facts/addon.yaml":                       {Data: []byte(addon("facts"))},
+		"facts/v1.0.0-eksbuild.1/schema.json":    {Data: []byte(`{"type": "object"}`)},
+		"facts/v1.0.0-eksbuild.1/bundle/cm.yaml": {Data: []byte(fmt.Sprintf(cm, "facts") + "  cluster: {{ quote .ClusterName }}\n  endpoint: {{ quote (required \"endpoint\" .Endpoint) }}\n  ca: {{ quote .CertificateAuthorityData }}\n  cidr: {{ quote .ServiceIPv4CIDR }}\n  dns: {{ quote .ClusterDNSIP }}\n  region: {{ quote .Region }}\n")},
+		"plain/addon.yaml":                       {Data: []byte(addon("plain"))},
+		"plain/v1.0.0-eksbuild.1/schema.json":    {Data: []byte(`{"type": "object"}`)},
+		"plain/v1.0.0-eksbuild.1/bundle/cm.yaml": {Data: []byte(fmt.Sprintf(cm, "plain") + "  cluster: {{ quote .ClusterName }}\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
+
+func factsRecord(name string) *storagev1.AddonRecord {
+	return &storagev1.AddonRecord{Name: name, Uid: "addon-uid-" + name, Generation: 1,
+		Spec: &storagev1.AddonSpec{Version: "v1.0.0-eksbuild.1", Namespace: "demo"}}
+}
+
+// activeCluster is a cluster record as the provisioner leaves it once the
+// control plane is up.
+func activeCluster(endpoint string) *storagev1.ClusterRecord {
+	return &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod", Arn: "arn:aws:eks:eu-west-1:111122223333:cluster/prod",
+		Status: storagev1.ClusterStatus_CLUSTER_STATUS_ACTIVE, Endpoint: endpoint, CertificateAuthorityData: testCA,
+		Spec: &storagev1.ClusterSpec{NetworkConfig: &storagev1.ClusterNetworkConfig{ServiceIpv4Cidr: "172.20.0.0/16"}}}
+}
+
+var testCA = base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("prod-ca")}))
+
+// The desired set renders add-ons with the cluster record's facts: one
+// whose bundle needs a fact the cluster lacks (the endpoint before the
+// cluster is ACTIVE) waits outside the set, and a change of the facts
+// renders every add-on again even though no generation changed.
+func TestDesiredSetRendersWithTheClusterFacts(t *testing.T) {
+	s := testService(t)
+	s.catalog = factsCatalogue(t)
+	kvs := []*mvccpb.KeyValue{addonKV(t, factsRecord("facts")), addonKV(t, factsRecord("plain"))}
+	creating := &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod", Status: storagev1.ClusterStatus_CLUSTER_STATUS_CREATING,
+		Spec: &storagev1.ClusterSpec{NetworkConfig: &storagev1.ClusterNetworkConfig{ServiceIpv4Cidr: "10.43.0.0/16"}}}
+
+	early, _, err := s.desiredSet(creating, kvs, nil, 10, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(early.GetAddons()) != 1 || early.GetAddons()[0].GetName() != "plain" {
+		t.Fatalf("before the endpoint is known the set holds %v, want only plain", early.GetAddons())
+	}
+
+	active := activeCluster("https://10.0.0.1:6443")
+	first, _, err := s.desiredSet(active, kvs, nil, 11, early, creating)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.GetAddons()) != 2 || first.GetDigest() == early.GetDigest() {
+		t.Fatalf("once ACTIVE: %d add-ons, digest changed %v", len(first.GetAddons()), first.GetDigest() != early.GetDigest())
+	}
+	for _, want := range []string{"cluster: prod", "endpoint: https://10.0.0.1:6443", "ca: " + testCA, "cidr: 172.20.0.0/16",
+		"dns: 172.20.0.10", "region: eu-west-1"} {
+		if m := string(first.GetAddons()[0].GetManifest()); !strings.Contains(m, want) {
+			t.Errorf("manifest lacks %q:\n%s", want, m)
+		}
+	}
+
+	tests := []struct {
+		name    string
+		cluster *storagev1.ClusterRecord
+		reused  bool
+		want    string // in the facts add-on's manifest
+	}{
+		{"unchanged facts reuse the renderings", activeCluster("https://10.0.0.1:6443"), true, "https://10.0.0.1:6443"},
+		{"a members-only change reuses them", func() *storagev1.ClusterRecord {
+			c := activeCluster("https://10.0.0.1:6443")
+			c.Members = []*storagev1.ClusterMember{{InstanceId: "i-1"}}
+			return c
+		}(), true, "https://10.0.0.1:6443"},
+		{"a new endpoint renders again", activeCluster("https://10.0.0.2:6443"), false, "https://10.0.0.2:6443"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, err := s.desiredSet(tc.cluster, kvs, nil, 12, first, active)
+			if err != nil || len(got.GetAddons()) != 2 {
+				t.Fatalf("set %v, %v", got, err)
+			}
+			for i, a := range got.GetAddons() {
+				if reused := a == first.GetAddons()[i]; reused != tc.reused {
+					t.Errorf("%s reused %v, want %v", a.GetName(), reused, tc.reused)
+				}
+			}
+			if m := string(got.GetAddons()[0].GetManifest()); !strings.Contains(m, tc.want) {
+				t.Errorf("manifest lacks %s", tc.want)
+			}
+			// Only the facts add-on's content can change.
+			if (got.GetDigest() == first.GetDigest()) != tc.reused {
+				t.Errorf("digest unchanged = %v, want %v", got.GetDigest() == first.GetDigest(), tc.reused)
+			}
+		})
+	}
+}
+
+func TestArnRegion(t *testing.T) {
+	tests := []struct {
+		name, arn, want string
+	}{
+		{"cluster", "arn:aws:eks:eu-west-1:111122223333:cluster/prod", "eu-west-1"},
+		{"other partition", "arn:aws-cn:eks:cn-north-1:111122223333:cluster/prod", "cn-north-1"},
+		{"none", "", ""},
+		{"not an ARN", "eu-west-1:cluster/prod", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := arnRegion(tc.arn); got != tc.want {
+				t.Fatalf("arnRegion(%q) = %q, want %q", tc.arn, got, tc.want)
+			}
+		})
 	}
 }
 
@@ -150,11 +283,11 @@ func TestDesiredSetCarriesPodIdentityAssociations(t *testing.T) {
 	owned := association("a-00000000000000001", "noop", "arn:aws:iam::111122223333:role/noop", addon.Arn)
 	standalone := association("a-00000000000000002", "app", "arn:aws:iam::111122223333:role/app", "")
 
-	without, _, err := s.desiredSet(cluster, addons, nil, 10, nil)
+	without, _, err := s.desiredSet(cluster, addons, nil, 10, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, _, err := s.desiredSet(cluster, addons, []*mvccpb.KeyValue{associationKV(t, owned), associationKV(t, standalone)}, 11, without)
+	base, _, err := s.desiredSet(cluster, addons, []*mvccpb.KeyValue{associationKV(t, owned), associationKV(t, standalone)}, 11, without, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +327,14 @@ func TestDesiredSetCarriesPodIdentityAssociations(t *testing.T) {
 			for _, r := range tc.associations {
 				kvs = append(kvs, associationKV(t, r))
 			}
-			next, _, err := s.desiredSet(cluster, addons, kvs, 12, base)
+			next, _, err := s.desiredSet(cluster, addons, kvs, 12, base, cluster)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if (next.GetDigest() == base.GetDigest()) != tc.sameDigest {
 				t.Errorf("digest %s after %s, %s before; want same %v", next.GetDigest(), tc.name, base.GetDigest(), tc.sameDigest)
 			}
-			fresh, _, err := s.desiredSet(cluster, addons, kvs, 12, nil)
+			fresh, _, err := s.desiredSet(cluster, addons, kvs, 12, nil, nil)
 			if err != nil || fresh.GetDigest() != next.GetDigest() {
 				t.Errorf("digest %s with a previous set, %s without (%v)", next.GetDigest(), fresh.GetDigest(), err)
 			}

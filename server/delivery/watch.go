@@ -414,11 +414,12 @@ func (s *Service) readRecords(ctx context.Context, uid, account, name string, pr
 	}
 	if sn.cluster != nil {
 		var previous *deliveryv1.DesiredSet
+		var previousCluster *storagev1.ClusterRecord
 		if prev != nil {
-			previous = prev.desired
+			previous, previousCluster = prev.desired, prev.cluster
 		}
 		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(),
-			resp.Responses[4].GetResponseRange().GetKvs(), sn.revision, previous); err != nil {
+			resp.Responses[4].GetResponseRange().GetKvs(), sn.revision, previous, previousCluster); err != nil {
 			return nil, nil, err
 		}
 	}
