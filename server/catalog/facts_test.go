@@ -40,3 +40,56 @@ func TestClusterDNSIP(t *testing.T) {
 		})
 	}
 }
+
+// field walks a rendered object along path (map keys, or "0" for a list's
+// first element).
+func field(o object, path ...string) any {
+	var cur any = map[string]any(o)
+	for _, p := range path {
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[p]
+		case []any:
+			if p != "0" || len(c) == 0 {
+				return nil
+			}
+			cur = c[0]
+		default:
+			return nil
+		}
+	}
+	return cur
+}
+
+// TestRender_CorednsServiceHoldsTheClusterDNSAddress checks that kube-dns
+// takes the address every kubelet is told is the cluster DNS server.
+func TestRender_CorednsServiceHoldsTheClusterDNSAddress(t *testing.T) {
+	c := loadEmbedded(t)
+	a, _ := c.Addon("coredns")
+	tests := []struct {
+		name, cidr, want string
+	}{
+		{"K3s", "10.43.0.0/16", "10.43.0.10"},
+		{"EKS 10.100", "10.100.0.0/16", "10.100.0.10"},
+		{"EKS 172.20", "172.20.0.0/16", "172.20.0.10"},
+	}
+	for _, v := range a.Versions {
+		for _, tc := range tests {
+			t.Run(v.Version+"/"+tc.name, func(t *testing.T) {
+				p := prod()
+				p.ServiceIPv4CIDR = tc.cidr
+				out, err := v.Render(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				svc, ok := find(parseBundle(t, out), "Service", "kube-dns")
+				if !ok {
+					t.Fatal("no kube-dns Service")
+				}
+				if got := field(svc, "spec", "clusterIP"); got != tc.want {
+					t.Fatalf("kube-dns clusterIP = %v, want %s", got, tc.want)
+				}
+			})
+		}
+	}
+}

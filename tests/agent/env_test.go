@@ -124,6 +124,9 @@ func newEnv(t *testing.T, o envOptions, members ...string) *env {
 		Name: aws.String(e.cluster), RoleArn: aws.String("arn:aws:iam::" + e.account + ":role/eks"),
 		ResourcesVpcConfig: &types.VpcConfigRequest{SubnetIds: []string{"subnet-a"}},
 		Version:            optional(o.kubernetesVersion),
+		// The apiserver's service range, as a provisioner configures K3s:
+		// coredns's kube-dns Service takes its .10.
+		KubernetesNetworkConfig: &types.KubernetesNetworkConfigRequest{ServiceIpv4Cidr: aws.String(kubetest.ServiceClusterIPRange)},
 	}); err != nil {
 		t.Fatalf("CreateCluster: %v", err)
 	}
