@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -205,5 +206,34 @@ func TestCompareVersions(t *testing.T) {
 				t.Fatalf("compareVersions(%s, %s) = %d, want %d", tc.a, tc.b, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestKubeProxy_VersionSkew holds kube-proxy to Kubernetes' skew policy: never
+// newer than the apiserver, at most three minor versions older; and the
+// default for a Kubernetes version is the newest version that runs on it.
+func TestKubeProxy_VersionSkew(t *testing.T) {
+	c := loadEmbedded(t)
+	a, _ := c.Addon("kube-proxy")
+	for _, v := range a.Versions {
+		parts := versionParts(v.Version)
+		for _, comp := range v.Compatibilities {
+			t.Run(v.Version+"/"+comp.ClusterVersion, func(t *testing.T) {
+				own := fmt.Sprintf("%d.%d", parts[0], parts[1])
+				if compareKubernetesVersions(own, comp.ClusterVersion) > 0 {
+					t.Fatalf("kube-proxy %s is newer than Kubernetes %s", own, comp.ClusterVersion)
+				}
+				var clusterMinor int
+				if _, err := fmt.Sscanf(comp.ClusterVersion, "1.%d", &clusterMinor); err != nil {
+					t.Fatal(err)
+				}
+				if parts[0] != 1 || clusterMinor-parts[1] > 3 {
+					t.Fatalf("kube-proxy %s is more than three minor versions older than Kubernetes %s", own, comp.ClusterVersion)
+				}
+				if d, _ := a.DefaultVersion(comp.ClusterVersion); compareVersions(d.Version, v.Version) < 0 {
+					t.Fatalf("default for %s is %s, older than %s", comp.ClusterVersion, d.Version, v.Version)
+				}
+			})
+		}
 	}
 }

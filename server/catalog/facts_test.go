@@ -1,8 +1,11 @@
 package catalog
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 func TestClusterDNSIP(t *testing.T) {
@@ -88,6 +91,156 @@ func TestRender_CorednsServiceHoldsTheClusterDNSAddress(t *testing.T) {
 				}
 				if got := field(svc, "spec", "clusterIP"); got != tc.want {
 					t.Fatalf("kube-dns clusterIP = %v, want %s", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// TestRender_KubeProxyTalksToTheRealEndpoint checks that kube-proxy's
+// kubeconfig names the cluster's endpoint and CA, never the kubernetes
+// Service that only kube-proxy makes routable, and that the DaemonSet runs
+// with it.
+func TestRender_KubeProxyTalksToTheRealEndpoint(t *testing.T) {
+	c := loadEmbedded(t)
+	a, _ := c.Addon("kube-proxy")
+	for _, v := range a.Versions {
+		t.Run(v.Version, func(t *testing.T) {
+			p := prod()
+			p.Endpoint = "https://api.prod.internal:6443"
+			out, err := v.Render(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := parseBundle(t, out)
+			cm, ok := find(objs, "ConfigMap", "kube-proxy")
+			if !ok {
+				t.Fatal("no kube-proxy ConfigMap")
+			}
+			var kubeconfig struct {
+				Clusters []struct {
+					Cluster map[string]string `json:"cluster"`
+				} `json:"clusters"`
+				Users []struct {
+					User map[string]string `json:"user"`
+				} `json:"users"`
+			}
+			kc, _ := field(cm, "data", "kubeconfig.conf").(string)
+			if err := yaml.Unmarshal([]byte(kc), &kubeconfig); err != nil || len(kubeconfig.Clusters) != 1 || len(kubeconfig.Users) != 1 {
+				t.Fatalf("kubeconfig.conf (%v):\n%s", err, kc)
+			}
+			if got := kubeconfig.Clusters[0].Cluster; got["server"] != p.Endpoint || got["certificate-authority-data"] != testCA {
+				t.Errorf("kubeconfig cluster = %v, want server %s and the cluster CA as given", got, p.Endpoint)
+			}
+			if got := kubeconfig.Users[0].User["tokenFile"]; got != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+				t.Errorf("kubeconfig user token file = %q, want the service account's", got)
+			}
+			var config map[string]any
+			if err := yaml.Unmarshal([]byte(field(cm, "data", "config.conf").(string)), &config); err != nil {
+				t.Fatal(err)
+			}
+			if got := field(object(config), "clientConnection", "kubeconfig"); got != "/var/lib/kube-proxy/kubeconfig.conf" {
+				t.Errorf("clientConnection.kubeconfig = %v", got)
+			}
+			if config["mode"] != "iptables" || config["kind"] != "KubeProxyConfiguration" {
+				t.Errorf("config mode %v kind %v", config["mode"], config["kind"])
+			}
+			if _, ok := config["clusterCIDR"]; ok {
+				t.Errorf("clusterCIDR set without configuration: %v", config["clusterCIDR"])
+			}
+
+			ds, ok := find(objs, "DaemonSet", "kube-proxy")
+			if !ok {
+				t.Fatal("no kube-proxy DaemonSet")
+			}
+			spec, _ := field(ds, "spec", "template", "spec").(map[string]any)
+			if spec["hostNetwork"] != true || spec["priorityClassName"] != "system-node-critical" {
+				t.Errorf("hostNetwork %v, priorityClassName %v", spec["hostNetwork"], spec["priorityClassName"])
+			}
+			if got := field(object(spec), "tolerations", "0"); !mapEqual(got, map[string]any{"operator": "Exists"}) {
+				t.Errorf("tolerations[0] = %v, want every taint tolerated", got)
+			}
+			cmd := strings.Join(toStrings(field(object(spec), "containers", "0", "command")), " ")
+			if cmd != "kube-proxy --config=/var/lib/kube-proxy/config.conf --hostname-override=$(NODE_NAME)" {
+				t.Errorf("command = %s", cmd)
+			}
+			if got := field(object(spec), "containers", "0", "securityContext", "privileged"); got != true {
+				t.Errorf("privileged = %v", got)
+			}
+			volumes := map[string]any{}
+			for _, vol := range spec["volumes"].([]any) {
+				vol := vol.(map[string]any)
+				volumes[vol["name"].(string)] = vol
+			}
+			if got := field(object(volumes), "kube-proxy", "configMap", "name"); got != "kube-proxy" {
+				t.Errorf("kube-proxy volume = %v", volumes["kube-proxy"])
+			}
+			if got := field(object(volumes), "xtables-lock", "hostPath", "path"); got != "/run/xtables.lock" {
+				t.Errorf("xtables-lock volume = %v", volumes["xtables-lock"])
+			}
+		})
+	}
+}
+
+func toStrings(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, 0, len(l))
+	for _, e := range l {
+		s, _ := e.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+func mapEqual(got any, want map[string]any) bool {
+	m, ok := got.(map[string]any)
+	if !ok || len(m) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if m[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRender_MissingFacts checks that a bundle which cannot work without a
+// cluster fact fails with a *MissingFactError naming it (the cluster is not
+// ACTIVE yet, or has no IPv4 service CIDR), and one that needs none renders.
+func TestRender_MissingFacts(t *testing.T) {
+	c := loadEmbedded(t)
+	tests := []struct {
+		name   string
+		addon  string
+		change func(*RenderParams)
+		fact   string // "" when the render must succeed
+	}{
+		{"coredns without a service CIDR", "coredns", func(p *RenderParams) { p.ServiceIPv4CIDR = "" }, "serviceIpv4Cidr"},
+		{"kube-proxy without an endpoint", "kube-proxy", func(p *RenderParams) { p.Endpoint = "" }, "endpoint"},
+		{"kube-proxy without a CA", "kube-proxy", func(p *RenderParams) { p.CertificateAuthorityData = "" }, "certificateAuthorityData"},
+		{"coredns before ACTIVE", "coredns", func(p *RenderParams) { p.Endpoint, p.CertificateAuthorityData = "", "" }, ""},
+		{"metrics-server without any fact", "metrics-server", func(p *RenderParams) { *p = RenderParams{ClusterName: p.ClusterName} }, ""},
+	}
+	for _, tc := range tests {
+		a, _ := c.Addon(tc.addon)
+		for _, v := range a.Versions {
+			t.Run(tc.name+"/"+v.Version, func(t *testing.T) {
+				p := prod()
+				tc.change(&p)
+				_, err := v.Render(p)
+				if tc.fact == "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				var missing *MissingFactError
+				if !errors.As(err, &missing) || missing.Fact != tc.fact {
+					t.Fatalf("Render = %v, want a *MissingFactError for %s", err, tc.fact)
+				}
+				if !strings.HasPrefix(err.Error(), v.String()+": ") {
+					t.Errorf("error %q does not name the version", err)
 				}
 			})
 		}
