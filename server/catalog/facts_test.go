@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -245,4 +246,54 @@ func TestRender_MissingFacts(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRender_MetricsServerUpstreamRBAC checks the one place where the
+// bundle depends on its namespace: upstream's RoleBinding in kube-system,
+// an equivalent ClusterRole rule elsewhere.
+func TestRender_MetricsServerUpstreamRBAC(t *testing.T) {
+	c := loadEmbedded(t)
+	a, _ := c.Addon("metrics-server")
+	for _, v := range a.Versions {
+		for _, ns := range []string{"kube-system", "monitoring"} {
+			t.Run(v.Version+"/"+ns, func(t *testing.T) {
+				p := prod()
+				p.Namespace = ns
+				out, err := v.Render(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				objs := parseBundle(t, out)
+				rb, hasBinding := find(objs, "RoleBinding", "metrics-server-auth-reader")
+				role, _ := find(objs, "ClusterRole", "system:metrics-server")
+				hasRule := strings.Contains(string(mustYAML(t, role)), "extension-apiserver-authentication")
+				if want := ns == "kube-system"; hasBinding != want || hasRule == want {
+					t.Fatalf("auth-reader RoleBinding %v, ClusterRole rule %v; want the RoleBinding only in kube-system", hasBinding, hasRule)
+				}
+				if hasBinding && field(rb, "roleRef", "name") != "extension-apiserver-authentication-reader" {
+					t.Errorf("roleRef = %v", rb["roleRef"])
+				}
+				dep, _ := find(objs, "Deployment", "metrics-server")
+				args := toStrings(field(dep, "spec", "template", "spec", "containers", "0", "args"))
+				for _, want := range []string{"--secure-port=10250", "--cert-dir=/tmp", "--kubelet-use-node-status-port",
+					"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname", "--metric-resolution=15s"} {
+					if !slices.Contains(args, want) {
+						t.Errorf("args %v lack %s", args, want)
+					}
+				}
+				if slices.Contains(args, "--kubelet-insecure-tls") {
+					t.Error("kubelet serving certificates are not verified")
+				}
+			})
+		}
+	}
+}
+
+func mustYAML(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
