@@ -1,14 +1,19 @@
 // Package health tells whether an add-on's objects are what they should
 // be: every object of the generation present and Current by kstatus (the
-// readiness rule of cli-utils, which Flux and kubectl's wait share), and,
-// when a workload is not, why — a pod in image-pull or crash-loop
-// back-off, a ReplicaSet that cannot create pods.
+// readiness rule of cli-utils, which Flux and kubectl's wait share), made
+// stricter where kstatus calls an object Current that does not work yet
+// (rules.go: an APIService the aggregator cannot reach, a webhook whose
+// Service has no ready endpoint), and, when a workload is not, why — a pod
+// in image-pull or crash-loop back-off, a ReplicaSet that cannot create
+// pods.
 //
 // It keeps informer caches (watches, no polling) of every object the
-// add-ons applied, selected by their add-on label, and of the pods in the
-// namespaces their workloads run in, trimmed to what these checks read so
-// that an idle agent holds little. Every change is passed on, so the agent
-// re-applies an object someone changed (drift) and re-evaluates health.
+// add-ons applied, selected by their add-on label, of the pods in the
+// namespaces their workloads run in, and of the EndpointSlices in the
+// namespaces of the Services their webhooks call, trimmed to what these
+// checks read so that an idle agent holds little. Every change is passed
+// on, so the agent re-applies an object someone changed (drift) and
+// re-evaluates health.
 package health
 
 import (
@@ -22,6 +27,7 @@ import (
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -52,7 +58,7 @@ const (
 )
 
 // Notify is told of changes; addon is the object's add-on label ("" for
-// pods, which may belong to any add-on in their namespace). It is called
+// pods and EndpointSlices, which may matter to any add-on). It is called
 // from informer goroutines and must not block.
 type Notify func(addon string, c Change)
 
@@ -70,6 +76,7 @@ type Watcher struct {
 	objects   dynamicinformer.DynamicSharedInformerFactory
 	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
 	pods      map[string]cache.SharedIndexInformer
+	slices    map[string]cache.SharedIndexInformer // EndpointSlices, by namespace
 }
 
 // New returns a watcher of objects carrying label (any value). Start
@@ -77,7 +84,7 @@ type Watcher struct {
 func New(dyn dynamic.Interface, kube kubernetes.Interface, mapper meta.RESTMapper, label string, notify Notify, log *slog.Logger) *Watcher {
 	w := &Watcher{dyn: dyn, kube: kube, mapper: mapper, label: label, notify: notify, log: log,
 		stop: make(chan struct{}), informers: map[schema.GroupVersionResource]cache.SharedIndexInformer{},
-		pods: map[string]cache.SharedIndexInformer{}}
+		pods: map[string]cache.SharedIndexInformer{}, slices: map[string]cache.SharedIndexInformer{}}
 	w.objects = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = label
 	})
@@ -97,9 +104,10 @@ func (w *Watcher) Stop() {
 }
 
 // Ensure watches every kind refs name (and the pods of the namespaces of
-// their workloads) and waits, bounded by ctx, until those caches have
-// listed. A kind the cluster does not serve is skipped (its objects then
-// read as missing).
+// their workloads, and the EndpointSlices of the namespaces of the
+// Services their webhook configurations call) and waits, bounded by ctx,
+// until those caches have listed. A kind the cluster does not serve is
+// skipped (its objects then read as missing).
 func (w *Watcher) Ensure(ctx context.Context, refs []inventory.Ref) error {
 	var waits []cache.InformerSynced
 	w.mu.Lock()
@@ -136,7 +144,65 @@ func (w *Watcher) Ensure(ctx context.Context, refs []inventory.Ref) error {
 	if !cache.WaitForCacheSync(ctx.Done(), waits...) {
 		return fmt.Errorf("health: watches did not list before %w", ctx.Err())
 	}
+	// Which Services a webhook configuration calls is in the configuration
+	// itself, readable only now that its cache has listed. One not applied
+	// yet is read on a later Ensure: its creation is a change the agent is
+	// told of, and its webhooks read as not watched until then.
+	waits = nil
+	for _, r := range refs {
+		if !webhookConfiguration(r.GVK().GroupKind()) {
+			continue
+		}
+		u, _ := w.get(r)
+		if u == nil {
+			continue
+		}
+		for _, h := range webhooks(u) {
+			if h.URL == "" && h.Service.Namespace != "" {
+				waits = append(waits, w.watchSlices(h.Service.Namespace))
+			}
+		}
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), waits...) {
+		return fmt.Errorf("health: EndpointSlice watches did not list before %w", ctx.Err())
+	}
 	return nil
+}
+
+// watchSlices watches the EndpointSlices of a namespace, if nothing does
+// yet, and tells of every change to them (a webhook's endpoint became
+// ready or went).
+func (w *Watcher) watchSlices(namespace string) cache.InformerSynced {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if inf, ok := w.slices[namespace]; ok {
+		return inf.HasSynced
+	}
+	// Only slices that belong to a Service: no other can be a webhook's.
+	f := informers.NewSharedInformerFactoryWithOptions(w.kube, 0, informers.WithNamespace(namespace),
+		informers.WithTransform(trimEndpointSlice), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = discoveryv1.LabelServiceName
+		}))
+	inf := f.Discovery().V1().EndpointSlices().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.notify("", Status) },
+		UpdateFunc: func(any, any) { w.notify("", Status) },
+		DeleteFunc: func(any) { w.notify("", Status) },
+	})
+	w.slices[namespace] = inf
+	go inf.Run(w.stop)
+	return inf.HasSynced
+}
+
+// endpointsReady is the endpointLookup of the watched EndpointSlices.
+func (w *Watcher) endpointsReady(namespace, name string) (ready, watched bool) {
+	w.mu.Lock()
+	inf := w.slices[namespace]
+	w.mu.Unlock()
+	if inf == nil || !inf.HasSynced() {
+		return false, false
+	}
+	return hasReadyEndpoint(inf.GetStore().List(), name), true
 }
 
 func (w *Watcher) handler() cache.ResourceEventHandler {
@@ -205,8 +271,8 @@ type Result struct {
 	Ready bool
 	// Missing are objects that are not there.
 	Missing []inventory.Ref
-	// Failing are definite failures: an object kstatus calls Failed, a pod
-	// in back-off, a workload that cannot create its pods.
+	// Failing are definite failures: an object kstatus (or rules.go) calls
+	// Failed, a pod in back-off, a workload that cannot create its pods.
 	Failing []*deliveryv1.Issue
 	// Waiting says what is not ready yet, and why.
 	Waiting []*deliveryv1.Issue
@@ -236,7 +302,7 @@ func (w *Watcher) Evaluate(refs []inventory.Ref, atLeast map[string]int64) Resul
 			res.Missing = append(res.Missing, r)
 			continue
 		}
-		st, err := status.Compute(u)
+		st, err := objectStatus(u, w.endpointsReady)
 		if err != nil {
 			res.Ready = false
 			res.Waiting = append(res.Waiting, issue("InternalFailure", fmt.Sprintf("%s: status: %v", r, err), r))

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,9 +20,11 @@ var keepSpec = map[schema.GroupKind]bool{
 }
 
 // trim keeps of a watched object what the checks read: its identity,
-// labels, annotations, generations, deletion state, owners and status,
-// and the spec only for the kinds in keepSpec. Managed fields, ConfigMap
-// data, RBAC rules and CRD schemas (which can be large) are dropped.
+// labels, annotations, generations, deletion state, owners and status
+// (the conditions of APIServices and CRDs among it), the spec only for the
+// kinds in keepSpec, and of a webhook configuration whom each webhook
+// calls. Managed fields, ConfigMap data, RBAC rules, CRD schemas and CA
+// bundles (which can be large) are dropped.
 func trim(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -60,7 +63,51 @@ func trim(obj any) (any, error) {
 			out.Object["spec"] = s
 		}
 	}
+	if webhookConfiguration(u.GroupVersionKind().GroupKind()) {
+		if hooks := trimWebhooks(u); len(hooks) > 0 {
+			out.Object["webhooks"] = hooks
+		}
+	}
 	return out, nil
+}
+
+// trimWebhooks keeps of a webhook configuration's webhooks their names and
+// what webhookStatus reads of their clientConfig (its URL or Service, not
+// its caBundle); rules, selectors and policies are dropped.
+func trimWebhooks(u *unstructured.Unstructured) []any {
+	hooks, _, _ := unstructured.NestedSlice(u.Object, "webhooks")
+	out := make([]any, 0, len(hooks))
+	for _, h := range hooks {
+		m, _ := h.(map[string]any)
+		cc := map[string]any{}
+		for _, k := range []string{"url", "service"} {
+			if v, ok, _ := unstructured.NestedFieldNoCopy(m, "clientConfig", k); ok {
+				cc[k] = v
+			}
+		}
+		out = append(out, map[string]any{"name": m["name"], "clientConfig": cc})
+	}
+	return out
+}
+
+// trimEndpointSlice keeps of an EndpointSlice what hasReadyEndpoint reads:
+// its Service label and its endpoints' conditions (not their addresses,
+// zones or ports).
+func trimEndpointSlice(obj any) (any, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
+	}
+	endpoints := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
+	for _, e := range s.Endpoints {
+		endpoints = append(endpoints, discoveryv1.Endpoint{Conditions: e.Conditions})
+	}
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion,
+			Labels: s.Labels, DeletionTimestamp: s.DeletionTimestamp},
+		AddressType: s.AddressType,
+		Endpoints:   endpoints,
+	}, nil
 }
 
 // trimPod keeps of a pod what back-off detection reads.
