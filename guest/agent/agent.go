@@ -215,15 +215,53 @@ func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
 	return a, nil
 }
 
-// Run runs the agent until ctx ends.
+// Run runs the agent until ctx ends. The stop is logged when ctx ends and
+// again when it is over, so that the journal tells a stop that was asked
+// for (and by what: saltbush-agent's context ends with the signal as its
+// cause) from a crash, and a slow stop from a quick one.
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.health.Stop()
-	defer a.saWatch.Stop()
+	// AfterFunc logs at the moment ctx ends, even while run is in the
+	// middle of an apply.
+	stopping := make(chan time.Time, 1)
+	stopLog := context.AfterFunc(ctx, func() { stopping <- a.logStopping(context.Cause(ctx)) })
 	linkDone := make(chan error, 1)
 	go func() { linkDone <- a.link.Run(ctx, &linkHandler{a: a, ctx: ctx}) }()
 	err := a.run(ctx)
 	<-linkDone //nolint:errcheck // Link.Run returns only ctx's error, once ctx ends
+	a.saWatch.Stop()
+	a.health.Stop()
+	if stopLog() {
+		return err // ctx did not end: nobody asked for a stop
+	}
+	a.logStopped(<-stopping)
 	return err
+}
+
+// logStopping says that the agent stops, why, and what it held then; it
+// returns when the stop began.
+func (a *Agent) logStopping(cause error) time.Time {
+	began := time.Now()
+	g := a.grant.Snapshot()
+	a.log.Info("saltbush-agent stopping: closing the delivery stream, ending the grant",
+		"reason", cause, "cluster", a.cfg.ClusterName, "cluster_uid", a.cfg.ClusterUID, "instance", a.cfg.InstanceID,
+		"role", g.Role, "epoch", g.Epoch, "may_write", g.Writable)
+	return began
+}
+
+// logStopped says that the stop that began at began is over. The link has
+// closed its stream by now, which ended the grant and cancelled every write
+// holding it; the drain checks that none is still running. One that is would
+// outlive the grant, which the fencing exists to prevent: a warning.
+func (a *Agent) logStopped(began time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	drained := a.grant.Drain(ctx) == nil
+	level := slog.LevelInfo
+	if !drained {
+		level = slog.LevelWarn
+	}
+	a.log.Log(context.Background(), level, "saltbush-agent stopped", "took", time.Since(began).Round(time.Millisecond),
+		"grant_released", !a.grant.Snapshot().Writable, "writes_drained", drained)
 }
 
 // run is the agent's loop; see the package comment for what it owns.

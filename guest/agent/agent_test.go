@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
@@ -71,5 +74,44 @@ func TestAdoptKeepsUnchangedAddons(t *testing.T) {
 	}
 	if s := a.addons["b"]; s.applied || !s.needApply || s.desired.GetGeneration() != 2 {
 		t.Errorf("a changed add-on must be applied again: %+v", s)
+	}
+}
+
+// TestStopIsLogged: the agent says when it begins to stop, why, which
+// member it is and what it held, and when the stop is over, whether the
+// grant ended and no write outlived it. The write held here is cut short by
+// the grant's end, as a real one is when the stream closes.
+func TestStopIsLogged(t *testing.T) {
+	a := bare(t)
+	var buf bytes.Buffer
+	a.log = slog.New(slog.NewTextHandler(&buf, nil))
+	a.cfg.ClusterName = "demo"
+	a.grant.Connected()
+	a.grant.Assign(&deliveryv1.Assignment{Role: deliveryv1.Role_ROLE_EXECUTOR, Epoch: 3, ExecutorInstanceId: "i-a"})
+	wctx, release, err := a.grant.Hold(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-wctx.Done(); release() }()
+
+	began := a.logStopping(errors.New("terminated signal received"))
+	a.grant.Disconnected(context.Canceled) // what the link does when its stream closes
+	a.logStopped(began)
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("logged %d lines, want 2:\n%s", len(lines), buf.String())
+	}
+	for i, want := range [][]string{
+		{"level=INFO", `msg="saltbush-agent stopping: closing the delivery stream, ending the grant"`,
+			`reason="terminated signal received"`, "cluster=demo", "cluster_uid=uid", "instance=i-a",
+			"role=ROLE_EXECUTOR", "epoch=3", "may_write=true"},
+		{"level=INFO", `msg="saltbush-agent stopped"`, "took=", "grant_released=true", "writes_drained=true"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("line %d %q lacks %q", i+1, lines[i], w)
+			}
+		}
 	}
 }

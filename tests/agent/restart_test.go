@@ -242,3 +242,33 @@ func TestRestartMidApply(t *testing.T) {
 		}
 	}
 }
+
+// TestStopLogged: SIGTERM, as systemd stops the unit, is logged when it
+// arrives (the signal, the member, the role it held) and when the stop is
+// over (the grant ended, no write outlived it), so that the journal tells a
+// stop that was asked for from a crash.
+func TestStopLogged(t *testing.T) {
+	e := newEnv(t, envOptions{}, "i-a")
+	a := e.startAgent("i-a", agentOptions{})
+	a.waitRole(t, "EXECUTOR")
+	a.Stop()
+	lines := map[string]string{}
+	for _, l := range strings.Split(a.log(), "\n") {
+		for _, msg := range []string{"saltbush-agent stopping", "saltbush-agent stopped"} {
+			if strings.Contains(l, `msg="`+msg) {
+				lines[msg] = l
+			}
+		}
+	}
+	for msg, want := range map[string][]string{
+		"saltbush-agent stopping": {`reason="terminated signal received"`, "cluster=" + e.cluster, "cluster_uid=" + e.uid,
+			"instance=i-a", "role=ROLE_EXECUTOR"},
+		"saltbush-agent stopped": {"took=", "grant_released=true", "writes_drained=true"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[msg], w) {
+				t.Errorf("the %q line %q lacks %q", msg, lines[msg], w)
+			}
+		}
+	}
+}
