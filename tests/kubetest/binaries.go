@@ -48,6 +48,11 @@ func findBinaries() (string, error) {
 	return dir, nil
 }
 
+// RepoRoot is the repository's root: the directory of the go.mod of
+// module github.com/saltbush/saltbush above the working directory (a test
+// runs in its package's directory). Built programs live in its bin/.
+func RepoRoot() (string, error) { return repoRoot() }
+
 // repoRoot walks up from the working directory (a test runs in its
 // package's directory) to the go.mod of repoModule.
 func repoRoot() (string, error) {
@@ -98,14 +103,19 @@ const kubectlBinary = "kubectl"
 
 // Kubectl returns the path of the kubectl `make kube` builds from
 // k8s.io/kubernetes/cmd/kubectl, or an error that says how to build it.
-func Kubectl() (string, error) {
+func Kubectl() (string, error) { return Binary(kubectlBinary) }
+
+// Binary returns the path of another program `make kube` builds from the
+// pinned k8s.io/kubernetes beside the control plane (kubelet, kube-proxy),
+// or an error that says how to build it.
+func Binary(name string) (string, error) {
 	dir, err := findBinaries()
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, kubectlBinary)
+	path := filepath.Join(dir, name)
 	if info, err := os.Stat(path); err != nil || info.IsDir() || info.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("kubetest: %s not found or not executable in %s: run `make kube`", kubectlBinary, dir)
+		return "", fmt.Errorf("kubetest: %s not found or not executable in %s: run `make kube`", name, dir)
 	}
 	return path, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,18 @@ type Options struct {
 	// --authorization-mode=Node,RBAC is left out (keep Node and RBAC in
 	// yours: the kubelet double and the controllers rely on them).
 	ExtraAPIServerArgs []string
+	// Address is the IP address the kube-apiserver binds and advertises;
+	// 127.0.0.1 when "". A test whose real nodes live in a network
+	// namespace of its own gives the host's address on their link, so that
+	// kubelets and pods (through the kubernetes Service, whose endpoint it
+	// becomes) reach the apiserver.
+	Address string
+	// RealNodes leaves the kubelet double out: the test joins real
+	// kubelets (tests/nodetest) and Start does not wait for nodes. The
+	// apiserver then reaches aggregated APIs and webhooks at their pods'
+	// addresses rather than at Service IPs (which only the nodes route),
+	// and authenticates to kubelets with a client certificate.
+	RealNodes bool
 }
 
 // Cluster is a running control plane: embedded etcd, kube-apiserver,
@@ -63,14 +76,15 @@ type Options struct {
 type Cluster struct {
 	dir      string
 	host     string
+	address  net.IP
 	ca       *certificateAuthority
 	auditLog string
 
 	etcd              *embedetcd.Server
 	etcdLog           *os.File
-	apiServer         *process
-	controllerManager *process
-	scheduler         *process
+	apiServer         *Process
+	controllerManager *Process
+	scheduler         *Process
 	kubelet           *Kubelet
 
 	admin           *rest.Config
@@ -117,19 +131,33 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.startEtcd(ctx); err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
+	address := net.ParseIP(opts.Address)
+	if opts.Address == "" {
+		address = net.IPv4(127, 0, 0, 1)
+	}
+	if address == nil {
+		return nil, fmt.Errorf("kubetest: Options.Address %q is not an IP address", opts.Address)
+	}
+	c.address = address
 	files, err := c.writePKI()
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
-	if err := c.startAPIServer(ctx, binDir, files, opts.ExtraAPIServerArgs); err != nil {
+	extra := opts.ExtraAPIServerArgs
+	if opts.RealNodes {
+		extra = append(slices.Clone(extra), realNodeArgs(files)...)
+	}
+	if err := c.startAPIServer(ctx, binDir, files, extra); err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
 	if err := c.startControllers(binDir, files); err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
-	c.kubelet, err = startKubelet(ctx, c, opts.Nodes)
-	if err != nil {
-		return nil, fmt.Errorf("kubetest: kubelet double: %w", err)
+	if !opts.RealNodes {
+		c.kubelet, err = startKubelet(ctx, c, opts.Nodes)
+		if err != nil {
+			return nil, fmt.Errorf("kubetest: kubelet double: %w", err)
+		}
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
@@ -160,6 +188,9 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 // pkiFiles are the paths of the key material the programs read.
 type pkiFiles struct {
 	caCert, servingCert, servingKey, saKey, saPub string
+	// kubeletClientCert and kubeletClientKey are the apiserver's identity
+	// towards real kubelets (logs, exec, port-forward).
+	kubeletClientCert, kubeletClientKey string
 }
 
 // writePKI generates the CA, the serving certificate, the service-account
@@ -176,7 +207,7 @@ func (c *Cluster) writePKI() (pkiFiles, error) {
 	c.ca = ca
 	servingCert, servingKey, err := ca.servingCert(
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP)},
+		uniqueIPs(net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP), c.address),
 	)
 	if err != nil {
 		return pkiFiles{}, err
@@ -185,15 +216,24 @@ func (c *Cluster) writePKI() (pkiFiles, error) {
 	if err != nil {
 		return pkiFiles{}, err
 	}
+	// As kubeadm's apiserver-kubelet-client certificate: group
+	// system:masters, so the kubelets' webhook authorization allows it.
+	kubeletClientCert, kubeletClientKey, err := ca.clientCert(KubeletClientUser, []string{"system:masters"})
+	if err != nil {
+		return pkiFiles{}, err
+	}
 	f := pkiFiles{
-		caCert:      filepath.Join(pkiDir, "ca.crt"),
-		servingCert: filepath.Join(pkiDir, "apiserver.crt"),
-		servingKey:  filepath.Join(pkiDir, "apiserver.key"),
-		saKey:       filepath.Join(pkiDir, "sa.key"),
-		saPub:       filepath.Join(pkiDir, "sa.pub"),
+		caCert:            filepath.Join(pkiDir, "ca.crt"),
+		servingCert:       filepath.Join(pkiDir, "apiserver.crt"),
+		servingKey:        filepath.Join(pkiDir, "apiserver.key"),
+		saKey:             filepath.Join(pkiDir, "sa.key"),
+		saPub:             filepath.Join(pkiDir, "sa.pub"),
+		kubeletClientCert: filepath.Join(pkiDir, "apiserver-kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(pkiDir, "apiserver-kubelet-client.key"),
 	}
 	for path, data := range map[string][]byte{
 		f.caCert: ca.certPEM, f.servingCert: servingCert, f.servingKey: servingKey, f.saKey: saKey, f.saPub: saPub,
+		f.kubeletClientCert: kubeletClientCert, f.kubeletClientKey: kubeletClientKey,
 	} {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return pkiFiles{}, fmt.Errorf("write %s: %w", path, err)
@@ -214,40 +254,44 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 		return fmt.Errorf("write audit policy: %w", err)
 	}
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := freePort(c.address)
 		if err != nil {
 			return err
 		}
-		c.host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		c.host = "https://" + net.JoinHostPort(c.address.String(), strconv.Itoa(port))
 		c.admin = c.UserConfig(AdminUser, "system:masters")
 		args := []string{
 			"--etcd-servers=" + strings.Join(c.etcd.Endpoints(), ","),
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
+			"--bind-address=" + c.address.String(),
+			"--advertise-address=" + c.address.String(),
+		}
+		if c.address.IsLoopback() {
 			// A loopback address cannot be an endpoint of the kubernetes
 			// Service; the Service is still created, with no endpoints
 			// (nothing in the cluster has a network to reach them).
-			"--endpoint-reconciler-type=none",
-			"--secure-port=" + strconv.Itoa(port),
-			"--tls-cert-file=" + f.servingCert,
-			"--tls-private-key-file=" + f.servingKey,
-			"--client-ca-file=" + f.caCert,
-			"--service-account-issuer=" + ServiceAccountIssuer,
-			"--service-account-key-file=" + f.saPub,
-			"--service-account-signing-key-file=" + f.saKey,
-			"--service-cluster-ip-range=" + ServiceClusterIPRange,
+			args = append(args, "--endpoint-reconciler-type=none")
+		}
+		args = append(args,
+			"--secure-port="+strconv.Itoa(port),
+			"--tls-cert-file="+f.servingCert,
+			"--tls-private-key-file="+f.servingKey,
+			"--client-ca-file="+f.caCert,
+			"--service-account-issuer="+ServiceAccountIssuer,
+			"--service-account-key-file="+f.saPub,
+			"--service-account-signing-key-file="+f.saKey,
+			"--service-cluster-ip-range="+ServiceClusterIPRange,
 			// kube-proxy and CNI DaemonSets run privileged.
 			"--allow-privileged=true",
-			"--audit-log-path=" + c.auditLog,
+			"--audit-log-path="+c.auditLog,
 			"--audit-log-format=json",
-			"--audit-policy-file=" + policy,
+			"--audit-policy-file="+policy,
 			// Blocking: a write's event is in the log before its response
 			// is sent, so a test may read the log right after a call.
 			"--audit-log-mode=blocking",
 			"--profiling=false",
 			// Its own serving certificates would go to /var/run/kubernetes.
-			"--cert-dir=" + filepath.Join(c.dir, "pki"),
-		}
+			"--cert-dir="+filepath.Join(c.dir, "pki"),
+		)
 		// The caller's authorization settings replace the default rather
 		// than add to it: --authorization-mode is a list flag (a second one
 		// appends), and --authorization-config may not be combined with it.
@@ -255,7 +299,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 			args = append(args, "--authorization-mode=Node,RBAC")
 		}
 		args = append(args, extra...)
-		p, err := startProcess(apiServerBinary, filepath.Join(binDir, apiServerBinary), args, filepath.Join(c.dir, apiServerBinary+".log"))
+		p, err := StartProcess(apiServerBinary, filepath.Join(binDir, apiServerBinary), args, filepath.Join(c.dir, apiServerBinary+".log"))
 		if err != nil {
 			return err
 		}
@@ -264,8 +308,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 			c.apiServer = p
 			return nil
 		}
-		p.stop()
-		if exited, _ := p.exited(); exited && attempt < apiServerAttempts && portClash.MatchString(p.logTail()) {
+		p.Stop()
+		if exited, _ := p.Exited(); exited && attempt < apiServerAttempts && portClash.MatchString(p.LogTail()) {
 			continue
 		}
 		return err
@@ -287,7 +331,7 @@ var portClash = regexp.MustCompile(`address already in use`)
 
 // waitAPIServer polls /readyz until it answers 200, the process exits or
 // ctx ends.
-func (c *Cluster) waitAPIServer(ctx context.Context, p *process) error {
+func (c *Cluster) waitAPIServer(ctx context.Context, p *Process) error {
 	hc, err := rest.HTTPClientFor(c.admin)
 	if err != nil {
 		return fmt.Errorf("readyz client: %w", err)
@@ -299,9 +343,9 @@ func (c *Cluster) waitAPIServer(ctx context.Context, p *process) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready (%s): %w; end of %s:\n%s", last, ctx.Err(), p.logPath, p.logTail())
+			return fmt.Errorf("kube-apiserver not ready (%s): %w; end of %s:\n%s", last, ctx.Err(), p.logPath, p.LogTail())
 		case <-p.done:
-			return p.exitError()
+			return p.ExitError()
 		case <-tick.C:
 		}
 		ok, status := c.readyz(ctx, hc)
@@ -339,7 +383,7 @@ func (c *Cluster) startControllers(binDir string, f pkiFiles) error {
 	if err != nil {
 		return err
 	}
-	c.controllerManager, err = startProcess(controllerManagerBinary, filepath.Join(binDir, controllerManagerBinary), []string{
+	c.controllerManager, err = StartProcess(controllerManagerBinary, filepath.Join(binDir, controllerManagerBinary), []string{
 		"--kubeconfig=" + kcmConfig,
 		"--leader-elect=false",
 		// No serving: nothing scrapes its metrics or probes its health.
@@ -360,7 +404,7 @@ func (c *Cluster) startControllers(binDir string, f pkiFiles) error {
 	if err != nil {
 		return err
 	}
-	c.scheduler, err = startProcess(schedulerBinary, filepath.Join(binDir, schedulerBinary), []string{
+	c.scheduler, err = StartProcess(schedulerBinary, filepath.Join(binDir, schedulerBinary), []string{
 		"--kubeconfig=" + schedConfig,
 		"--leader-elect=false",
 		"--secure-port=0",
@@ -390,7 +434,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster not ready: %s: %w; end of %s:\n%s\nend of %s:\n%s", waiting, ctx.Err(),
-				c.controllerManager.logPath, c.controllerManager.logTail(), c.scheduler.logPath, c.scheduler.logTail())
+				c.controllerManager.logPath, c.controllerManager.LogTail(), c.scheduler.logPath, c.scheduler.LogTail())
 		case <-tick.C:
 		}
 	}
@@ -405,6 +449,9 @@ func (c *Cluster) notReady(ctx context.Context, client kubernetes.Interface) str
 	}
 	if why := c.garbageCollectorWorks(rctx, client); why != "" {
 		return why
+	}
+	if c.kubelet == nil {
+		return "" // real nodes join later; the caller waits for them
 	}
 	for _, name := range c.kubelet.NodeNames() {
 		node, err := client.CoreV1().Nodes().Get(rctx, name, metav1.GetOptions{})
@@ -467,15 +514,19 @@ func nodeReady(node *corev1.Node) bool {
 	return false
 }
 
+// Alive returns an error quoting the log of the first control-plane
+// program that has exited, or nil.
+func (c *Cluster) Alive() error { return c.processesAlive() }
+
 // processesAlive returns an error quoting the log of the first program
 // that has exited.
 func (c *Cluster) processesAlive() error {
-	for _, p := range []*process{c.apiServer, c.controllerManager, c.scheduler} {
+	for _, p := range []*Process{c.apiServer, c.controllerManager, c.scheduler} {
 		if p == nil {
 			continue
 		}
-		if exited, _ := p.exited(); exited {
-			return p.exitError()
+		if exited, _ := p.Exited(); exited {
+			return p.ExitError()
 		}
 	}
 	return nil
@@ -491,14 +542,14 @@ func (c *Cluster) Stop() {
 		}
 		// Controllers first, so they do not log the apiserver going away.
 		var wg sync.WaitGroup
-		for _, p := range []*process{c.controllerManager, c.scheduler} {
+		for _, p := range []*Process{c.controllerManager, c.scheduler} {
 			if p != nil {
-				wg.Go(p.stop)
+				wg.Go(p.Stop)
 			}
 		}
 		wg.Wait()
 		if c.apiServer != nil {
-			c.apiServer.stop()
+			c.apiServer.Stop()
 		}
 		if c.etcd != nil {
 			c.etcd.Close()
@@ -510,7 +561,35 @@ func (c *Cluster) Stop() {
 	})
 }
 
-// Host is the apiserver's URL (https://127.0.0.1:port).
+// realNodeArgs are the apiserver flags real kubelets need (Options.RealNodes).
+func realNodeArgs(f pkiFiles) []string {
+	return []string{
+		// Aggregated APIs (metrics.k8s.io) and admission webhooks are
+		// reached at their endpoints' pod addresses, which the host routes
+		// to the nodes' namespace. The default, the Service's cluster IP,
+		// means something only where kube-proxy runs: on the host it would
+		// follow the default route off the machine.
+		"--enable-aggregator-routing=true",
+		// kubectl logs and exec: the node's address, never a DNS lookup of
+		// its name.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--kubelet-client-certificate=" + f.kubeletClientCert,
+		"--kubelet-client-key=" + f.kubeletClientKey,
+	}
+}
+
+// uniqueIPs is ips without duplicates, in order.
+func uniqueIPs(ips ...net.IP) []net.IP {
+	var out []net.IP
+	for _, ip := range ips {
+		if !slices.ContainsFunc(out, ip.Equal) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// Host is the apiserver's URL (https://ADDRESS:port).
 func (c *Cluster) Host() string { return c.host }
 
 // Dir is the cluster's directory: logs of each program
@@ -522,8 +601,23 @@ func (c *Cluster) Dir() string { return c.dir }
 // apiserver's serving certificate and every client certificate.
 func (c *Cluster) CACert() []byte { return append([]byte(nil), c.ca.certPEM...) }
 
-// Kubelet is the kubelet double that plays the cluster's nodes.
+// Kubelet is the kubelet double that plays the cluster's nodes; nil with
+// Options.RealNodes.
 func (c *Cluster) Kubelet() *Kubelet { return c.kubelet }
+
+// Address is the IP address the apiserver binds and advertises.
+func (c *Cluster) Address() net.IP { return slices.Clone(c.address) }
+
+// KubeletClientUser is the user the apiserver presents to real kubelets.
+const KubeletClientUser = "kube-apiserver-kubelet-client"
+
+// ServingCert returns a new serving certificate and key signed by the
+// cluster CA for the given names and addresses (PEM): a real kubelet's, so
+// that whatever trusts the cluster CA (metrics-server through its
+// in-cluster CA bundle) can verify it.
+func (c *Cluster) ServingCert(dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
+	return c.ca.servingCert(dnsNames, ips)
+}
 
 // Admin returns a config for the admin user (AdminUser, group
 // system:masters); each call returns a copy the caller may change.
@@ -624,9 +718,9 @@ func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
 	return parseAuditLog(c.auditLog)
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freePort returns a port of address that was free a moment ago.
+func freePort(address net.IP) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(address.String(), "0"))
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}

@@ -16,9 +16,10 @@ import (
 // it is killed.
 const stopGrace = 10 * time.Second
 
-// process is one control-plane program started by the harness, its output
-// going to a log file in the cluster's directory.
-type process struct {
+// Process is one program started for a test (a control-plane program, or a
+// node's containerd, kubelet and kube-proxy), its output going to a log
+// file.
+type Process struct {
 	name    string
 	logPath string
 	cmd     *exec.Cmd
@@ -30,7 +31,7 @@ type process struct {
 
 // startProcess starts path with args, its stdout and stderr appended to
 // logPath.
-func startProcess(name, path string, args []string, logPath string) (*process, error) {
+func StartProcess(name, path string, args []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s log: %w", name, err)
@@ -48,22 +49,22 @@ func startProcess(name, path string, args []string, logPath string) (*process, e
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", name, path, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go p.wait(logFile)
 	return p, nil
 }
 
 // wait records the exit of the process; the one goroutine that calls
 // cmd.Wait.
-func (p *process) wait(logFile *os.File) {
+func (p *Process) wait(logFile *os.File) {
 	err := p.cmd.Wait()
 	_ = logFile.Close()
 	p.err = err
 	close(p.done)
 }
 
-// exited reports whether the process has exited, and how.
-func (p *process) exited() (bool, error) {
+// Exited reports whether the process has exited, and how.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		return true, p.err
@@ -72,10 +73,10 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM, and SIGKILL if the process has not exited after
+// Stop sends SIGTERM, and SIGKILL if the process has not exited after
 // stopGrace; it returns once the process is gone.
-func (p *process) stop() {
-	if ok, _ := p.exited(); ok {
+func (p *Process) Stop() {
+	if ok, _ := p.Exited(); ok {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -89,17 +90,17 @@ func (p *process) stop() {
 	}
 }
 
-// exitError describes an unexpected exit with the end of the log.
-func (p *process) exitError() error {
-	return fmt.Errorf("%s exited (%v); end of %s:\n%s", p.name, p.err, p.logPath, p.logTail())
+// ExitError describes an unexpected exit with the end of the log.
+func (p *Process) ExitError() error {
+	return fmt.Errorf("%s exited (%v); end of %s:\n%s", p.name, p.err, p.logPath, p.LogTail())
 }
 
 // logTailBytes is how much of a log an error quotes: enough for the
 // reason a program stopped, short enough to read in a test failure.
 const logTailBytes = 4096
 
-// logTail returns the last lines of the process's log.
-func (p *process) logTail() string {
+// LogTail returns the last lines of the process's log.
+func (p *Process) LogTail() string {
 	return fileTail(p.logPath, logTailBytes)
 }
 
@@ -126,3 +127,12 @@ func fileTail(path string, n int64) string {
 	}
 	return strings.TrimRight(string(buf), "\n")
 }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// LogPath is the file the process's output goes to.
+func (p *Process) LogPath() string { return p.logPath }
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
