@@ -20,7 +20,7 @@ GOTEST    ?= $(GO) test
 # Every test runs under the race detector.
 TESTFLAGS ?= -count=1 -race -timeout=20m
 
-.PHONY: all build run test generate check-generated lint vulndb vulndb-selftest breaking baseline contract-selftest unit fuzz-short fuzz bench kube eksctl images-verify examples-verify demo
+.PHONY: all build run test generate check-generated lint vulndb vulndb-selftest breaking baseline contract-selftest unit fuzz-short fuzz bench kube eksctl node images-verify examples-verify demo
 
 all: build
 
@@ -138,10 +138,17 @@ demo:
 ## the Go module proxy (tools/kube/go.mod pins it). About 12 minutes cold
 ## on 2 cores; the Go build cache keeps it.
 KUBE_BIN := $(CURDIR)/bin/kube
-KUBE_CMDS := kube-apiserver kube-controller-manager kube-scheduler kubectl
+KUBE_CMDS := kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy
+# Built from the module, the binaries would report v0.0.0-master+$$Format:%H$$;
+# stamp the pinned version so that nodes and `kubectl version` say it.
+KUBE_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2 }' tools/kube/go.mod)
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(patsubst v%,%,$(KUBE_VERSION)))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION))) \
+	-X k8s.io/component-base/version.gitTreeState=clean
 kube: $(KUBE_BIN)/.built
 $(KUBE_BIN)/.built: tools/kube/go.mod tools/kube/go.sum
-	cd tools/kube && $(GO) build -o $(KUBE_BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_CMDS))
+	cd tools/kube && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(KUBE_BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_CMDS))
 	@for c in $(KUBE_CMDS); do test -x $(KUBE_BIN)/$$c || { echo "$$c was not built" >&2; exit 1; }; done
 	touch $@
 
@@ -159,8 +166,25 @@ $(EKSCTL): tools/eksctl/go.mod tools/eksctl/go.sum
 	cd tools/eksctl && $(GO) build -trimpath -o $@ \
 		-ldflags '-s -w -X github.com/weaveworks/eksctl/pkg/version.PreReleaseID=' github.com/weaveworks/eksctl/cmd/eksctl
 
-unit: kube eksctl
-	SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) $(GOTEST) $(TESTFLAGS) ./...
+## node: the programs of the add-on images a real test node serves
+## (tests/nodetest): coredns at the catalogue's two versions and
+## metrics-server, each built from its own module through the Go module
+## proxy (tools/node/NAME-VERSION/go.mod pins it) into
+## bin/node/NAME-VERSION/. The kubelet and kube-proxy come from `make
+## kube`. Cold about 8 CPU-minutes; the Go build cache keeps them.
+NODE_BIN := $(CURDIR)/bin/node
+NODE_TOOLS := $(notdir $(wildcard tools/node/*))
+node: $(NODE_BIN)/.built
+$(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum)
+	@set -e; for d in $(NODE_TOOLS); do \
+		pkg=$$(awk '$$1 == "tool" { print $$2 }' tools/node/$$d/go.mod); \
+		echo "build $$pkg ($$d)"; \
+		(cd tools/node/$$d && CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(NODE_BIN)/$$d/ $$pkg); \
+	done
+	touch $@
+
+unit: kube eksctl node
+	SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) $(GOTEST) $(TESTFLAGS) ./...
 
 ## fuzz-short: explore briefly every parser that takes outside bytes, one
 ## target after another (package:target): SigV4 requests, policy documents,
