@@ -2,7 +2,7 @@
 """Drive Kubernetes versions and an upgrade with botocore; print what it parsed.
 
 version_test.go's TestUpgradeWithBotocore runs it against a 1.35 cluster
-whose coredns add-on runs a version that is not compatible with 1.36.
+whose metrics-server add-on runs a version that is not compatible with 1.36.
 botocore serializes by AWS's EKS model (the query string of
 DescribeClusterVersions with a repeated clusterVersions, ListInsights' body)
 and parses the responses by it, so a member of the wrong shape or name fails
@@ -47,7 +47,7 @@ def main():
     insights = client.list_insights(clusterName=args.cluster, filter={"categories": ["UPGRADE_READINESS"]})["insights"]
     insight = client.describe_insight(clusterName=args.cluster, id=insights[0]["id"])["insight"] if insights else {}
     summary = insight.get("categorySpecificSummary", {})
-    addon_versions = client.describe_addon_versions(addonName="coredns", kubernetesVersion="1.36")["addons"]
+    addon_versions = client.describe_addon_versions(addonName="metrics-server", kubernetesVersion="1.36")["addons"]
 
     skipped = error_of(lambda: client.update_cluster_version(name=args.cluster, version="1.37"))
     update = client.update_cluster_version(name=args.cluster, version="1.36", clientRequestToken="botocore-1")["update"]

@@ -23,7 +23,7 @@ func TestUpgradeWithBotocore(t *testing.T) {
 	requireBotocore(t)
 	h := newHarness(t, "boto-upgrade")
 	if _, err := h.eks.CreateAddon(ctxT(t), &eks.CreateAddonInput{
-		ClusterName: aws.String(h.cluster), AddonName: aws.String("coredns"), AddonVersion: aws.String("v1.11.4-eksbuild.2"),
+		ClusterName: aws.String(h.cluster), AddonName: aws.String("metrics-server"), AddonVersion: aws.String("v0.7.2-eksbuild.4"),
 	}); err != nil {
 		t.Fatalf("CreateAddon: %v", err)
 	}
@@ -60,13 +60,13 @@ func TestUpgradeWithBotocore(t *testing.T) {
 		[]string{"Amazon EKS add-on version compatibility", "UPGRADE_READINESS", "1.36", "ERROR"}) {
 		t.Errorf("insights = %v", got.Insights)
 	}
-	if !strings.Contains(got.Reason, "coredns") {
-		t.Errorf("insight reason %q does not name coredns", got.Reason)
+	if !strings.Contains(got.Reason, "metrics-server") {
+		t.Errorf("insight reason %q does not name metrics-server", got.Reason)
 	}
-	if !reflect.DeepEqual(got.Details, [][]any{{"coredns", []any{"v1.12.1-eksbuild.2"}}}) {
+	if !reflect.DeepEqual(got.Details, [][]any{{"metrics-server", []any{"v0.8.0-eksbuild.2"}}}) {
 		t.Errorf("addonCompatibilityDetails = %v", got.Details)
 	}
-	if !reflect.DeepEqual(got.ToMoveTo, [][]any{{"v1.12.1-eksbuild.2", "1.36", true}}) {
+	if !reflect.DeepEqual(got.ToMoveTo, [][]any{{"v0.8.0-eksbuild.2", "1.36", true}}) {
 		t.Errorf("DescribeAddonVersions for 1.36 = %v", got.ToMoveTo)
 	}
 	if got.Skipped == nil || got.Skipped.Code != "InvalidParameterException" ||

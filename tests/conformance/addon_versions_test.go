@@ -142,11 +142,17 @@ func TestAddonDescribeVersions(t *testing.T) {
 				}
 			}
 		}
-		// 1.33 gets only the older coredns, 1.37 only the newer.
-		for k8s, want := range map[string]string{"1.33": "v1.11.4-eksbuild.2", "1.37": "v1.12.1-eksbuild.2"} {
+		// 1.33 gets only the older coredns, 1.37 both, newest first.
+		for k8s, want := range map[string][]string{"1.33": {"v1.11.4-eksbuild.2"}, "1.37": {"v1.12.1-eksbuild.2", "v1.11.4-eksbuild.2"}} {
 			got, _ := describeAllVersions(t, h, eks.DescribeAddonVersionsInput{KubernetesVersion: aws.String(k8s), AddonName: aws.String("coredns")})
-			if len(got) != 1 || len(got[0].AddonVersions) != 1 || aws.ToString(got[0].AddonVersions[0].AddonVersion) != want {
-				t.Errorf("coredns on %s: %+v, want only %s", k8s, got, want)
+			var versions []string
+			if len(got) == 1 {
+				for _, v := range got[0].AddonVersions {
+					versions = append(versions, aws.ToString(v.AddonVersion))
+				}
+			}
+			if !slices.Equal(versions, want) {
+				t.Errorf("coredns on %s: %v, want %v", k8s, versions, want)
 			}
 		}
 		if got, _ := describeAllVersions(t, h, eks.DescribeAddonVersionsInput{KubernetesVersion: aws.String("1.20")}); len(got) != 0 {

@@ -15,11 +15,12 @@ import (
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
-// The catalogue's upgrade story (catalog/addons/coredns): the older
-// version runs on 1.35 but not 1.36, the newer one on both.
+// The catalogue's upgrade story (catalog/addons/metrics-server): the
+// older version runs on 1.35 but not 1.36, the newer one on both.
 const (
-	corednsOld = "v1.11.4-eksbuild.2"
-	corednsNew = "v1.12.1-eksbuild.2"
+	upgradeAddon = "metrics-server"
+	addonOld     = "v0.7.2-eksbuild.4"
+	addonNew     = "v0.8.0-eksbuild.2"
 	vpcCNI     = "v1.20.4-eksbuild.1"
 )
 
@@ -126,7 +127,7 @@ func params(u *types.Update) map[string]string {
 }
 
 // TestUpgradeWithIncompatibleAddon is the upgrade story end to end through
-// the unmodified SDK: a 1.35 cluster whose coredns runs a version that is
+// the unmodified SDK: a 1.35 cluster whose metrics-server runs a version that is
 // not compatible with 1.36. The insight flags it, naming the versions
 // compatible with 1.36; DescribeAddonVersions for 1.36 names the version
 // to move to; the upgrade is not blocked (as in AWS); UpdateClusterVersion
@@ -134,29 +135,29 @@ func params(u *types.Update) map[string]string {
 // the provisioner's report ends (cluster ACTIVE on 1.36).
 func TestUpgradeWithIncompatibleAddon(t *testing.T) {
 	h := newUpgradeHarness(t, "up-1", "1.35")
-	h.addon(t, "coredns", corednsOld)
+	h.addon(t, upgradeAddon, addonOld)
 	h.addon(t, "vpc-cni", vpcCNI)
 
 	sum, in := h.compatibilityInsight(t)
 	if sum.InsightStatus == nil || sum.InsightStatus.Status != types.InsightStatusValueError ||
-		!strings.Contains(aws.ToString(sum.InsightStatus.Reason), "coredns") ||
+		!strings.Contains(aws.ToString(sum.InsightStatus.Reason), upgradeAddon) ||
 		strings.Contains(aws.ToString(sum.InsightStatus.Reason), "vpc-cni") {
-		t.Errorf("insight status = %+v, want ERROR naming coredns only", sum.InsightStatus)
+		t.Errorf("insight status = %+v, want ERROR naming %s only", sum.InsightStatus, upgradeAddon)
 	}
 	if aws.ToString(sum.KubernetesVersion) != "1.36" || sum.Category != types.CategoryUpgradeReadiness ||
 		sum.LastRefreshTime == nil || sum.LastTransitionTime == nil {
 		t.Errorf("summary = %+v, want UPGRADE_READINESS for 1.36 with both times", sum)
 	}
 	details := in.CategorySpecificSummary.AddonCompatibilityDetails
-	if len(details) != 1 || aws.ToString(details[0].Name) != "coredns" || !slices.Equal(details[0].CompatibleVersions, []string{corednsNew}) {
-		t.Errorf("addonCompatibilityDetails = %+v, want coredns with [%s]", details, corednsNew)
+	if len(details) != 1 || aws.ToString(details[0].Name) != upgradeAddon || !slices.Equal(details[0].CompatibleVersions, []string{addonNew}) {
+		t.Errorf("addonCompatibilityDetails = %+v, want %s with [%s]", details, upgradeAddon, addonNew)
 	}
 	if len(in.Resources) != 2 || aws.ToString(in.Recommendation) == "" || aws.ToString(in.Description) == "" {
 		t.Errorf("insight = %+v, want two resources, a description and a recommendation", in)
 	}
 	for _, r := range in.Resources {
 		want := types.InsightStatusValuePassing
-		if strings.Contains(aws.ToString(r.Arn), "/coredns/") {
+		if strings.Contains(aws.ToString(r.Arn), "/"+upgradeAddon+"/") {
 			want = types.InsightStatusValueError
 		}
 		if r.InsightStatus == nil || r.InsightStatus.Status != want {
@@ -190,18 +191,18 @@ func TestUpgradeWithIncompatibleAddon(t *testing.T) {
 
 	t.Run("DescribeAddonVersions names the version to move to", func(t *testing.T) {
 		out, err := h.eks.DescribeAddonVersions(ctxT(t), &eks.DescribeAddonVersionsInput{
-			AddonName: aws.String("coredns"), KubernetesVersion: aws.String("1.36"),
+			AddonName: aws.String(upgradeAddon), KubernetesVersion: aws.String("1.36"),
 		})
 		if err != nil {
 			t.Fatalf("DescribeAddonVersions: %v", err)
 		}
 		if len(out.Addons) != 1 || len(out.Addons[0].AddonVersions) != 1 {
-			t.Fatalf("DescribeAddonVersions = %+v, want coredns with one version", out.Addons)
+			t.Fatalf("DescribeAddonVersions = %+v, want %s with one version", out.Addons, upgradeAddon)
 		}
 		v := out.Addons[0].AddonVersions[0]
-		if aws.ToString(v.AddonVersion) != corednsNew || len(v.Compatibilities) != 1 ||
+		if aws.ToString(v.AddonVersion) != addonNew || len(v.Compatibilities) != 1 ||
 			aws.ToString(v.Compatibilities[0].ClusterVersion) != "1.36" || !v.Compatibilities[0].DefaultVersion {
-			t.Fatalf("version = %s %+v, want %s, the default for 1.36", aws.ToString(v.AddonVersion), v.Compatibilities, corednsNew)
+			t.Fatalf("version = %s %+v, want %s, the default for 1.36", aws.ToString(v.AddonVersion), v.Compatibilities, addonNew)
 		}
 	})
 
@@ -285,10 +286,10 @@ func TestUpgradeWithIncompatibleAddon(t *testing.T) {
 	_, err = h.complete(t, aws.ToString(u.Id), controlv1.UpdateOutcome_UPDATE_OUTCOME_FAILED, "")
 	wanterr.Status(t, err, codes.FailedPrecondition, "")
 
-	// The same check, now about 1.37, keeps its id; moving coredns to the
+	// The same check, now about 1.37, keeps its id; moving metrics-server to the
 	// version compatible with the next minor makes it pass.
 	if _, err := h.eks.UpdateAddon(ctxT(t), &eks.UpdateAddonInput{
-		ClusterName: aws.String(h.cluster), AddonName: aws.String("coredns"), AddonVersion: aws.String(corednsNew),
+		ClusterName: aws.String(h.cluster), AddonName: aws.String(upgradeAddon), AddonVersion: aws.String(addonNew),
 	}); err != nil {
 		t.Fatalf("UpdateAddon: %v", err)
 	}
