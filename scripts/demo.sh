@@ -69,9 +69,12 @@ export AWS_CONFIG_FILE="$WORK/data/aws/config" AWS_SHARED_CREDENTIALS_FILE="$WOR
 EKS="aws eks --endpoint-url http://$HTTP"
 ADMIN="bin/saltbush admin --grpc-addr $GRPC --tls-dir $WORK/data/pki"
 
+# The cluster's service range is the test control plane's (tests/kubetest's
+# ServiceClusterIPRange): coredns's Service takes its .10 address.
 say "creating cluster demo (authenticationMode API: access entries); the provisioner's part by hand: a member, then ACTIVE"
 $EKS create-cluster --name demo --role-arn arn:aws:iam::000000000000:role/eks \
 	--resources-vpc-config subnetIds=subnet-a --access-config authenticationMode=API \
+	--kubernetes-network-config serviceIpv4Cidr=10.96.0.0/16 \
 	--query 'cluster.[status, accessConfig.authenticationMode]' --output text
 CLUSTER_UID=$($ADMIN cluster add-member demo i-demo0 | python3 -c 'import json,sys; print(json.load(sys.stdin)["cluster"]["uid"])')
 $ADMIN cluster set-status demo ACTIVE --endpoint "$(cat "$WORK/kube/host")" --ca-file "$WORK/kube/ca.crt" >/dev/null

@@ -11,6 +11,14 @@ import (
 	"github.com/saltbush/saltbush/server/catalog"
 )
 
+// realPodsOnly are add-ons that cannot be ACTIVE where pods only seem to
+// run: what readiness waits for is served by their pods themselves. The
+// kubelet double leaves them CREATING, as a real cluster would with their
+// pods broken; tests/addons proves them on a real node.
+var realPodsOnly = map[string]string{
+	"metrics-server": "ACTIVE waits for its APIService v1beta1.metrics.k8s.io to be Available, which only a running metrics-server makes it (tests/addons)",
+}
+
 // TestCatalogueRunsOnARealCluster installs every version of every add-on
 // of the catalogue on a cluster of a Kubernetes version it supports, waits
 // for ACTIVE — every object Current on a real apiserver and controller
@@ -28,6 +36,10 @@ func TestCatalogueRunsOnARealCluster(t *testing.T) {
 	// each version supports.
 	byKube := map[string][]*catalog.Version{}
 	for _, a := range cat.Addons() {
+		if why := realPodsOnly[a.Name]; why != "" {
+			t.Logf("%s left out on the kubelet double: %s", a.Name, why)
+			continue
+		}
 		for _, v := range a.Versions {
 			kv := v.Compatibilities[len(v.Compatibilities)-1].ClusterVersion
 			byKube[kv] = append(byKube[kv], v)

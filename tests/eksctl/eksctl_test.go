@@ -22,14 +22,16 @@ import (
 // The add-on eksctl drives: created at the older of two versions the
 // cluster's Kubernetes version offers, then updated to the newer one. Not
 // coredns: eksctl does not wait for coredns on a cluster whose config has
-// no node groups (its --wait would return at once).
+// no node groups (its --wait would return at once). Not metrics-server:
+// it is ACTIVE only once its metrics API answers, which needs real pods
+// (tests/addons), and these nodes are the kubelet double.
 const (
 	clusterVersion = "1.35"
-	addonName      = "metrics-server"
-	addonOld       = "v0.7.2-eksbuild.4"
-	addonNew       = "v0.8.0-eksbuild.2"
+	addonName      = "argocd"
+	addonOld       = "v2.14.15-eksbuild.1"
+	addonNew       = "v3.1.5-eksbuild.1"
 	// addonDeployment is the Deployment the add-on's bundle applies.
-	addonNamespace, addonDeployment = "kube-system", "metrics-server"
+	addonNamespace, addonDeployment = "argocd", "argocd-server"
 )
 
 // What eksctl says when the CloudFormation call it makes after the EKS
