@@ -21,7 +21,7 @@ const (
 	upgradeAddon = "metrics-server"
 	addonOld     = "v0.7.2-eksbuild.4"
 	addonNew     = "v0.8.0-eksbuild.2"
-	vpcCNI     = "v1.20.4-eksbuild.1"
+	vpcCNI       = "v1.20.4-eksbuild.1"
 )
 
 // upgradeHarness is a running saltbush with one ACTIVE cluster.

@@ -191,6 +191,13 @@ type pkiFiles struct {
 	// kubeletClientCert and kubeletClientKey are the apiserver's identity
 	// towards real kubelets (logs, exec, port-forward).
 	kubeletClientCert, kubeletClientKey string
+	// frontProxyCA, proxyClientCert and proxyClientKey are the aggregation
+	// layer's: the apiserver authenticates to aggregated API servers
+	// (metrics-server) with the client certificate, and they trust the
+	// user it names in request headers because the front-proxy CA
+	// (published in kube-system/extension-apiserver-authentication)
+	// signed it.
+	frontProxyCA, proxyClientCert, proxyClientKey string
 }
 
 // writePKI generates the CA, the serving certificate, the service-account
@@ -222,6 +229,16 @@ func (c *Cluster) writePKI() (pkiFiles, error) {
 	if err != nil {
 		return pkiFiles{}, err
 	}
+	// A CA of its own, as kubeadm's front-proxy-ca: whoever holds a
+	// certificate it signed may assert any user in headers.
+	frontProxy, err := newCertificateAuthority()
+	if err != nil {
+		return pkiFiles{}, err
+	}
+	proxyClientCert, proxyClientKey, err := frontProxy.clientCert(frontProxyClientUser, nil)
+	if err != nil {
+		return pkiFiles{}, err
+	}
 	f := pkiFiles{
 		caCert:            filepath.Join(pkiDir, "ca.crt"),
 		servingCert:       filepath.Join(pkiDir, "apiserver.crt"),
@@ -230,10 +247,14 @@ func (c *Cluster) writePKI() (pkiFiles, error) {
 		saPub:             filepath.Join(pkiDir, "sa.pub"),
 		kubeletClientCert: filepath.Join(pkiDir, "apiserver-kubelet-client.crt"),
 		kubeletClientKey:  filepath.Join(pkiDir, "apiserver-kubelet-client.key"),
+		frontProxyCA:      filepath.Join(pkiDir, "front-proxy-ca.crt"),
+		proxyClientCert:   filepath.Join(pkiDir, "front-proxy-client.crt"),
+		proxyClientKey:    filepath.Join(pkiDir, "front-proxy-client.key"),
 	}
 	for path, data := range map[string][]byte{
 		f.caCert: ca.certPEM, f.servingCert: servingCert, f.servingKey: servingKey, f.saKey: saKey, f.saPub: saPub,
 		f.kubeletClientCert: kubeletClientCert, f.kubeletClientKey: kubeletClientKey,
+		f.frontProxyCA: frontProxy.certPEM, f.proxyClientCert: proxyClientCert, f.proxyClientKey: proxyClientKey,
 	} {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return pkiFiles{}, fmt.Errorf("write %s: %w", path, err)
@@ -575,8 +596,22 @@ func realNodeArgs(f pkiFiles) []string {
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--kubelet-client-certificate=" + f.kubeletClientCert,
 		"--kubelet-client-key=" + f.kubeletClientKey,
+		// The aggregation layer, as every real cluster has it: without
+		// it, aggregated API servers see anonymous requests and refuse
+		// them (the metrics API's discovery answers 403).
+		"--requestheader-client-ca-file=" + f.frontProxyCA,
+		"--requestheader-allowed-names=" + frontProxyClientUser,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + f.proxyClientCert,
+		"--proxy-client-key-file=" + f.proxyClientKey,
 	}
 }
+
+// frontProxyClientUser is the common name of the aggregation layer's
+// client certificate.
+const frontProxyClientUser = "front-proxy-client"
 
 // uniqueIPs is ips without duplicates, in order.
 func uniqueIPs(ips ...net.IP) []net.IP {

@@ -29,7 +29,7 @@ type Process struct {
 	err  error
 }
 
-// startProcess starts path with args, its stdout and stderr appended to
+// StartProcess starts path with args, its stdout and stderr appended to
 // logPath.
 func StartProcess(name, path string, args []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

@@ -28,6 +28,9 @@
 // restrict_oom_score_adj (root here may lack CAP_SYS_RESOURCE, and the
 // kubelet asks for oom_score_adj -998), the kubelet's failCgroupV1: false
 // on a cgroup v1 host, low eviction thresholds and no image garbage
-// collection (test machines' disks are often mostly full), and the
-// apiserver reaching kubelets by address (kubetest.Options.RealNodes).
+// collection (test machines' disks are often mostly full), the apiserver
+// reaching kubelets by address with a client certificate and aggregated
+// APIs with the aggregation layer's (kubetest.Options.RealNodes), and
+// conntrack limits left alone by kube-proxy (the kernel refuses to change
+// them outside its initial network namespace).
 package nodetest

@@ -229,6 +229,15 @@ func iptablesFiles() ([]File, error) {
 	}
 	for _, m := range mods {
 		files = append(files, File{Path: m, Source: m, Mode: 0o644})
+		// A module may need libraries the program does not
+		// (libxt_statistic, which kube-proxy's rules use, needs libm).
+		libs, err := sharedLibraries(m)
+		if err != nil {
+			return nil, fmt.Errorf("nodetest: iptables module %s: %w", m, err)
+		}
+		for _, lib := range libs {
+			files = append(files, lib...)
+		}
 	}
 	for _, etc := range []string{"/etc/protocols", "/etc/ethertypes"} {
 		if _, err := os.Stat(etc); err == nil {

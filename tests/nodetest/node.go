@@ -299,11 +299,24 @@ func (n *Node) killShims() {
 	}
 }
 
-// removePodNetns removes the pods' network namespaces that containerd
-// left in /run/netns (named cni-…) and no process uses any more.
+// removePodNetns removes the pods' network namespaces containerd left in
+// /run/netns (named cni-…, after a crash) that no process is in. Drained
+// pods' namespaces are gone already; another node's, in use, are kept.
 func (n *Node) removePodNetns() {
+	inUse := map[uint64]bool{}
+	links, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	for _, l := range links {
+		var st syscall.Stat_t
+		if syscall.Stat(l, &st) == nil {
+			inUse[st.Ino] = true
+		}
+	}
 	files, _ := filepath.Glob(filepath.Join(netnsDir, "cni-*"))
 	for _, f := range files {
+		var st syscall.Stat_t
+		if syscall.Stat(f, &st) != nil || inUse[st.Ino] {
+			continue
+		}
 		if syscall.Unmount(f, syscall.MNT_DETACH) == nil {
 			_ = os.Remove(f)
 		}

@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/saltbush/saltbush/tests/kubetest"
@@ -27,46 +25,12 @@ func TestMain(m *testing.M) { nodetest.Main(m, nodetest.MainOptions{KubeProxy: t
 // rules), the kubernetes Service (the apiserver on the host) too.
 func TestServiceReachableFromPod(t *testing.T) {
 	env := nodetest.Shared(t)
-	k := env.Client(t)
 	ns := env.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	replicas := int32(2)
-	labels := map[string]string{"app": "web"}
-	_, err := k.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "web", Image: nodetest.ProbeImage, Args: []string{"serve", ":8080"},
-					Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
-					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}},
-				}}},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("deployment: %v", err)
-	}
-	svc, err := k.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("service: %v", err)
-	}
-	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		d, err := k.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-		return err == nil && d.Status.ReadyReplicas == replicas, nil
-	})
-	if err != nil {
-		t.Fatalf("deployment not ready: %v\n%s", err, env.Node.LogTails())
-	}
-	phase, out := env.RunPod(ctx, t, ns, nodetest.ProbePod("get", "get", "http://"+svc.Spec.ClusterIP+"/"))
+	ip := env.WebService(ctx, t, ns)
+	phase, out := env.RunPod(ctx, t, ns, nodetest.ProbePod("get", "get", "http://"+ip+"/"))
 	if phase != corev1.PodSucceeded || !strings.HasPrefix(strings.TrimSpace(out), "web-") {
 		t.Fatalf("GET the Service's cluster IP from a pod: phase %s, output %q", phase, out)
 	}

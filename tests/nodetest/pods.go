@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
@@ -84,4 +86,48 @@ func (e *Env) RunPod(ctx context.Context, tb testing.TB, ns string, pod *corev1.
 		tb.Fatalf("logs of %s/%s: %v", ns, pod.Name, err)
 	}
 	return phase, string(logs)
+}
+
+// WebService runs a two-replica Deployment of the probe's HTTP server in
+// ns behind a ClusterIP Service named web (port 80), waits (bounded by
+// ctx) until its pods are ready and returns the Service's cluster IP. A
+// GET of it answers with the name of the pod that served it.
+func (e *Env) WebService(ctx context.Context, tb testing.TB, ns string) string {
+	tb.Helper()
+	k := e.Client(tb)
+	replicas := int32(2)
+	labels := map[string]string{"app": "web"}
+	_, err := k.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "web", Image: ProbeImage, Args: []string{"serve", ":8080"},
+					Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}},
+				}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("deployment %s/web: %v", ns, err)
+	}
+	svc, err := k.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("service %s/web: %v", ns, err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		d, err := k.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == replicas, nil
+	})
+	if err != nil {
+		tb.Fatalf("deployment %s/web not ready: %v\n%s", ns, err, e.Node.LogTails())
+	}
+	return svc.Spec.ClusterIP
 }
