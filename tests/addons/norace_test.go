@@ -1,0 +1,5 @@
+//go:build !race
+
+package addons_test
+
+const raceEnabled = false
