@@ -126,18 +126,18 @@ func TestUpdateKeptVersionNoLongerCompatible(t *testing.T) {
 	ctx := edgeCtx(t)
 	c := edgeCluster(t, cs, "upgraded", "1.33")
 
-	rec, err := svc.Create(ctx, &eksv1.CreateAddonRequest{ClusterName: "upgraded", AddonName: "coredns"})
+	rec, err := svc.Create(ctx, &eksv1.CreateAddonRequest{ClusterName: "upgraded", AddonName: "metrics-server"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.GetSpec().GetVersion() != "v1.11.4-eksbuild.2" {
-		t.Fatalf("default coredns on 1.33 = %s", rec.GetSpec().GetVersion())
+	if rec.GetSpec().GetVersion() != "v0.7.2-eksbuild.4" {
+		t.Fatalf("default metrics-server on 1.33 = %s", rec.GetSpec().GetVersion())
 	}
-	if r, err := svc.ApplyReport(ctx, Report{ClusterUID: c.GetUid(), AddonName: "coredns", AddonUID: rec.GetUid(),
+	if r, err := svc.ApplyReport(ctx, Report{ClusterUID: c.GetUid(), AddonName: "metrics-server", AddonUID: rec.GetUid(),
 		Generation: 1, Phase: storagev1.AddonPhase_ADDON_PHASE_READY}, nil); err != nil || !r.Accepted {
 		t.Fatalf("READY: %v %v", r, err)
 	}
-	// The cluster is upgraded to 1.36, which v1.11.4-eksbuild.2 does not
+	// The cluster is upgraded to 1.36, which v0.7.2-eksbuild.4 does not
 	// support (what an UpdateClusterVersion will do to the record).
 	if _, err := store.Update(ctx, st, store.ClusterKey(edgeAccount, "upgraded"), &storagev1.ClusterRecord{},
 		func(c *storagev1.ClusterRecord, _ *store.Txn) error {
@@ -150,8 +150,8 @@ func TestUpdateKeptVersionNoLongerCompatible(t *testing.T) {
 	var uerr error
 	mustPanicFree(t, "UpdateAddon naming the current, now incompatible, version", func() {
 		_, uerr = svc.Update(ctx, &eksv1.UpdateAddonRequest{
-			ClusterName: "upgraded", AddonName: "coredns",
-			AddonVersion:        proto.String("v1.11.4-eksbuild.2"),
+			ClusterName: "upgraded", AddonName: "metrics-server",
+			AddonVersion:        proto.String("v0.7.2-eksbuild.4"),
 			ConfigurationValues: proto.String(`{"replicaCount": 2}`),
 		})
 	})

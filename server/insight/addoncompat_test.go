@@ -28,11 +28,11 @@ func TestVerdict(t *testing.T) {
 		compatible                 bool
 		versions                   []string
 	}{
-		{"compatible", "coredns", "v1.12.1-eksbuild.2", "1.36", true, []string{"v1.12.1-eksbuild.2"}},
-		{"not compatible, a newer version is", "coredns", "v1.11.4-eksbuild.2", "1.36", false, []string{"v1.12.1-eksbuild.2"}},
-		{"compatible with both on 1.35", "coredns", "v1.11.4-eksbuild.2", "1.35", true,
-			[]string{"v1.12.1-eksbuild.2", "v1.11.4-eksbuild.2"}},
-		{"a version the catalogue does not list", "coredns", "v0.0.1-eksbuild.1", "1.36", false, []string{"v1.12.1-eksbuild.2"}},
+		{"compatible", "metrics-server", "v0.8.0-eksbuild.2", "1.36", true, []string{"v0.8.0-eksbuild.2"}},
+		{"not compatible, a newer version is", "metrics-server", "v0.7.2-eksbuild.4", "1.36", false, []string{"v0.8.0-eksbuild.2"}},
+		{"compatible with both on 1.35", "metrics-server", "v0.7.2-eksbuild.4", "1.35", true,
+			[]string{"v0.8.0-eksbuild.2", "v0.7.2-eksbuild.4"}},
+		{"a version the catalogue does not list", "metrics-server", "v0.0.1-eksbuild.1", "1.36", false, []string{"v0.8.0-eksbuild.2"}},
 		{"an add-on the catalogue does not list", "gone", "v1.0.0-eksbuild.1", "1.36", false, []string{}},
 	}
 	for _, tt := range tests {
@@ -50,7 +50,7 @@ func TestRender(t *testing.T) {
 	c := &storagev1.ClusterRecord{Uid: "uid-1", Name: "c", KubernetesVersion: "1.35"}
 	now, transition := time.Unix(2000, 0), time.Unix(1000, 0)
 	ok := addonVerdict{rec: addonRecord("vpc-cni", "v1.20.4-eksbuild.1"), compatible: true, versions: []string{"v1.20.4-eksbuild.1"}}
-	bad := addonVerdict{rec: addonRecord("coredns", "v1.11.4-eksbuild.2"), versions: []string{"v1.12.1-eksbuild.2"}}
+	bad := addonVerdict{rec: addonRecord("metrics-server", "v0.7.2-eksbuild.4"), versions: []string{"v0.8.0-eksbuild.2"}}
 	tests := []struct {
 		name     string
 		verdicts []addonVerdict
@@ -59,7 +59,7 @@ func TestRender(t *testing.T) {
 	}{
 		{"no add-ons", nil, StatusPassing, nil},
 		{"all compatible", []addonVerdict{ok}, StatusPassing, nil},
-		{"one not compatible", []addonVerdict{bad, ok}, StatusError, []string{"coredns"}},
+		{"one not compatible", []addonVerdict{bad, ok}, StatusError, []string{"metrics-server"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
