@@ -3,9 +3,7 @@ package nodetest
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -17,7 +15,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Image is a container image the node's registry serves, assembled from
@@ -59,7 +58,9 @@ func (img Image) build() (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodetest: image %s: %w", img.Ref, err)
 	}
-	base, err := mutate.AppendLayers(empty.Image, layer)
+	// An OCI image: its manifest may list an uncompressed layer.
+	oci := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	base, err := mutate.AppendLayers(oci, layer)
 	if err != nil {
 		return nil, fmt.Errorf("nodetest: image %s: %w", img.Ref, err)
 	}
@@ -76,8 +77,10 @@ func (img Image) build() (v1.Image, error) {
 	return mutate.ConfigFile(base, cf)
 }
 
-// layer writes the files into one gzip'd tar layer (fastest compression:
-// the layer crosses loopback once).
+// layer writes the files into one uncompressed tar layer: it crosses
+// loopback once, and compressing hundreds of megabytes in a test binary
+// built with the race detector (which instruments compress/flate too)
+// would cost minutes of the node's start.
 func (img Image) layer() (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -134,10 +137,7 @@ func (img Image) layer() (v1.Layer, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
-	raw := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(raw)), nil
-	}, tarball.WithCompressionLevel(gzip.BestSpeed))
+	return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer), nil
 }
 
 // parents are d and its parents, outermost first ("a/b" → a, a/b); none

@@ -41,8 +41,9 @@ type Env struct {
 }
 
 // mainStartTimeout bounds Main's start: the images are built and the
-// programs started on two cores that other test binaries share.
-const mainStartTimeout = 5 * time.Minute
+// programs started on two cores that other test binaries share (about
+// four minutes once, with three other packages' tests running beside).
+const mainStartTimeout = 10 * time.Minute
 
 // shared is the Env of this test binary, or why there is none. Like
 // kubetest's, the package's only global state: TestMain cannot hand
@@ -98,11 +99,20 @@ func start(ctx context.Context, opts MainOptions) (*Env, func(), error) {
 			undo[i]()
 		}
 	}
+	// How long each stage took goes to the test's output: the start is
+	// most of a real-node package's time, and this says where it goes.
+	began, last := time.Now(), time.Now()
+	stage := func(what string) {
+		fmt.Fprintf(os.Stderr, "nodetest: %s in %s\n", what, time.Since(last).Round(time.Millisecond))
+		last = time.Now()
+	}
+	defer func() { fmt.Fprintf(os.Stderr, "nodetest: started in %s\n", time.Since(began).Round(time.Millisecond)) }()
 	network, err := NewNetwork(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	undo = append(undo, network.Close)
+	stage("network namespace")
 	cluster, err := kubetest.Start(ctx, kubetest.Options{
 		Address: network.HostIP.String(), RealNodes: true, ExtraAPIServerArgs: opts.ExtraAPIServerArgs,
 	})
@@ -111,6 +121,7 @@ func start(ctx context.Context, opts MainOptions) (*Env, func(), error) {
 		return nil, nil, err
 	}
 	undo = append(undo, cluster.Stop)
+	stage("control plane")
 	imgDir, err := os.MkdirTemp("", "nodetest-images-")
 	if err != nil {
 		stop()
@@ -122,12 +133,14 @@ func start(ctx context.Context, opts MainOptions) (*Env, func(), error) {
 		stop()
 		return nil, nil, err
 	}
+	stage("probe program")
 	node, err := Start(ctx, Options{Cluster: cluster, Network: network, Images: images, ClusterDNS: ClusterDNS, KubeProxy: opts.KubeProxy})
 	if err != nil {
 		stop()
 		return nil, nil, err
 	}
 	undo = append(undo, node.Stop)
+	stage("node (images served, containerd, kubelet, Ready)")
 	return &Env{Cluster: cluster, Node: node}, stop, nil
 }
 
