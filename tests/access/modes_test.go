@@ -44,10 +44,13 @@ func TestAuthenticationModes(t *testing.T) {
 	bob := w.Server.NewKey(t, bobARN)
 	// Each step signs new tokens: the apiserver keeps a successful
 	// authentication for 10 s, and a fresh token is asked about afresh.
-	signed := 0
+	// SigV4 signs to the second, so every token gets a second of its own,
+	// counting back from the test's start (the server accepts 15 minutes).
+	start, signed := time.Now().Truncate(time.Second), 0
 	token := func(c servertest.Creds) string {
 		signed++
-		return servertest.Token(t, c, w.Cluster, servertest.TokenOptions{Region: w.Region, At: time.Now().Add(-time.Duration(signed) * time.Second)})
+		at := start.Add(-time.Duration(signed) * time.Second)
+		return servertest.Token(t, c, w.Cluster, servertest.TokenOptions{Region: w.Region, At: at})
 	}
 	// username is who kubectl is, "" when unauthenticated; it polls for
 	// want, since the agent sees the ConfigMap through a watch.

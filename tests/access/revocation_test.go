@@ -141,13 +141,17 @@ func TestSaltbushUnreachable(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	const ttl = time.Second
 	tm := newTeam(ctx, t, accesstest.Options{CacheTTL: ttl, NegativeCacheTTL: ttl, ReviewTimeout: time.Second})
-	cached := tm.tokenClient(t, servertest.Token(t, tm.alice, tm.Cluster, servertest.TokenOptions{Region: tm.Region}))
+	// SigV4 signs to the second: two tokens signed in the same second are
+	// the same token, and the apiserver's own token cache would answer
+	// the second one. The fresh token is signed a whole second earlier.
+	signed := time.Now().Truncate(time.Second)
+	cached := tm.tokenClient(t, servertest.Token(t, tm.alice, tm.Cluster, servertest.TokenOptions{Region: tm.Region, At: signed}))
 	if err := listPods(ctx, cached, "dev"); err != nil {
 		t.Fatalf("before the partition: %v", err)
 	}
 	tm.Proxy.Partition()
 	cut := time.Now()
-	fresh := tm.tokenClient(t, servertest.Token(t, tm.alice, tm.Cluster, servertest.TokenOptions{Region: tm.Region, At: time.Now().Add(-time.Second)}))
+	fresh := tm.tokenClient(t, servertest.Token(t, tm.alice, tm.Cluster, servertest.TokenOptions{Region: tm.Region, At: signed.Add(-time.Second)}))
 	if got := outcome(listPods(ctx, fresh, "dev")); got != "unauthorized" {
 		t.Fatalf("a token the agent has not cached, saltbush unreachable: %s, want unauthorized", got)
 	}
