@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -16,6 +15,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -122,16 +122,16 @@ func factsOf(c *storagev1.ClusterRecord) clusterFacts {
 	}
 }
 
-// arnRegion is the region field of an ARN (arn:aws:eks:us-east-1:…): the
-// cluster's ARN is made with the server's region (its configuration's
-// Cluster.Region), so this is the region the cluster lives in. "" for a
-// record without an ARN.
+// arnRegion is the region of the cluster's ARN
+// (arn:aws:eks:us-east-1:…): the ARN is made with the server's region
+// (its configuration's Cluster.Region), so this is the region the cluster
+// lives in. "" for a record without a valid ARN.
 func arnRegion(arn string) string {
-	parts := strings.SplitN(arn, ":", 5)
-	if len(parts) < 5 || parts[0] != "arn" {
+	a, err := tagging.ParseARN(arn)
+	if err != nil {
 		return ""
 	}
-	return parts[3]
+	return a.Region
 }
 
 func (s *Service) desiredAddon(facts clusterFacts, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {
