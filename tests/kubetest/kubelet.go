@@ -118,10 +118,14 @@ func (b Behavior) String() string {
 //     kubelet does once its containers have exited: they exit at once.
 //
 // Pull and restart back-offs start at 1 s and double up to 30 s (a tenth of
-// the kubelet's), so tests see several restarts quickly. Pods on nodes the
-// double does not own are ignored. Not simulated: probes (they pass),
-// resource admission (the scheduler already fits pods), logs and exec,
-// volumes other than Secrets and ConfigMaps (they mount), eviction.
+// the kubelet's), so tests see several restarts quickly; as the kubelet,
+// the double restarts a container at once the first time it exits and
+// backs off from the second exit on. What the double reports is checked
+// against a real kubelet's (tests/nodetest, TestKubeletDoubleAgrees).
+// Pods on nodes the double does not own are ignored. Not simulated:
+// probes (they pass), resource admission (the scheduler already fits
+// pods), logs and exec, volumes other than Secrets and ConfigMaps (they
+// mount), eviction.
 type Kubelet struct {
 	log   *log.Logger
 	nodes []*kubeletNode

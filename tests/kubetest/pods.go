@@ -707,12 +707,22 @@ func (w *podWorker) exit(pod *corev1.Pod, ps *podSim, c *containerSim, now time.
 		return
 	}
 	c.lastState = corev1.ContainerState{Terminated: term}
-	c.backOff = nextBackOff(c.backOff)
+	if c.backOff == 0 {
+		// The kubelet restarts a container at once the first time it
+		// exits and starts its back-off then: the status shows
+		// CrashLoopBackOff only from the second exit, with restart count
+		// 1 and the back-off's initial duration.
+		c.backOff = backOffInitial
+		w.start(pod, ps, c, now, b)
+		return
+	}
 	c.retryAt = now.Add(c.backOff)
 	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
 		Reason:  reasonCrashLoopBackOff,
 		Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", c.backOff, c.name, podDesc(pod)),
 	}}
+	// The next exit waits twice as long.
+	c.backOff = nextBackOff(c.backOff)
 	w.event(pod, ps, c, corev1.EventTypeWarning, eventBackOff, "Back-off restarting failed container %s in pod %s", c.name, podDesc(pod))
 }
 
@@ -932,9 +942,10 @@ func (c *containerSim) status() corev1.ContainerStatus {
 		Started:              ptrTo(c.started),
 		VolumeMounts:         c.volumeMounts,
 	}
-	if c.state.Running != nil || c.state.Terminated != nil {
-		st.ContainerID = c.containerID
-	}
+	// Waiting to be restarted, the status still names the container
+	// that exited last, as the kubelet's does; only one never created
+	// (a failed pull, a config error) has no id.
+	st.ContainerID = c.containerID
 	return st
 }
 

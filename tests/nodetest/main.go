@@ -33,12 +33,25 @@ type MainOptions struct {
 	ExtraAPIServerArgs []string
 }
 
-// Env is what Main started for a test binary: a control plane and one
-// real node, with the catalogue's images.
+// Env is what Main (or StartEnv) started: a control plane and one real
+// node, with the catalogue's images.
 type Env struct {
 	Cluster *kubetest.Cluster
 	Node    *Node
+	// Stages are the start's steps in order and how long each took.
+	Stages []Stage
+
+	stop func()
 }
+
+// Stage is one step of StartEnv.
+type Stage struct {
+	Name string
+	Took time.Duration
+}
+
+// Stop stops the node and the control plane and removes the network.
+func (e *Env) Stop() { e.stop() }
 
 // mainStartTimeout bounds Main's start: the images are built and the
 // programs started on two cores that other test binaries share (about
@@ -78,38 +91,48 @@ func runMain(m *testing.M, opts MainOptions) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), mainStartTimeout)
 	defer cancel()
-	env, stop, err := start(ctx, opts)
+	began := time.Now()
+	env, err := StartEnv(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer stop()
+	defer env.Stop()
+	// The start is most of a real-node package's time; this says where
+	// it goes.
+	for _, st := range env.Stages {
+		fmt.Fprintf(os.Stderr, "nodetest: %s in %s\n", st.Name, st.Took.Round(time.Millisecond))
+	}
+	fmt.Fprintf(os.Stderr, "nodetest: started in %s\n", time.Since(began).Round(time.Millisecond))
 	shared.mu.Lock()
 	shared.env = env
 	shared.mu.Unlock()
 	return m.Run()
 }
 
-// start brings up the network, the control plane on its host end and the
-// node; stop undoes it in reverse.
-func start(ctx context.Context, opts MainOptions) (*Env, func(), error) {
+// StartEnv brings up the network, the control plane on its host end and
+// the node, with the catalogue's images; Env.Stop undoes it in reverse.
+// Main calls it for a test binary; a benchmark may call it on its own.
+func StartEnv(ctx context.Context, opts MainOptions) (*Env, error) {
+	env := &Env{}
 	var undo []func()
-	stop := func() {
+	env.stop = func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
-	// How long each stage took goes to the test's output: the start is
-	// most of a real-node package's time, and this says where it goes.
-	began, last := time.Now(), time.Now()
+	fail := func(err error) (*Env, error) {
+		env.stop()
+		return nil, err
+	}
+	last := time.Now()
 	stage := func(what string) {
-		fmt.Fprintf(os.Stderr, "nodetest: %s in %s\n", what, time.Since(last).Round(time.Millisecond))
+		env.Stages = append(env.Stages, Stage{Name: what, Took: time.Since(last)})
 		last = time.Now()
 	}
-	defer func() { fmt.Fprintf(os.Stderr, "nodetest: started in %s\n", time.Since(began).Round(time.Millisecond)) }()
 	network, err := NewNetwork(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	undo = append(undo, network.Close)
 	stage("network namespace")
@@ -117,31 +140,29 @@ func start(ctx context.Context, opts MainOptions) (*Env, func(), error) {
 		Address: network.HostIP.String(), RealNodes: true, ExtraAPIServerArgs: opts.ExtraAPIServerArgs,
 	})
 	if err != nil {
-		stop()
-		return nil, nil, err
+		return fail(err)
 	}
 	undo = append(undo, cluster.Stop)
+	env.Cluster = cluster
 	stage("control plane")
 	imgDir, err := os.MkdirTemp("", "nodetest-images-")
 	if err != nil {
-		stop()
-		return nil, nil, err
+		return fail(err)
 	}
 	undo = append(undo, func() { _ = os.RemoveAll(imgDir) })
 	images, err := CatalogImages(ctx, imgDir)
 	if err != nil {
-		stop()
-		return nil, nil, err
+		return fail(err)
 	}
 	stage("probe program")
 	node, err := Start(ctx, Options{Cluster: cluster, Network: network, Images: images, ClusterDNS: ClusterDNS, KubeProxy: opts.KubeProxy})
 	if err != nil {
-		stop()
-		return nil, nil, err
+		return fail(err)
 	}
 	undo = append(undo, node.Stop)
+	env.Node = node
 	stage("node (images served, containerd, kubelet, Ready)")
-	return &Env{Cluster: cluster, Node: node}, stop, nil
+	return env, nil
 }
 
 // Shared returns the Env Main started. It skips the test, saying why,
