@@ -4,10 +4,13 @@
 // tests/kubetest control plane. Pods really run: their images are built
 // locally from Go modules (`make node`: coredns, metrics-server; kube-proxy
 // from the pinned Kubernetes; a pause program of this package) and served
-// to the node's containerd from a registry inside the test process, which
-// the node's registry configuration puts in place of the host the
-// catalogue's host-less image names stand for, as an operator's mirror
-// would. Nothing is pulled from elsewhere.
+// to the node's containerd by the registry program of this package (run
+// apart from the test binary, so the race detector does not slow its
+// hundreds of megabytes down), which the node's registry configuration
+// puts in place of the host the catalogue's host-less image names stand
+// for, as an operator's mirror would. Nothing is pulled from elsewhere.
+// WithdrawImage and RestoreImage take an image away from the node and
+// give it back, as image garbage collection and a registry outage would.
 //
 // The node lives in a network namespace of its own (NewNetwork), linked to
 // the host by a veth pair: the host end carries the apiserver's address

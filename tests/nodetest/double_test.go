@@ -99,6 +99,7 @@ func (k kubeletUnderTest) observe(ctx context.Context, t *testing.T, pod *corev1
 	if err != nil {
 		t.Fatalf("%s: create pod: %v", k.name, err)
 	}
+	began := time.Now()
 	var last *corev1.Pod
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		p, err := k.k8s.CoreV1().Pods(k.ns).Get(ctx, created.Name, metav1.GetOptions{})
@@ -112,6 +113,7 @@ func (k kubeletUnderTest) observe(ctx context.Context, t *testing.T, pod *corev1
 		t.Fatalf("%s: the pod never reached the state: %v\n%+v", k.name, err, last.Status)
 	}
 	shape := shapeOf(last)
+	reachedIn := time.Since(began)
 	// Events are written after the status that goes with them, or
 	// before: wait until this state's are in.
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -126,6 +128,7 @@ func (k kubeletUnderTest) observe(ctx context.Context, t *testing.T, pod *corev1
 	if err != nil {
 		t.Fatalf("%s: the pod's Events never complete (%v): %v", k.name, shape.events, err)
 	}
+	t.Logf("%s: the state in %v, its Events in %v", k.name, reachedIn.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	_ = k.k8s.CoreV1().Pods(k.ns).Delete(context.Background(), created.Name, metav1.DeleteOptions{})
 	return shape
 }
@@ -153,7 +156,9 @@ func (s podShape) String() string {
 // container's start for a running or crashing one, the back-off for one
 // waiting in back-off.
 func (s podShape) eventsComplete() bool {
-	has := func(r string) bool { return slices.ContainsFunc(s.events, func(e string) bool { return strings.HasSuffix(e, "/"+r) }) }
+	has := func(r string) bool {
+		return slices.ContainsFunc(s.events, func(e string) bool { return strings.HasSuffix(e, "/"+r) })
+	}
 	switch {
 	case strings.Contains(s.state, "ImagePullBackOff"):
 		return has("BackOff") && has("Failed")

@@ -161,7 +161,7 @@ func StartEnv(ctx context.Context, opts MainOptions) (*Env, error) {
 	}
 	undo = append(undo, node.Stop)
 	env.Node = node
-	stage("node (images served, containerd, kubelet, Ready)")
+	env.Stages = append(env.Stages, node.Stages()...)
 	return env, nil
 }
 

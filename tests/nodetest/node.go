@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,7 +54,11 @@ type Node struct {
 	cgroup  string
 	client  kubernetes.Interface
 
-	registry   *registry
+	registry *registry
+	stages   []Stage // the start's
+
+	mu         sync.Mutex
+	withdrawn  map[string]*remote.Descriptor // by image ref: WithdrawImage's
 	containerd *kubetest.Process
 	kubelet    *kubetest.Process
 	kubeProxy  *kubetest.Process
@@ -79,7 +85,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	}
 	n := &Node{
 		name: opts.Network.Name, dir: dir, net: opts.Network, cluster: opts.Cluster,
-		cgroup: "/" + opts.Network.Name,
+		cgroup: "/" + opts.Network.Name, withdrawn: map[string]*remote.Descriptor{},
 	}
 	n.client, err = kubernetes.NewForConfig(opts.Cluster.Admin())
 	if err != nil {
@@ -91,21 +97,24 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 			n.Stop()
 		}
 	}()
+	last := time.Now()
+	stage := func(what string) {
+		n.stages = append(n.stages, Stage{Name: what, Took: time.Since(last)})
+		last = time.Now()
+	}
 	pause, err := buildPause(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	if n.registry, err = startRegistry(opts.Network.HostIP); err != nil {
+	stage("pause program")
+	if n.registry, err = startRegistry(ctx, opts.Network.HostIP, dir, append([]Image{pause}, opts.Images...)); err != nil {
 		return nil, err
 	}
-	for _, img := range append([]Image{pause}, opts.Images...) {
-		if err := n.registry.push(ctx, img); err != nil {
-			return nil, err
-		}
-	}
+	stage("images built and pushed to the node's registry")
 	if err := n.startContainerd(ctx); err != nil {
 		return nil, err
 	}
+	stage("containerd")
 	// kube-proxy DaemonSets mount the node's /lib/modules (a plain
 	// hostPath, which must exist); a machine without loadable modules may
 	// have none. An empty one is what such a node has to offer.
@@ -123,14 +132,19 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 			return nil, err
 		}
 	}
+	stage("kubelet and kube-proxy started")
 	wctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := n.waitReady(wctx); err != nil {
 		return nil, err
 	}
+	stage("node Ready")
 	started = true
 	return n, nil
 }
+
+// Stages are the start's steps in order and how long each took.
+func (n *Node) Stages() []Stage { return n.stages }
 
 // Name is the node's name (its Node object's).
 func (n *Node) Name() string { return n.name }

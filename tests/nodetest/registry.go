@@ -2,89 +2,109 @@ package nodetest
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
-	"io"
-	"log"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/distribution/reference"
 	"github.com/google/go-containerregistry/pkg/name"
-	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/saltbush/saltbush/tests/kubetest"
 )
 
 // registry is the node's image registry: go-containerregistry's
 // in-memory registry, served on the host end of the node's link, where
-// the node's containerd pulls from as from a mirror.
+// the node's containerd pulls from as from a mirror. It is a program of
+// its own (./registry), built without the race detector.
 type registry struct {
 	host string // ip:port
-	srv  *http.Server
-	done chan struct{}
+	proc *kubetest.Process
 }
 
-// startRegistry serves an empty registry on ip (port picked by the
-// kernel).
-func startRegistry(ip net.IP) (*registry, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+// registryStartTimeout bounds building and storing the images: a few
+// seconds alone, more on two cores other tests share.
+const registryStartTimeout = 3 * time.Minute
+
+// startRegistry builds the registry program into dir and starts it on ip
+// (port picked by the kernel) with images; it returns once every image
+// is served.
+func startRegistry(ctx context.Context, ip net.IP, dir string, images []Image) (*registry, error) {
+	type entry struct {
+		Target string `json:"target"`
+		Image  Image  `json:"image"`
+	}
+	var entries []entry
+	for _, img := range images {
+		target, err := repositoryTag(img.Ref)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, entry{Target: target, Image: img})
+	}
+	spec, err := json.Marshal(entries)
 	if err != nil {
 		return nil, fmt.Errorf("nodetest: registry: %w", err)
 	}
-	r := &registry{
-		host: ln.Addr().String(),
-		srv: &http.Server{
-			Handler:           ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))),
-			ReadHeaderTimeout: 30 * time.Second,
-		},
-		done: make(chan struct{}),
+	specFile, ready := filepath.Join(dir, "registry-images.json"), filepath.Join(dir, "registry-address")
+	if err := os.WriteFile(specFile, spec, 0o644); err != nil {
+		return nil, fmt.Errorf("nodetest: registry: %w", err)
 	}
-	go func() {
-		defer close(r.done)
-		_ = r.srv.Serve(ln)
-	}()
-	return r, nil
+	bin, err := buildProgram(ctx, dir, "registry")
+	if err != nil {
+		return nil, err
+	}
+	p, err := kubetest.StartProcess("registry", bin, []string{"-listen", net.JoinHostPort(ip.String(), "0"),
+		"-images", specFile, "-ready", ready}, filepath.Join(dir, "registry.log"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, registryStartTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if addr, err := os.ReadFile(ready); err == nil {
+			return &registry{host: string(addr), proc: p}, nil
+		}
+		select {
+		case <-ctx.Done():
+			p.Stop()
+			return nil, fmt.Errorf("nodetest: the registry stored no images in time: %w; end of its log:\n%s", ctx.Err(), p.LogTail())
+		case <-p.Done():
+			return nil, fmt.Errorf("nodetest: registry: %w; end of its log:\n%s", p.ExitError(), p.LogTail())
+		case <-tick.C:
+		}
+	}
 }
 
-// push builds img and stores it under its repository path and tag.
-func (r *registry) push(ctx context.Context, img Image) error {
-	named, err := reference.ParseNormalizedNamed(img.Ref)
+// repositoryTag is where the registry keeps ref: its repository path and
+// tag. Only the catalogue's form is served: a host-less name with a tag.
+func repositoryTag(ref string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
-		return fmt.Errorf("nodetest: image %q: %w", img.Ref, err)
-	}
-	if reference.Domain(named) != defaultDomain() || reference.FamiliarString(named) != img.Ref {
-		return fmt.Errorf("nodetest: image %q: only host-less names with a tag are served (the catalogue's form)", img.Ref)
+		return "", fmt.Errorf("nodetest: image %q: %w", ref, err)
 	}
 	tagged, ok := named.(reference.Tagged)
-	if !ok {
-		return fmt.Errorf("nodetest: image %q has no tag", img.Ref)
+	if reference.Domain(named) != defaultDomain() || reference.FamiliarString(named) != ref || !ok {
+		return "", fmt.Errorf("nodetest: image %q: only host-less names with a tag are served (the catalogue's form)", ref)
 	}
-	dst, err := name.NewTag(r.host+"/"+reference.Path(named)+":"+tagged.Tag(), name.Insecure)
+	return reference.Path(named) + ":" + tagged.Tag(), nil
+}
+
+// tag is where the registry serves ref.
+func (r *registry) tag(ref string) (name.Tag, error) {
+	target, err := repositoryTag(ref)
 	if err != nil {
-		return fmt.Errorf("nodetest: image %q: %w", img.Ref, err)
+		return name.Tag{}, err
 	}
-	built, err := img.build()
-	if err != nil {
-		return err
-	}
-	if err := remote.Write(dst, built, remote.WithContext(ctx)); err != nil {
-		return fmt.Errorf("nodetest: push %s: %w", img.Ref, err)
-	}
-	return nil
+	return name.NewTag(r.host+"/"+target, name.Insecure)
 }
 
 // close stops serving.
-func (r *registry) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := r.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		_ = r.srv.Close()
-	}
-	<-r.done
-}
+func (r *registry) close() { r.proc.Stop() }
 
 // defaultDomain is the registry host a host-less image name stands for,
 // as containerd normalizes names (the same library's answer).
