@@ -23,16 +23,13 @@ var agentBinary string
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "saltbush-access-bin-")
+	bin, remove, err := agentproc.BuildTemp(raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if agentBinary, err = agentproc.Build(dir, raceEnabled); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer remove()
+	agentBinary = bin
 	return m.Run()
 }
 

@@ -46,16 +46,13 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "saltbush-addons-bin-")
+	bin, remove, err := agentproc.BuildTemp(raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if agentBinary, err = agentproc.Build(dir, raceEnabled); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer remove()
+	agentBinary = bin
 	return nodetest.RunTests(m, nodetest.MainOptions{KubeProxy: false})
 }
 

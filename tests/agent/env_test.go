@@ -38,16 +38,13 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "saltbush-agent-bin-")
+	bin, remove, err := agentproc.BuildTemp(raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if agentBinary, err = agentproc.Build(dir, raceEnabled); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer remove()
+	agentBinary = bin
 	return kubetest.RunTests(m, kubetest.Options{})
 }
 

@@ -39,6 +39,22 @@ func Build(dir string, race bool) (string, error) {
 	return bin, nil
 }
 
+// BuildTemp compiles cmd/saltbush-agent into a new temporary directory,
+// as a test binary's TestMain does once for its tests; remove deletes the
+// directory.
+func BuildTemp(race bool) (binary string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "saltbush-agent-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	remove = func() { _ = os.RemoveAll(dir) }
+	if binary, err = Build(dir, race); err != nil {
+		remove()
+		return "", nil, err
+	}
+	return binary, remove, nil
+}
+
 // Options say which member an agent is and where it connects.
 type Options struct {
 	// Binary is Build's result.

@@ -52,16 +52,16 @@ var agentWorld = sync.OnceValues(func() (*agentRig, error) {
 // agentBinary is the saltbush-agent binary (without the race detector),
 // built once per benchmark binary when a benchmark needs it.
 var agentBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "saltbush-bench-agent-")
+	bin, remove, err := agentproc.BuildTemp(false)
 	if err != nil {
 		return "", err
 	}
-	agentBuildDir = dir
-	return agentproc.Build(dir, false)
+	removeAgentBuild = remove
+	return bin, nil
 })
 
-// agentBuildDir holds the agent's build once agentBinary ran.
-var agentBuildDir string
+// removeAgentBuild removes the agent's build once agentBinary ran.
+var removeAgentBuild func()
 
 // TestMain stops the control plane and the real node if a benchmark
 // started them and removes the agent's build.
@@ -77,8 +77,8 @@ func TestMain(m *testing.M) {
 			env.Stop()
 		}
 	}
-	if agentBuildDir != "" {
-		_ = os.RemoveAll(agentBuildDir)
+	if removeAgentBuild != nil {
+		removeAgentBuild()
 	}
 	os.Exit(code)
 }

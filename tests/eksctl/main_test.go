@@ -47,16 +47,13 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "saltbush-eksctl-agent-")
+	bin, remove, err := agentproc.BuildTemp(raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if agentBinary, err = agentproc.Build(dir, raceEnabled); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer remove()
+	agentBinary = bin
 	return kubetest.RunTests(m, kubetest.Options{})
 }
 
