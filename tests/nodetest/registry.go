@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/saltbush/saltbush/tests/kubetest"
+	"github.com/saltbush/saltbush/tests/nodetest/ociimage"
 )
 
 // registry is the node's image registry: go-containerregistry's
@@ -32,17 +33,13 @@ const registryStartTimeout = 3 * time.Minute
 // (port picked by the kernel) with images; it returns once every image
 // is served.
 func startRegistry(ctx context.Context, ip net.IP, dir string, images []Image) (*registry, error) {
-	type entry struct {
-		Target string `json:"target"`
-		Image  Image  `json:"image"`
-	}
-	var entries []entry
+	var entries []ociimage.Entry
 	for _, img := range images {
 		target, err := repositoryTag(img.Ref)
 		if err != nil {
 			return nil, err
 		}
-		entries = append(entries, entry{Target: target, Image: img})
+		entries = append(entries, ociimage.Entry{Target: target, Image: img})
 	}
 	spec, err := json.Marshal(entries)
 	if err != nil {

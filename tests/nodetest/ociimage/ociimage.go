@@ -37,6 +37,14 @@ type Image struct {
 	User string
 }
 
+// Entry is an image and where a registry keeps it: the registry
+// program's input, one per image.
+type Entry struct {
+	// Target is the repository path and tag (coredns/coredns:1.12.1).
+	Target string `json:"target"`
+	Image  Image  `json:"image"`
+}
+
 // File is one file of an image: the file at Source on this machine,
 // stored at Path with Mode; a Link instead makes Path a symbolic link.
 type File struct {

@@ -6,12 +6,11 @@
 //
 //	registry -listen IP:0 -images images.json -ready FILE
 //
-// images.json is a list of {"target": "coredns/coredns:1.12.1", "image":
-// ociimage.Image}: each image is stored under its target (repository
-// path and tag). tests/nodetest runs it as a program of its own, built
-// without the race detector: building and storing hundreds of megabytes
-// in a test binary built with it would cost minutes of every node's
-// start.
+// images.json is a list of ociimage.Entry: each image is stored under its
+// target (repository path and tag). tests/nodetest runs it as a program
+// of its own, built without the race detector: building and storing
+// hundreds of megabytes in a test binary built with it would cost
+// minutes of every node's start.
 package main
 
 import (
@@ -35,12 +34,6 @@ import (
 	"github.com/saltbush/saltbush/tests/nodetest/ociimage"
 )
 
-// Entry is one image of the images file.
-type Entry struct {
-	Target string         `json:"target"`
-	Image  ociimage.Image `json:"image"`
-}
-
 func main() {
 	listen := flag.String("listen", "", "address to serve the registry on (IP:port; port 0 picks one)")
 	images := flag.String("images", "", "JSON file of the images to build and serve")
@@ -61,7 +54,7 @@ func run(ctx context.Context, listen, imagesFile, ready string) error {
 	if err != nil {
 		return err
 	}
-	var entries []Entry
+	var entries []ociimage.Entry
 	if err := json.Unmarshal(b, &entries); err != nil {
 		return fmt.Errorf("%s: %w", imagesFile, err)
 	}
