@@ -89,9 +89,8 @@ func (e *env) terminating() string {
 			continue
 		}
 		for _, u := range l.Items {
-			if ts := u.GetDeletionTimestamp(); ts != nil {
-				fmt.Fprintf(&b, "  %s %s/%s since %s, finalizers %v\n", gvr.Resource, u.GetNamespace(), u.GetName(),
-					ts.UTC().Format(time.RFC3339), u.GetFinalizers())
+			if u.GetDeletionTimestamp() != nil {
+				fmt.Fprintf(&b, "  %s %s/%s%s\n", gvr.Resource, u.GetNamespace(), u.GetName(), stuck(&u))
 			}
 		}
 	}
@@ -265,7 +264,7 @@ func (e *env) leftovers() []string {
 		}
 		for _, u := range l.Items {
 			if !slices.Contains([]string{"endpoints", "endpointslices"}, gvr.Resource) { // the endpoints controller's
-				left = append(left, gvr.Resource+" "+u.GetNamespace()+"/"+u.GetName())
+				left = append(left, gvr.Resource+" "+u.GetNamespace()+"/"+u.GetName()+stuck(&u))
 			}
 		}
 	}
@@ -276,6 +275,23 @@ func (e *env) leftovers() []string {
 		}
 	}
 	return left
+}
+
+// stuck says why an object being deleted is still there: its finalizers
+// and its conditions (a CRD's or a namespace's say what their
+// controllers are waiting for); "" for one not being deleted.
+func stuck(u *unstructured.Unstructured) string {
+	if u.GetDeletionTimestamp() == nil {
+		return ""
+	}
+	s := fmt.Sprintf(" (deleting since %s, finalizers %v", u.GetDeletionTimestamp().UTC().Format(time.RFC3339), u.GetFinalizers())
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok {
+			s += fmt.Sprintf("; %v=%v %v: %v", m["type"], m["status"], m["reason"], m["message"])
+		}
+	}
+	return s + ")"
 }
 
 // deletable are the kinds that can be listed and deleted.
