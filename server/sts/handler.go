@@ -94,10 +94,7 @@ var operations = map[api]map[string]operation{
 		"GetCallerIdentity": {run: (*Handler).getCallerIdentity},
 		"AssumeRole":        {mutates: true, run: (*Handler).assumeRole},
 	},
-	apiIAM: {
-		"ListOpenIDConnectProviders": {run: (*Handler).listOpenIDConnectProviders},
-		"GetOpenIDConnectProvider":   {run: (*Handler).getOpenIDConnectProvider},
-	},
+	apiIAM: iamOperations,
 }
 
 // ServeHTTP reads, authenticates, throttles and answers one request.

@@ -19,6 +19,12 @@ import (
 	"github.com/saltbush/saltbush/store"
 )
 
+// iamOperations are IAM's OIDC provider operations.
+var iamOperations = map[string]operation{
+	"ListOpenIDConnectProviders": {run: (*Handler).listOpenIDConnectProviders},
+	"GetOpenIDConnectProvider":   {run: (*Handler).getOpenIDConnectProvider},
+}
+
 // Issuer is one OIDC provider of an account, as IAM reports it.
 type Issuer struct {
 	// URL is the issuer, https://….
