@@ -200,7 +200,8 @@ FUZZMINIMIZETIME ?= 1s
 FUZZ_SHORT := ./gateway/sigv4:FuzzVerify ./server/policy:FuzzParse ./server/token:FuzzVerify \
 	./server/catalog:FuzzParseConfiguration ./store:FuzzListToken ./server/sts:FuzzParseAssumeRole \
 	./tests/conformance:FuzzFacadeOperations ./tests/conformance:FuzzQueryProtocol \
-	./guest/config:FuzzConfigFile ./guest/agent:FuzzDesiredSet ./guest/webhook:FuzzReviews
+	./guest/config:FuzzConfigFile ./guest/agent:FuzzDesiredSet ./guest/webhook:FuzzReviews \
+	./server/oidc:FuzzVerify ./server/oidc:FuzzParseKeySet
 FUZZ_ALL := $(FUZZ_SHORT) ./tests/conformance:FuzzCreateClusterBody ./tests/conformance:FuzzAccessEntryBodies
 fuzz-short:
 	@set -e; for t in $(FUZZ_SHORT); do \

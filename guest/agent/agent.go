@@ -92,6 +92,7 @@ type Agent struct {
 	pendingAck *deliveryv1.DesiredSet
 	healthDue  bool
 	pod        podIdentityState
+	keys       keysState
 }
 
 // podIdentityState is run's view of the desired set's pod identity
@@ -313,6 +314,7 @@ func (a *Agent) handle(ctx context.Context, ev event) {
 		for _, as := range a.addons {
 			as.sent = false // level triggered: re-sent on every stream
 		}
+		a.keys.sent = false
 		return
 	case ev.closed != nil:
 		a.streamUp = false
@@ -328,6 +330,8 @@ func (a *Agent) handle(ctx context.Context, ev event) {
 		a.fenced(ctx, m.Fence)
 	case *deliveryv1.HostMessage_ReportResult:
 		a.answered(m.ReportResult)
+	case *deliveryv1.HostMessage_ServiceAccountKeysResult:
+		a.keysAnswered(m.ServiceAccountKeysResult)
 	}
 }
 
@@ -360,6 +364,8 @@ func (a *Agent) assigned(as *deliveryv1.Assignment) {
 		// Another executor may have acted: look at every service account.
 		a.pod = podIdentityState{needApply: true}
 	}
+	// Keys are fenced by epoch: a new one sends them again.
+	a.keys.sent, a.keys.retryAt = false, time.Time{}
 	a.healthDue = true
 }
 
@@ -578,6 +584,7 @@ func (a *Agent) nextWake() time.Duration {
 	if a.pod.needApply {
 		due(a.pod.retryAt)
 	}
+	due(a.keysWake())
 	return next
 }
 

@@ -81,6 +81,9 @@ func (a *Agent) step(ctx context.Context) {
 		}
 	}
 	a.sendReports(ctx, gs.Epoch)
+	if pass.Err() == nil {
+		a.keysStep(pass, gs.Epoch)
+	}
 	if a.pendingAck != nil && a.settled() {
 		a.ack(ctx, a.pendingAck)
 		a.pendingAck = nil

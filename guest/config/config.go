@@ -73,6 +73,10 @@ type Config struct {
 	// DriftInterval is how often the executor re-applies every add-on,
 	// besides re-applying when an applied object changes.
 	DriftInterval time.Duration
+	// KeysInterval is how often the executor reads the apiserver's
+	// service-account issuer and keys again, so that a rotated key reaches
+	// saltbush within it (docs/agent.md, "Service-account keys").
+	KeysInterval time.Duration
 	// ReadyTimeout bounds how long a new generation may take to become
 	// ready before it is reported FAILED.
 	ReadyTimeout time.Duration
@@ -115,6 +119,7 @@ func Default() Config {
 		ReviewTimeout:          5 * time.Second,
 		StatusAddr:             "127.0.0.1:9445",
 		DriftInterval:          10 * time.Minute,
+		KeysInterval:           time.Minute,
 		ReadyTimeout:           10 * time.Minute,
 		FailureGrace:           2 * time.Minute,
 		BackoffInitial:         500 * time.Millisecond,
@@ -143,6 +148,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ReviewTimeout, "review-timeout", c.ReviewTimeout, "deadline of one webhook review, asking saltbush included")
 	fs.StringVar(&c.StatusAddr, "status-addr", c.StatusAddr, "loopback address serving /metrics and /status")
 	fs.DurationVar(&c.DriftInterval, "drift-interval", c.DriftInterval, "how often every add-on is re-applied to undo drift")
+	fs.DurationVar(&c.KeysInterval, "service-account-keys-interval", c.KeysInterval, "how often the apiserver's service-account issuer and keys are read again for saltbush")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long a new generation may take to become ready before it fails")
 	fs.DurationVar(&c.FailureGrace, "failure-grace", c.FailureGrace, "how long a new generation's pods may be in back-off before it fails")
 	fs.DurationVar(&c.BackoffInitial, "backoff-initial", c.BackoffInitial, "first delay between connection attempts")
@@ -316,7 +322,7 @@ func (c Config) Validate() error {
 			bad("%s %q must be a loopback host:port", name, addr)
 		}
 	}
-	for name, d := range map[string]time.Duration{"drift-interval": c.DriftInterval, "ready-timeout": c.ReadyTimeout,
+	for name, d := range map[string]time.Duration{"drift-interval": c.DriftInterval, "service-account-keys-interval": c.KeysInterval, "ready-timeout": c.ReadyTimeout,
 		"backoff-initial": c.BackoffInitial, "backoff-max": c.BackoffMax, "review-timeout": c.ReviewTimeout} {
 		if d <= 0 {
 			bad("%s must be positive", name)

@@ -60,18 +60,8 @@ func (a *agentStream) report(ctx context.Context, r *deliveryv1.Report) ([]*deli
 		// leave a fenced executor in place. End the stream.
 		return answer("unavailable", false), status.Error(codes.Unavailable, "no current view of the cluster; connect again")
 	}
-	if r.GetEpoch() > sn.executor.GetEpoch() {
-		return answer(rejectInvalid, true), status.Errorf(codes.FailedPrecondition,
-			"a report for epoch %d, which was never assigned (the executor's epoch is %d); connect again", r.GetEpoch(), sn.executor.GetEpoch())
-	}
-	if sn.executor.GetInstanceId() != a.instance {
-		return answer(rejectNotExecutor, true), nil
-	}
-	if r.GetEpoch() != sn.executor.GetEpoch() {
-		return answer(addon.ReportStaleEpoch, true), nil
-	}
-	if sn.executor.GetDraining() {
-		return answer(rejectDraining, true), nil
+	if reason, violation := a.judgeEpoch(sn, r.GetEpoch()); reason != "" {
+		return answer(reason, true), violation
 	}
 	issues := make([]*storagev1.AddonIssue, 0, len(r.GetIssues()))
 	for _, is := range r.GetIssues() {
@@ -96,6 +86,25 @@ func (a *agentStream) report(ctx context.Context, r *deliveryv1.Report) ([]*deli
 	}
 	result.Accepted = res.Accepted
 	return answer(res.Reason, res.Reason == addon.ReportStaleEpoch), nil
+}
+
+// judgeEpoch decides whether what this stream's agent sent at epoch may
+// change anything: "" when it is the executor at that epoch and not
+// draining, else the reason it is refused and fenced. An epoch later than
+// any assigned is a confused agent: the violation ends its stream.
+func (a *agentStream) judgeEpoch(sn *snapshot, epoch int64) (string, error) {
+	switch {
+	case epoch > sn.executor.GetEpoch():
+		return rejectInvalid, status.Errorf(codes.FailedPrecondition,
+			"a message for epoch %d, which was never assigned (the executor's epoch is %d); connect again", epoch, sn.executor.GetEpoch())
+	case sn.executor.GetInstanceId() != a.instance:
+		return rejectNotExecutor, nil
+	case epoch != sn.executor.GetEpoch():
+		return addon.ReportStaleEpoch, nil
+	case sn.executor.GetDraining():
+		return rejectDraining, nil
+	}
+	return "", nil
 }
 
 // snapshotOfSession returns the watch's snapshot once it includes this

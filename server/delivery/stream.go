@@ -291,6 +291,9 @@ func (a *agentStream) handle(ctx context.Context, m *deliveryv1.AgentMessage) er
 	switch msg := m.GetMessage().(type) {
 	case *deliveryv1.AgentMessage_Report:
 		return a.answerReport(ctx, msg.Report)
+	case *deliveryv1.AgentMessage_ServiceAccountKeys:
+		results, violation := a.serviceAccountKeys(ctx, msg.ServiceAccountKeys)
+		return a.handOver(ctx, results, violation)
 	case *deliveryv1.AgentMessage_Ack:
 		if err := a.acked(ctx, msg.Ack); err != nil {
 			a.s.log.WarnContext(ctx, "record ack", "cluster_uid", a.uid, "instance", a.instance, "err", err)
@@ -321,6 +324,12 @@ func (a *agentStream) handle(ctx context.Context, m *deliveryv1.AgentMessage) er
 // the protocol ends the stream once its answers are handed over.
 func (a *agentStream) answerReport(ctx context.Context, r *deliveryv1.Report) error {
 	results, violation := a.report(ctx, r)
+	return a.handOver(ctx, results, violation)
+}
+
+// handOver puts a message's answers on out in order, then returns the
+// violation that ends the stream, if any.
+func (a *agentStream) handOver(ctx context.Context, results []*deliveryv1.HostMessage, violation error) error {
 	for _, m := range results {
 		select {
 		case a.out <- m:

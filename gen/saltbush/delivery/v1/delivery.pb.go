@@ -144,6 +144,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Report
 	//	*AgentMessage_Heartbeat
 	//	*AgentMessage_FenceAck
+	//	*AgentMessage_ServiceAccountKeys
 	Message       isAgentMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -240,6 +241,15 @@ func (x *AgentMessage) GetFenceAck() *FenceAck {
 	return nil
 }
 
+func (x *AgentMessage) GetServiceAccountKeys() *ServiceAccountKeys {
+	if x != nil {
+		if x, ok := x.Message.(*AgentMessage_ServiceAccountKeys); ok {
+			return x.ServiceAccountKeys
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Message interface {
 	isAgentMessage_Message()
 }
@@ -268,6 +278,10 @@ type AgentMessage_FenceAck struct {
 	FenceAck *FenceAck `protobuf:"bytes,6,opt,name=fence_ack,json=fenceAck,proto3,oneof"`
 }
 
+type AgentMessage_ServiceAccountKeys struct {
+	ServiceAccountKeys *ServiceAccountKeys `protobuf:"bytes,7,opt,name=service_account_keys,json=serviceAccountKeys,proto3,oneof"`
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Message() {}
 
 func (*AgentMessage_Ack) isAgentMessage_Message() {}
@@ -280,6 +294,8 @@ func (*AgentMessage_Heartbeat) isAgentMessage_Message() {}
 
 func (*AgentMessage_FenceAck) isAgentMessage_Message() {}
 
+func (*AgentMessage_ServiceAccountKeys) isAgentMessage_Message() {}
+
 // HostMessage is one message from saltbush.
 type HostMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -290,6 +306,7 @@ type HostMessage struct {
 	//	*HostMessage_Fence
 	//	*HostMessage_Heartbeat
 	//	*HostMessage_ReportResult
+	//	*HostMessage_ServiceAccountKeysResult
 	Message       isHostMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -377,6 +394,15 @@ func (x *HostMessage) GetReportResult() *ReportResult {
 	return nil
 }
 
+func (x *HostMessage) GetServiceAccountKeysResult() *ServiceAccountKeysResult {
+	if x != nil {
+		if x, ok := x.Message.(*HostMessage_ServiceAccountKeysResult); ok {
+			return x.ServiceAccountKeysResult
+		}
+	}
+	return nil
+}
+
 type isHostMessage_Message interface {
 	isHostMessage_Message()
 }
@@ -401,6 +427,10 @@ type HostMessage_ReportResult struct {
 	ReportResult *ReportResult `protobuf:"bytes,5,opt,name=report_result,json=reportResult,proto3,oneof"`
 }
 
+type HostMessage_ServiceAccountKeysResult struct {
+	ServiceAccountKeysResult *ServiceAccountKeysResult `protobuf:"bytes,6,opt,name=service_account_keys_result,json=serviceAccountKeysResult,proto3,oneof"`
+}
+
 func (*HostMessage_Assignment) isHostMessage_Message() {}
 
 func (*HostMessage_DesiredSet) isHostMessage_Message() {}
@@ -410,6 +440,8 @@ func (*HostMessage_Fence) isHostMessage_Message() {}
 func (*HostMessage_Heartbeat) isHostMessage_Message() {}
 
 func (*HostMessage_ReportResult) isHostMessage_Message() {}
+
+func (*HostMessage_ServiceAccountKeysResult) isHostMessage_Message() {}
 
 // Hello opens a stream. Its cluster and instance must be the ones the
 // agent's certificate names.
@@ -1330,6 +1362,148 @@ func (x *ReportResult) GetReason() string {
 	return ""
 }
 
+// ServiceAccountKeys is what the cluster's Kubernetes API says about the
+// service-account tokens it issues: its issuer (the discovery document's
+// "issuer") and the public keys that verify them (its JWKS,
+// /openid/v1/jwks). The executor sends it after its assignment and
+// whenever either changes (key rotation); saltbush keeps it for the
+// cluster's OIDC issuer (docs/agent.md, "Service-account keys"). It is
+// fenced like a Report.
+type ServiceAccountKeys struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The epoch of the agent's assignment.
+	Epoch  int64  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Issuer string `protobuf:"bytes,2,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	// The JSON Web Key Set as the apiserver serves it.
+	Jwks          []byte `protobuf:"bytes,3,opt,name=jwks,proto3" json:"jwks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceAccountKeys) Reset() {
+	*x = ServiceAccountKeys{}
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceAccountKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceAccountKeys) ProtoMessage() {}
+
+func (x *ServiceAccountKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceAccountKeys.ProtoReflect.Descriptor instead.
+func (*ServiceAccountKeys) Descriptor() ([]byte, []int) {
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ServiceAccountKeys) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ServiceAccountKeys) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *ServiceAccountKeys) GetJwks() []byte {
+	if x != nil {
+		return x.Jwks
+	}
+	return nil
+}
+
+// ServiceAccountKeysResult answers one ServiceAccountKeys.
+type ServiceAccountKeysResult struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// accepted, unchanged, not_executor, stale_epoch, issuer_mismatch,
+	// issuer_in_use, invalid, unavailable.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Why, in words, when not accepted.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// SHA-256 of the key set saltbush holds for the cluster.
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceAccountKeysResult) Reset() {
+	*x = ServiceAccountKeysResult{}
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceAccountKeysResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceAccountKeysResult) ProtoMessage() {}
+
+func (x *ServiceAccountKeysResult) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceAccountKeysResult.ProtoReflect.Descriptor instead.
+func (*ServiceAccountKeysResult) Descriptor() ([]byte, []int) {
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ServiceAccountKeysResult) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *ServiceAccountKeysResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ServiceAccountKeysResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ServiceAccountKeysResult) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 // Fence tells the agent to stop applying now: its epoch is over.
 type Fence struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1341,7 +1515,7 @@ type Fence struct {
 
 func (x *Fence) Reset() {
 	*x = Fence{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1527,7 @@ func (x *Fence) String() string {
 func (*Fence) ProtoMessage() {}
 
 func (x *Fence) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[13]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1540,7 @@ func (x *Fence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fence.ProtoReflect.Descriptor instead.
 func (*Fence) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{13}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Fence) GetEpoch() int64 {
@@ -1395,7 +1569,7 @@ type FenceAck struct {
 
 func (x *FenceAck) Reset() {
 	*x = FenceAck{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1581,7 @@ func (x *FenceAck) String() string {
 func (*FenceAck) ProtoMessage() {}
 
 func (x *FenceAck) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[14]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1594,7 @@ func (x *FenceAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceAck.ProtoReflect.Descriptor instead.
 func (*FenceAck) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{14}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FenceAck) GetEpoch() int64 {
@@ -1439,7 +1613,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[15]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1625,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[15]
+	mi := &file_saltbush_delivery_v1_delivery_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,22 +1638,23 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{15}
+	return file_saltbush_delivery_v1_delivery_proto_rawDescGZIP(), []int{17}
 }
 
 var File_saltbush_delivery_v1_delivery_proto protoreflect.FileDescriptor
 
 const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"\n" +
-	"#saltbush/delivery/v1/delivery.proto\x12\x14saltbush.delivery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a!saltbush/delivery/v1/review.proto\"\xe7\x02\n" +
+	"#saltbush/delivery/v1/delivery.proto\x12\x14saltbush.delivery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a!saltbush/delivery/v1/review.proto\"\xc5\x03\n" +
 	"\fAgentMessage\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.saltbush.delivery.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\x03ack\x18\x02 \x01(\v2\x19.saltbush.delivery.v1.AckH\x00R\x03ack\x120\n" +
 	"\x04nack\x18\x03 \x01(\v2\x1a.saltbush.delivery.v1.NackH\x00R\x04nack\x126\n" +
 	"\x06report\x18\x04 \x01(\v2\x1c.saltbush.delivery.v1.ReportH\x00R\x06report\x12?\n" +
 	"\theartbeat\x18\x05 \x01(\v2\x1f.saltbush.delivery.v1.HeartbeatH\x00R\theartbeat\x12=\n" +
-	"\tfence_ack\x18\x06 \x01(\v2\x1e.saltbush.delivery.v1.FenceAckH\x00R\bfenceAckB\t\n" +
-	"\amessage\"\xe2\x02\n" +
+	"\tfence_ack\x18\x06 \x01(\v2\x1e.saltbush.delivery.v1.FenceAckH\x00R\bfenceAck\x12\\\n" +
+	"\x14service_account_keys\x18\a \x01(\v2(.saltbush.delivery.v1.ServiceAccountKeysH\x00R\x12serviceAccountKeysB\t\n" +
+	"\amessage\"\xd3\x03\n" +
 	"\vHostMessage\x12B\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2 .saltbush.delivery.v1.AssignmentH\x00R\n" +
@@ -1488,7 +1663,8 @@ const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"desiredSet\x123\n" +
 	"\x05fence\x18\x03 \x01(\v2\x1b.saltbush.delivery.v1.FenceH\x00R\x05fence\x12?\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x1f.saltbush.delivery.v1.HeartbeatH\x00R\theartbeat\x12I\n" +
-	"\rreport_result\x18\x05 \x01(\v2\".saltbush.delivery.v1.ReportResultH\x00R\freportResultB\t\n" +
+	"\rreport_result\x18\x05 \x01(\v2\".saltbush.delivery.v1.ReportResultH\x00R\freportResult\x12o\n" +
+	"\x1bservice_account_keys_result\x18\x06 \x01(\v2..saltbush.delivery.v1.ServiceAccountKeysResultH\x00R\x18serviceAccountKeysResultB\t\n" +
 	"\amessage\"\xf3\x01\n" +
 	"\x05Hello\x12;\n" +
 	"\acluster\x18\x01 \x01(\v2!.saltbush.delivery.v1.ClusterNameR\acluster\x12\x1f\n" +
@@ -1571,7 +1747,16 @@ const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x03R\n" +
 	"generation\x12\x1a\n" +
 	"\baccepted\x18\x03 \x01(\bR\baccepted\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"5\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"V\n" +
+	"\x12ServiceAccountKeys\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x16\n" +
+	"\x06issuer\x18\x02 \x01(\tR\x06issuer\x12\x12\n" +
+	"\x04jwks\x18\x03 \x01(\fR\x04jwks\"\x80\x01\n" +
+	"\x18ServiceAccountKeysResult\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\"5\n" +
 	"\x05Fence\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\" \n" +
@@ -1604,7 +1789,7 @@ func file_saltbush_delivery_v1_delivery_proto_rawDescGZIP() []byte {
 }
 
 var file_saltbush_delivery_v1_delivery_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_saltbush_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_saltbush_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_saltbush_delivery_v1_delivery_proto_goTypes = []any{
 	(Role)(0),                             // 0: saltbush.delivery.v1.Role
 	(Phase)(0),                            // 1: saltbush.delivery.v1.Phase
@@ -1621,42 +1806,46 @@ var file_saltbush_delivery_v1_delivery_proto_goTypes = []any{
 	(*Report)(nil),                        // 12: saltbush.delivery.v1.Report
 	(*Issue)(nil),                         // 13: saltbush.delivery.v1.Issue
 	(*ReportResult)(nil),                  // 14: saltbush.delivery.v1.ReportResult
-	(*Fence)(nil),                         // 15: saltbush.delivery.v1.Fence
-	(*FenceAck)(nil),                      // 16: saltbush.delivery.v1.FenceAck
-	(*Heartbeat)(nil),                     // 17: saltbush.delivery.v1.Heartbeat
-	(*ClusterName)(nil),                   // 18: saltbush.delivery.v1.ClusterName
-	(*durationpb.Duration)(nil),           // 19: google.protobuf.Duration
+	(*ServiceAccountKeys)(nil),            // 15: saltbush.delivery.v1.ServiceAccountKeys
+	(*ServiceAccountKeysResult)(nil),      // 16: saltbush.delivery.v1.ServiceAccountKeysResult
+	(*Fence)(nil),                         // 17: saltbush.delivery.v1.Fence
+	(*FenceAck)(nil),                      // 18: saltbush.delivery.v1.FenceAck
+	(*Heartbeat)(nil),                     // 19: saltbush.delivery.v1.Heartbeat
+	(*ClusterName)(nil),                   // 20: saltbush.delivery.v1.ClusterName
+	(*durationpb.Duration)(nil),           // 21: google.protobuf.Duration
 }
 var file_saltbush_delivery_v1_delivery_proto_depIdxs = []int32{
 	4,  // 0: saltbush.delivery.v1.AgentMessage.hello:type_name -> saltbush.delivery.v1.Hello
 	10, // 1: saltbush.delivery.v1.AgentMessage.ack:type_name -> saltbush.delivery.v1.Ack
 	11, // 2: saltbush.delivery.v1.AgentMessage.nack:type_name -> saltbush.delivery.v1.Nack
 	12, // 3: saltbush.delivery.v1.AgentMessage.report:type_name -> saltbush.delivery.v1.Report
-	17, // 4: saltbush.delivery.v1.AgentMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
-	16, // 5: saltbush.delivery.v1.AgentMessage.fence_ack:type_name -> saltbush.delivery.v1.FenceAck
-	5,  // 6: saltbush.delivery.v1.HostMessage.assignment:type_name -> saltbush.delivery.v1.Assignment
-	7,  // 7: saltbush.delivery.v1.HostMessage.desired_set:type_name -> saltbush.delivery.v1.DesiredSet
-	15, // 8: saltbush.delivery.v1.HostMessage.fence:type_name -> saltbush.delivery.v1.Fence
-	17, // 9: saltbush.delivery.v1.HostMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
-	14, // 10: saltbush.delivery.v1.HostMessage.report_result:type_name -> saltbush.delivery.v1.ReportResult
-	18, // 11: saltbush.delivery.v1.Hello.cluster:type_name -> saltbush.delivery.v1.ClusterName
-	0,  // 12: saltbush.delivery.v1.Assignment.role:type_name -> saltbush.delivery.v1.Role
-	6,  // 13: saltbush.delivery.v1.Assignment.timing:type_name -> saltbush.delivery.v1.Timing
-	19, // 14: saltbush.delivery.v1.Timing.session_ttl:type_name -> google.protobuf.Duration
-	19, // 15: saltbush.delivery.v1.Timing.heartbeat_interval:type_name -> google.protobuf.Duration
-	19, // 16: saltbush.delivery.v1.Timing.fence_after:type_name -> google.protobuf.Duration
-	19, // 17: saltbush.delivery.v1.Timing.safety_margin:type_name -> google.protobuf.Duration
-	9,  // 18: saltbush.delivery.v1.DesiredSet.addons:type_name -> saltbush.delivery.v1.DesiredAddon
-	8,  // 19: saltbush.delivery.v1.DesiredSet.pod_identity_associations:type_name -> saltbush.delivery.v1.DesiredPodIdentityAssociation
-	1,  // 20: saltbush.delivery.v1.Report.phase:type_name -> saltbush.delivery.v1.Phase
-	13, // 21: saltbush.delivery.v1.Report.issues:type_name -> saltbush.delivery.v1.Issue
-	2,  // 22: saltbush.delivery.v1.DeliveryService.Connect:input_type -> saltbush.delivery.v1.AgentMessage
-	3,  // 23: saltbush.delivery.v1.DeliveryService.Connect:output_type -> saltbush.delivery.v1.HostMessage
-	23, // [23:24] is the sub-list for method output_type
-	22, // [22:23] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	19, // 4: saltbush.delivery.v1.AgentMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
+	18, // 5: saltbush.delivery.v1.AgentMessage.fence_ack:type_name -> saltbush.delivery.v1.FenceAck
+	15, // 6: saltbush.delivery.v1.AgentMessage.service_account_keys:type_name -> saltbush.delivery.v1.ServiceAccountKeys
+	5,  // 7: saltbush.delivery.v1.HostMessage.assignment:type_name -> saltbush.delivery.v1.Assignment
+	7,  // 8: saltbush.delivery.v1.HostMessage.desired_set:type_name -> saltbush.delivery.v1.DesiredSet
+	17, // 9: saltbush.delivery.v1.HostMessage.fence:type_name -> saltbush.delivery.v1.Fence
+	19, // 10: saltbush.delivery.v1.HostMessage.heartbeat:type_name -> saltbush.delivery.v1.Heartbeat
+	14, // 11: saltbush.delivery.v1.HostMessage.report_result:type_name -> saltbush.delivery.v1.ReportResult
+	16, // 12: saltbush.delivery.v1.HostMessage.service_account_keys_result:type_name -> saltbush.delivery.v1.ServiceAccountKeysResult
+	20, // 13: saltbush.delivery.v1.Hello.cluster:type_name -> saltbush.delivery.v1.ClusterName
+	0,  // 14: saltbush.delivery.v1.Assignment.role:type_name -> saltbush.delivery.v1.Role
+	6,  // 15: saltbush.delivery.v1.Assignment.timing:type_name -> saltbush.delivery.v1.Timing
+	21, // 16: saltbush.delivery.v1.Timing.session_ttl:type_name -> google.protobuf.Duration
+	21, // 17: saltbush.delivery.v1.Timing.heartbeat_interval:type_name -> google.protobuf.Duration
+	21, // 18: saltbush.delivery.v1.Timing.fence_after:type_name -> google.protobuf.Duration
+	21, // 19: saltbush.delivery.v1.Timing.safety_margin:type_name -> google.protobuf.Duration
+	9,  // 20: saltbush.delivery.v1.DesiredSet.addons:type_name -> saltbush.delivery.v1.DesiredAddon
+	8,  // 21: saltbush.delivery.v1.DesiredSet.pod_identity_associations:type_name -> saltbush.delivery.v1.DesiredPodIdentityAssociation
+	1,  // 22: saltbush.delivery.v1.Report.phase:type_name -> saltbush.delivery.v1.Phase
+	13, // 23: saltbush.delivery.v1.Report.issues:type_name -> saltbush.delivery.v1.Issue
+	2,  // 24: saltbush.delivery.v1.DeliveryService.Connect:input_type -> saltbush.delivery.v1.AgentMessage
+	3,  // 25: saltbush.delivery.v1.DeliveryService.Connect:output_type -> saltbush.delivery.v1.HostMessage
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_delivery_v1_delivery_proto_init() }
@@ -1672,6 +1861,7 @@ func file_saltbush_delivery_v1_delivery_proto_init() {
 		(*AgentMessage_Report)(nil),
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_FenceAck)(nil),
+		(*AgentMessage_ServiceAccountKeys)(nil),
 	}
 	file_saltbush_delivery_v1_delivery_proto_msgTypes[1].OneofWrappers = []any{
 		(*HostMessage_Assignment)(nil),
@@ -1679,6 +1869,7 @@ func file_saltbush_delivery_v1_delivery_proto_init() {
 		(*HostMessage_Fence)(nil),
 		(*HostMessage_Heartbeat)(nil),
 		(*HostMessage_ReportResult)(nil),
+		(*HostMessage_ServiceAccountKeysResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1686,7 +1877,7 @@ func file_saltbush_delivery_v1_delivery_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_delivery_v1_delivery_proto_rawDesc), len(file_saltbush_delivery_v1_delivery_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
