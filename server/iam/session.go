@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -52,11 +53,24 @@ var sessionName = regexp.MustCompile(`^[\w+=,.@-]{2,64}$`)
 
 func sessionKey(akid string) string { return "iam/sessions/" + akid }
 
-// AssumeRoleInput is a validated sts:AssumeRole request (server/sts checks
-// the members against the STS model first).
+// AssumeRoleInput is a validated request for a role session: sts:AssumeRole
+// by an AWS principal (Caller), sts:AssumeRoleWithWebIdentity by a verified
+// web identity (Federated), or a service acting for a workload (Service:
+// EKS Auth's AssumeRoleForPodIdentity). server/sts and server/eksauth check
+// the members against their models first.
 type AssumeRoleInput struct {
-	// Caller is who asks: an IAM user or role, or a role session.
+	// Caller is who asks, for sts:AssumeRole: an IAM user or role, or a
+	// role session.
 	Caller identity.Caller
+	// Federated is the OIDC provider ARN of a verified web identity token
+	// (sts:AssumeRoleWithWebIdentity).
+	Federated string
+	// Service is the service principal asking (pods.eks.amazonaws.com).
+	Service string
+	// Context holds the request's condition keys (lower-cased): the
+	// token's {provider}:sub and :aud, aws:SourceAccount, … Session tags
+	// and the session name are added to it here.
+	Context map[string][]string
 	// RoleARN is the role to assume, exactly as it was created.
 	RoleARN string
 	// SessionName is RoleSessionName.
@@ -67,6 +81,44 @@ type AssumeRoleInput struct {
 	Tags []*storagev1.SessionTag
 	// SourceIdentity is kept with the session.
 	SourceIdentity string
+}
+
+// action is the trust-policy action the request needs.
+func (in AssumeRoleInput) action() string {
+	if in.Federated != "" {
+		return ActionAssumeRoleWithWebIdentity
+	}
+	return ActionAssumeRole
+}
+
+// denied is AccessDenied for the request, in the words STS uses for its
+// kind of caller.
+func (in AssumeRoleInput) denied(action string) error {
+	switch {
+	case in.Federated != "":
+		return errdefs.AccessDenied("Not authorized to perform %s", action)
+	case in.Service != "":
+		return errdefs.AccessDenied("Service: %s is not authorized to perform: %s on resource: %s", in.Service, action, in.RoleARN)
+	}
+	return notAuthorized(in.Caller.PrincipalARN, action, in.RoleARN)
+}
+
+// trustCaller is the request as the role's trust policy sees it.
+func (in AssumeRoleInput) trustCaller() Caller {
+	ctx := make(map[string][]string, len(in.Context)+len(in.Tags)+2)
+	for k, v := range in.Context {
+		ctx[strings.ToLower(k)] = v
+	}
+	for _, t := range in.Tags {
+		ctx["aws:requesttag/"+strings.ToLower(t.GetKey())] = []string{t.GetValue()}
+		ctx["aws:tagkeys"] = append(ctx["aws:tagkeys"], t.GetKey())
+	}
+	ctx["sts:rolesessionname"] = []string{in.SessionName}
+	c := Caller{Federated: in.Federated, Service: in.Service, Context: ctx}
+	if in.Federated == "" && in.Service == "" {
+		c.Account, c.ARN = in.Caller.AccountID, in.Caller.PrincipalARN
+	}
+	return c
 }
 
 // Session is what AssumeRole issued. The secret and token are here only.
@@ -87,39 +139,41 @@ func RoleSessionARN(account, roleName, session string) string {
 }
 
 // AssumeRole issues temporary credentials for a session of a role, when
-// the role's trust policy lets the caller in. The caller's own policies
-// (sts:AssumeRole on the role) are checked before, by the STS endpoint.
-// The session record is created in one transaction that requires the
-// role to exist.
+// the role's trust policy lets the caller in under the request's
+// conditions. An AWS caller's own policies (sts:AssumeRole on the role) are
+// checked before, by the STS endpoint. The session record is created in
+// one transaction that requires the role to exist.
 func (s *Service) AssumeRole(ctx context.Context, in AssumeRoleInput) (Session, error) {
+	action := in.action()
 	role, err := s.role(ctx, in.RoleARN)
 	if errdefs.IsException(err, errdefs.ResourceNotFoundException) {
 		// AWS does not tell a caller whether a role it may not assume exists.
-		return Session{}, notAuthorized(in.Caller.PrincipalARN, ActionAssumeRole, in.RoleARN)
+		return Session{}, in.denied(action)
 	}
 	if err != nil {
 		return Session{}, err
 	}
-	if in.Caller.IsRoot() {
+	aws := in.Federated == "" && in.Service == ""
+	if aws && in.Caller.IsRoot() {
 		return Session{}, errdefs.AccessDenied("Roles may not be assumed by root accounts.")
 	}
 	if !sessionName.MatchString(in.SessionName) {
 		return Session{}, errdefs.InvalidParameter("RoleSessionName %q must be 2 to 64 of letters, digits and +=,.@_-.", in.SessionName)
 	}
-	caller := Caller{Account: in.Caller.AccountID, ARN: in.Caller.PrincipalARN}
+	caller := in.trustCaller()
 	chained := false
-	if _, _, _, ok := AssumedRole(in.Caller.PrincipalARN); ok {
+	if _, _, _, ok := AssumedRole(in.Caller.PrincipalARN); aws && ok {
 		chained = true
 		if caller.RoleARN, err = s.effectivePrincipal(ctx, in.Caller.PrincipalARN); err != nil {
 			return Session{}, err
 		}
 	}
 	trust, err := ParseTrustPolicy(role.GetTrustPolicy())
-	if err != nil || role.GetTrustPolicy() == "" || !trust.Allows(caller, ActionAssumeRole) {
-		return Session{}, notAuthorized(in.Caller.PrincipalARN, ActionAssumeRole, in.RoleARN)
+	if err != nil || role.GetTrustPolicy() == "" || !trust.Allows(caller, action) {
+		return Session{}, in.denied(action)
 	}
 	if len(in.Tags) > 0 && !trust.Allows(caller, ActionTagSession) {
-		return Session{}, notAuthorized(in.Caller.PrincipalARN, ActionTagSession, in.RoleARN)
+		return Session{}, in.denied(ActionTagSession)
 	}
 	d := in.Duration
 	if d == 0 {
@@ -148,7 +202,7 @@ func (s *Service) AssumeRole(ctx context.Context, in AssumeRoleInput) (Session, 
 		SessionArn: RoleSessionARN(account, roleName, in.SessionName), SessionName: in.SessionName,
 		SealedSecret: sealed, SessionTokenSha256: sum[:],
 		IssuedAt: timestamppb.New(now), ExpiresAt: timestamppb.New(now.Add(d)),
-		SourcePrincipalArn: in.Caller.PrincipalARN, Tags: in.Tags, SourceIdentity: in.SourceIdentity,
+		SourcePrincipalArn: in.source(), Tags: in.Tags, SourceIdentity: in.SourceIdentity,
 	}
 	lease := (d + sessionLeaseStep - 1) / sessionLeaseStep * sessionLeaseStep
 	_, err = s.store.Commit(ctx, store.NewTxn().
@@ -156,7 +210,7 @@ func (s *Service) AssumeRole(ctx context.Context, in AssumeRoleInput) (Session, 
 		RequireExists(principalKey(account, role.GetArn())))
 	switch {
 	case errors.Is(err, store.ErrConflict):
-		return Session{}, notAuthorized(in.Caller.PrincipalARN, ActionAssumeRole, in.RoleARN)
+		return Session{}, in.denied(action)
 	case err != nil:
 		return Session{}, fmt.Errorf("assume role %s: %w", in.RoleARN, err)
 	}
@@ -164,6 +218,18 @@ func (s *Service) AssumeRole(ctx context.Context, in AssumeRoleInput) (Session, 
 		AccessKeyID: akid, SecretAccessKey: secret, SessionToken: token, Expiration: now.Add(d),
 		ARN: rec.GetSessionArn(), RoleARN: role.GetArn(),
 	}, nil
+}
+
+// source is who the session was issued to: the AWS principal, the OIDC
+// provider or the service.
+func (in AssumeRoleInput) source() string {
+	switch {
+	case in.Federated != "":
+		return in.Federated
+	case in.Service != "":
+		return in.Service
+	}
+	return in.Caller.PrincipalARN
 }
 
 // notAuthorized is STS's AccessDenied for an action on a role.

@@ -5,22 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
 // Trust-policy actions: the ones a role's trust policy grants.
 const (
-	ActionAssumeRole = "sts:AssumeRole"
-	ActionTagSession = "sts:TagSession"
+	ActionAssumeRole                = "sts:AssumeRole"
+	ActionAssumeRoleWithWebIdentity = "sts:AssumeRoleWithWebIdentity"
+	ActionTagSession                = "sts:TagSession"
 )
 
-// TrustPolicy is a parsed role trust policy: which AWS principals may
-// call sts:AssumeRole (and sts:TagSession) on the role. It is an
-// IAM resource-based policy reduced to what saltbush evaluates: Effect,
-// Action, Principal {"AWS": …} and Sid. Condition, NotPrincipal,
-// NotAction and principals other than AWS ones (Service, Federated) are
-// refused when the policy is set, never ignored, so a trust policy never
-// lets in more than it reads.
+// TrustPolicy is a parsed role trust policy: which principals may call
+// sts:AssumeRole, sts:AssumeRoleWithWebIdentity (and sts:TagSession) on the
+// role, under which conditions. It is an IAM resource-based policy reduced
+// to what saltbush evaluates: Effect, Action, Principal (AWS, Federated
+// OIDC providers, Service) and Condition with the operators and keys of
+// condition.go. NotPrincipal, NotAction and anything else are refused when
+// the policy is set, never ignored, so a trust policy never lets in more
+// than it reads.
 type TrustPolicy struct {
 	Statements []TrustStatement
 }
@@ -29,11 +32,22 @@ type TrustPolicy struct {
 type TrustStatement struct {
 	Sid    string
 	Effect string
-	// Actions are sts:AssumeRole, sts:TagSession, sts:* or *.
+	// Actions are sts:AssumeRole, sts:AssumeRoleWithWebIdentity,
+	// sts:TagSession, sts:* or *.
 	Actions []string
-	// Principals are AWS principals: "*", an account id, an account root
-	// ARN, an IAM user or role ARN, or an assumed-role session ARN.
+	// Anyone is the bare Principal "*".
+	Anyone bool
+	// Principals are AWS principals: "*" (any AWS principal), an account
+	// id, an account root ARN, an IAM user or role ARN, or an assumed-role
+	// session ARN.
 	Principals []string
+	// Federated are OIDC provider ARNs
+	// (arn:aws:iam::{account}:oidc-provider/{host and path}).
+	Federated []string
+	// Services are service principals (pods.eks.amazonaws.com).
+	Services []string
+	// Conditions must all hold.
+	Conditions []Condition
 }
 
 type trustStatementJSON struct {
@@ -41,6 +55,7 @@ type trustStatementJSON struct {
 	Effect    string          `json:"Effect"`
 	Action    stringList      `json:"Action"`
 	Principal json.RawMessage `json:"Principal"`
+	Condition json.RawMessage `json:"Condition"`
 }
 
 type trustDocumentJSON struct {
@@ -71,7 +86,12 @@ const MaxTrustPolicyBytes = 2048
 
 var (
 	trustAccount   = regexp.MustCompile(`^[0-9]{12}$`)
-	trustAction    = regexp.MustCompile(`^(?i)(\*|sts:\*|sts:AssumeRole|sts:TagSession)$`)
+	trustAction    = regexp.MustCompile(`^(?i)(\*|sts:\*|sts:AssumeRole|sts:AssumeRoleWithWebIdentity|sts:TagSession)$`)
+	// oidcProviderARN is a Federated principal saltbush can verify: an IAM
+	// OIDC provider (SAML providers and web identity federation with
+	// public identity providers are not offered).
+	oidcProviderARN = regexp.MustCompile(`^arn:aws:iam::[0-9]{12}:oidc-provider/[^\s*?]+$`)
+	servicePrincipal = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*\.amazonaws\.com$`)
 	trustPrincipal = regexp.MustCompile(`^arn:aws:(iam::[0-9]{12}:(root|(user|role)/([\x21-\x7e]*/)?[\w+=,.@-]{1,64})|sts::[0-9]{12}:assumed-role/[\w+=,.@-]{1,64}/[\w+=,.@-]{2,64})$`)
 )
 
@@ -123,50 +143,68 @@ func ParseTrustPolicy(raw string) (*TrustPolicy, error) {
 		}
 		for _, a := range s.Action {
 			if !trustAction.MatchString(a) {
-				return nil, fmt.Errorf("%s: Action %q is not sts:AssumeRole, sts:TagSession, sts:* or *", name, a)
+				return nil, fmt.Errorf("%s: Action %q is not sts:AssumeRole, sts:AssumeRoleWithWebIdentity, sts:TagSession, sts:* or *", name, a)
 			}
 		}
-		principals, err := parseTrustPrincipal(s.Principal)
+		st := TrustStatement{Sid: s.Sid, Effect: s.Effect, Actions: s.Action}
+		if err := parseTrustPrincipal(s.Principal, &st); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		conds, err := parseConditions(s.Condition)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		tp.Statements = append(tp.Statements, TrustStatement{Sid: s.Sid, Effect: s.Effect, Actions: s.Action, Principals: principals})
+		st.Conditions = conds
+		tp.Statements = append(tp.Statements, st)
 	}
 	return tp, nil
 }
 
-// parseTrustPrincipal reads Principal: "*", or {"AWS": one or many}.
-func parseTrustPrincipal(raw json.RawMessage) ([]string, error) {
+// parseTrustPrincipal reads Principal: "*", or an object of AWS,
+// Federated and Service principals (each one or many).
+func parseTrustPrincipal(raw json.RawMessage, st *TrustStatement) error {
 	if len(raw) == 0 {
-		return nil, errors.New("Principal is required") //nolint:staticcheck // IAM's member name starts the message
+		return errors.New("Principal is required") //nolint:staticcheck // IAM's member name starts the message
 	}
 	var star string
 	if json.Unmarshal(raw, &star) == nil {
 		if star != "*" {
-			return nil, fmt.Errorf("Principal %q must be \"*\" or {\"AWS\": ...}", star) //nolint:staticcheck // IAM's member name
+			return fmt.Errorf("Principal %q must be \"*\" or an object of AWS, Federated or Service principals", star) //nolint:staticcheck // IAM's member name
 		}
-		return []string{"*"}, nil
+		st.Anyone = true
+		return nil
 	}
 	var m map[string]stringList
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, errors.New(`Principal must be "*" or {"AWS": ...}`) //nolint:staticcheck // IAM's member name
+		return errors.New(`Principal must be "*" or an object of AWS, Federated or Service principals`) //nolint:staticcheck // IAM's member name
 	}
-	var out []string
 	for kind, vs := range m {
-		if kind != "AWS" {
-			return nil, fmt.Errorf("Principal type %q is not supported: only AWS principals may assume a role here", kind) //nolint:staticcheck // IAM's member name
-		}
 		for _, v := range vs {
-			if v != "*" && !trustAccount.MatchString(v) && !trustPrincipal.MatchString(v) {
-				return nil, fmt.Errorf("Principal %q is not an account id, an account root, IAM user or role ARN, a role session ARN or *", v) //nolint:staticcheck // IAM's member name
+			switch kind {
+			case "AWS":
+				if v != "*" && !trustAccount.MatchString(v) && !trustPrincipal.MatchString(v) {
+					return fmt.Errorf("Principal %q is not an account id, an account root, IAM user or role ARN, a role session ARN or *", v) //nolint:staticcheck // IAM's member name
+				}
+				st.Principals = append(st.Principals, v)
+			case "Federated":
+				if !oidcProviderARN.MatchString(v) {
+					return fmt.Errorf("Federated principal %q is not an IAM OIDC provider ARN (arn:aws:iam::{account}:oidc-provider/{issuer host and path})", v)
+				}
+				st.Federated = append(st.Federated, v)
+			case "Service":
+				if !servicePrincipal.MatchString(v) {
+					return fmt.Errorf("Service principal %q is not a service principal name such as pods.eks.amazonaws.com", v)
+				}
+				st.Services = append(st.Services, v)
+			default:
+				return fmt.Errorf("Principal type %q is not supported: AWS, Federated and Service principals may assume a role here", kind) //nolint:staticcheck // IAM's member name
 			}
-			out = append(out, v)
 		}
 	}
-	if len(out) == 0 {
-		return nil, errors.New("Principal names no AWS principal") //nolint:staticcheck // IAM's member name
+	if len(st.Principals)+len(st.Federated)+len(st.Services) == 0 {
+		return errors.New("Principal names no principal") //nolint:staticcheck // IAM's member name
 	}
-	return out, nil
+	return nil
 }
 
 func strictJSON(raw []byte, v any) error {
@@ -177,7 +215,7 @@ func strictJSON(raw []byte, v any) error {
 		// member says what is evaluated instead.
 		msg := strings.TrimPrefix(err.Error(), "json: ")
 		if field, ok := strings.CutPrefix(msg, "unknown field "); ok {
-			return fmt.Errorf("member %s is not supported: only Version, Id, Statement, Sid, Effect, Action and Principal are evaluated", field)
+			return fmt.Errorf("member %s is not supported: only Version, Id, Statement, Sid, Effect, Action, Principal and Condition are evaluated", field)
 		}
 		return errors.New(msg)
 	}
@@ -187,16 +225,26 @@ func strictJSON(raw []byte, v any) error {
 	return nil
 }
 
-// Caller is who asks to assume a role, as the trust policy sees it.
+// Caller is who asks to assume a role, as the trust policy sees it: an
+// AWS principal (Account and ARN), a web identity (Federated) or a
+// service (Service), with the request's condition keys.
 type Caller struct {
-	// Account is the caller's account.
+	// Account is the caller's account (AWS principals only).
 	Account string
 	// ARN is the caller's principal: an IAM user or role ARN, or an
-	// assumed-role session ARN.
+	// assumed-role session ARN (AWS principals only).
 	ARN string
 	// RoleARN is, for a role session, its role's ARN (path included);
 	// empty otherwise.
 	RoleARN string
+	// Federated is the OIDC provider ARN of a web identity.
+	Federated string
+	// Service is the service principal acting.
+	Service string
+	// Context holds the request's condition keys (lower-cased) and their
+	// values: {provider}:sub and :aud of a web identity, aws:SourceAccount,
+	// aws:RequestTag/…, sts:ExternalId, …
+	Context map[string][]string
 }
 
 // Allows reports whether the trust policy lets caller take action (an
@@ -204,7 +252,7 @@ type Caller struct {
 func (tp *TrustPolicy) Allows(caller Caller, action string) bool {
 	allowed := false
 	for _, st := range tp.Statements {
-		if !st.matchesAction(action) || !st.matchesPrincipal(caller) {
+		if !st.matchesAction(action) || !st.matchesPrincipal(caller) || !conditionsHold(st.Conditions, caller.Context) {
 			continue
 		}
 		if st.Effect == "Deny" {
@@ -224,22 +272,33 @@ func (st TrustStatement) matchesAction(action string) bool {
 	return false
 }
 
-// matchesPrincipal: "*" is anyone; an account id or root ARN is every
-// principal of the account (whose own policies must then allow the call,
-// as AWS requires); a user or role ARN matches exactly, and a role ARN
-// also matches that role's sessions; a session ARN matches that session.
+// matchesPrincipal: the bare "*" is anyone. Among AWS principals, "*" is
+// any AWS principal; an account id or root ARN is every principal of the
+// account (whose own policies must then allow the call, as AWS requires);
+// a user or role ARN matches exactly, and a role ARN also matches that
+// role's sessions; a session ARN matches that session. A Federated
+// principal matches a web identity of that provider, a Service principal
+// that service.
 func (st TrustStatement) matchesPrincipal(c Caller) bool {
-	for _, p := range st.Principals {
-		switch {
-		case p == "*":
-			return true
-		case p == c.Account, p == "arn:aws:iam::"+c.Account+":root":
-			return true
-		case p == c.ARN:
-			return true
-		case c.RoleARN != "" && (p == c.RoleARN || p == EffectivePrincipal(c.ARN)):
-			return true
+	if st.Anyone {
+		return true
+	}
+	if c.ARN != "" {
+		for _, p := range st.Principals {
+			switch {
+			case p == "*":
+				return true
+			case p == c.Account, p == "arn:aws:iam::"+c.Account+":root":
+				return true
+			case p == c.ARN:
+				return true
+			case c.RoleARN != "" && (p == c.RoleARN || p == EffectivePrincipal(c.ARN)):
+				return true
+			}
 		}
 	}
-	return false
+	if c.Federated != "" && slices.Contains(st.Federated, c.Federated) {
+		return true
+	}
+	return c.Service != "" && slices.Contains(st.Services, c.Service)
 }

@@ -20,8 +20,20 @@ func TestParseTrustPolicy(t *testing.T) {
 		{"lists", `{"Statement":[{"Sid":"a","Effect":"Allow","Principal":{"AWS":["arn:aws:iam::111122223333:root","arn:aws:iam::111122223333:role/p/r"]},"Action":["sts:AssumeRole","sts:TagSession"]}]}`, ""},
 		{"anyone", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:*"}]}`, ""},
 		{"a session ARN", `{"Statement":[{"Effect":"Deny","Principal":{"AWS":"arn:aws:sts::111122223333:assumed-role/r/s1"},"Action":"*"}]}`, ""},
-		{"a condition", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"StringEquals":{"sts:ExternalId":"x"}}}]}`, `member "Condition" is not supported`},
-		{"a service principal", `{"Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}`, `Principal type "Service" is not supported`},
+		{"a condition", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"StringEquals":{"sts:ExternalId":"x"}}}]}`, ""},
+		{"a service principal", `{"Statement":[{"Effect":"Allow","Principal":{"Service":"pods.eks.amazonaws.com"},"Action":["sts:AssumeRole","sts:TagSession"]}]}`, ""},
+		{"an IRSA trust policy", `{"Statement":[{"Effect":"Allow","Principal":{"Federated":"arn:aws:iam::111122223333:oidc-provider/oidc.example.com/id/ABC"},"Action":"sts:AssumeRoleWithWebIdentity","Condition":{"StringEquals":{"oidc.example.com/id/ABC:sub":"system:serviceaccount:ns:sa","oidc.example.com/id/ABC:aud":"sts.amazonaws.com"}}}]}`, ""},
+		{"set qualifiers and IfExists", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"ForAnyValue:StringLike":{"aws:TagKeys":"kubernetes-*"},"StringEqualsIfExists":{"aws:SourceAccount":"111122223333"}}}]}`, ""},
+		{"a SAML principal", `{"Statement":[{"Effect":"Allow","Principal":{"Federated":"arn:aws:iam::111122223333:saml-provider/corp"},"Action":"sts:AssumeRoleWithSAML"}]}`, `Action "sts:AssumeRoleWithSAML" is not`},
+		{"a public identity provider", `{"Statement":[{"Effect":"Allow","Principal":{"Federated":"accounts.google.com"},"Action":"sts:AssumeRoleWithWebIdentity"}]}`, `is not an IAM OIDC provider ARN`},
+		{"a canonical user", `{"Statement":[{"Effect":"Allow","Principal":{"CanonicalUser":"abc"},"Action":"sts:AssumeRole"}]}`, `Principal type "CanonicalUser" is not supported`},
+		{"a malformed service", `{"Statement":[{"Effect":"Allow","Principal":{"Service":"pods"},"Action":"sts:AssumeRole"}]}`, `is not a service principal name`},
+		{"an unknown operator", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"NumericLessThan":{"aws:SourceAccount":"1"}}}]}`, `condition operator "NumericLessThan" is not supported`},
+		{"an unknown qualifier", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"ForSome:StringEquals":{"aws:SourceAccount":"1"}}}]}`, `only the ForAnyValue and ForAllValues qualifiers`},
+		{"an unknown key", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"StringEquals":{"aws:SourceIp":"10.0.0.1"}}}]}`, `condition key "aws:SourceIp" is not supported`},
+		{"a policy variable", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"StringEquals":{"sts:ExternalId":"${aws:username}"}}}]}`, `policy variables`},
+		{"a condition without values", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":{"StringEquals":{"sts:ExternalId":[]}}}]}`, `has no values`},
+		{"a malformed condition", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole","Condition":["x"]}]}`, `Condition must be an object`},
 		{"another action", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"eks:ListClusters"}]}`, `Action "eks:ListClusters" is not sts:AssumeRole`},
 		{"no principal", `{"Statement":[{"Effect":"Allow","Action":"sts:AssumeRole"}]}`, "Principal is required"},
 		{"a malformed principal", `{"Statement":[{"Effect":"Allow","Principal":{"AWS":"alice"},"Action":"sts:AssumeRole"}]}`, `Principal "alice" is not an account id`},
@@ -75,6 +87,104 @@ func TestTrustPolicyAllows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tp.Allows(tc.caller, tc.action); got != tc.want {
 				t.Errorf("Allows(%+v, %s) = %v, want %v", tc.caller, tc.action, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTrustPolicyConditions: web identities, services and the condition
+// operators, each judged as IAM judges it.
+func TestTrustPolicyConditions(t *testing.T) {
+	const (
+		provider = "arn:aws:iam::111122223333:oidc-provider/oidc.example.com/id/ABC"
+		issuer   = "oidc.example.com/id/abc" // condition keys are lower-cased
+	)
+	tp, err := ParseTrustPolicy(`{"Statement":[
+		{"Effect":"Allow","Principal":{"Federated":"` + provider + `"},"Action":"sts:AssumeRoleWithWebIdentity",
+		 "Condition":{"StringEquals":{"oidc.example.com/id/ABC:aud":"sts.amazonaws.com"},"StringLike":{"oidc.example.com/id/ABC:sub":"system:serviceaccount:team-*:app"}}},
+		{"Effect":"Allow","Principal":{"Service":"pods.eks.amazonaws.com"},"Action":["sts:AssumeRole","sts:TagSession"],
+		 "Condition":{"StringEquals":{"aws:SourceAccount":"111122223333"},"ArnLike":{"aws:SourceArn":"arn:aws:eks:*:111122223333:cluster/*"}}},
+		{"Effect":"Deny","Principal":{"Service":"pods.eks.amazonaws.com"},"Action":"sts:TagSession",
+		 "Condition":{"ForAnyValue:StringEquals":{"aws:TagKeys":"forbidden"}}},
+		{"Effect":"Deny","Principal":{"Federated":"` + provider + `"},"Action":"sts:AssumeRoleWithWebIdentity",
+		 "Condition":{"StringNotEquals":{"oidc.example.com/id/ABC:amr":"authenticated"}}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := func(sub, aud string, amr ...string) Caller {
+		c := Caller{Federated: provider, Context: map[string][]string{issuer + ":sub": {sub}, issuer + ":aud": {aud}}}
+		if len(amr) > 0 {
+			c.Context[issuer+":amr"] = amr
+		}
+		return c
+	}
+	pods := func(account, cluster string, tagKeys ...string) Caller {
+		return Caller{Service: "pods.eks.amazonaws.com", Context: map[string][]string{
+			"aws:sourceaccount": {account}, "aws:sourcearn": {"arn:aws:eks:us-east-1:" + account + ":cluster/" + cluster}, "aws:tagkeys": tagKeys}}
+	}
+	tests := []struct {
+		name   string
+		caller Caller
+		action string
+		want   bool
+	}{
+		{"the service account", web("system:serviceaccount:team-a:app", "sts.amazonaws.com", "authenticated"), ActionAssumeRoleWithWebIdentity, true},
+		{"a negated condition holds without its key", web("system:serviceaccount:team-a:app", "sts.amazonaws.com"), ActionAssumeRoleWithWebIdentity, false},
+		{"another service account", web("system:serviceaccount:team-a:other", "sts.amazonaws.com", "authenticated"), ActionAssumeRoleWithWebIdentity, false},
+		{"another audience", web("system:serviceaccount:team-a:app", "pods.eks.amazonaws.com", "authenticated"), ActionAssumeRoleWithWebIdentity, false},
+		{"another provider", Caller{Federated: "arn:aws:iam::111122223333:oidc-provider/other.example.com", Context: web("system:serviceaccount:team-a:app", "sts.amazonaws.com", "authenticated").Context}, ActionAssumeRoleWithWebIdentity, false},
+		{"a web identity may not AssumeRole", web("system:serviceaccount:team-a:app", "sts.amazonaws.com", "authenticated"), ActionAssumeRole, false},
+		{"pods of the account", pods("111122223333", "prod"), ActionAssumeRole, true},
+		{"pods tag their session", pods("111122223333", "prod", "kubernetes-namespace"), ActionTagSession, true},
+		{"a denied tag key", pods("111122223333", "prod", "kubernetes-namespace", "forbidden"), ActionTagSession, false},
+		{"pods of another account", pods("444455556666", "prod"), ActionAssumeRole, false},
+		{"another service", Caller{Service: "ec2.amazonaws.com", Context: pods("111122223333", "prod").Context}, ActionAssumeRole, false},
+		{"an AWS principal is not the service", Caller{Account: "111122223333", ARN: "arn:aws:iam::111122223333:user/alice", Context: pods("111122223333", "prod").Context}, ActionAssumeRole, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tp.Allows(tc.caller, tc.action); got != tc.want {
+				t.Errorf("Allows(%+v, %s) = %v, want %v", tc.caller, tc.action, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestConditionOperators: each operator, qualifier and IfExists on
+// present, absent and multi-valued keys.
+func TestConditionOperators(t *testing.T) {
+	tests := []struct {
+		name   string
+		cond   Condition
+		values []string
+		want   bool
+	}{
+		{"equals", Condition{Operator: "StringEquals", Values: []string{"a", "b"}}, []string{"b"}, true},
+		{"equals is case-sensitive", Condition{Operator: "StringEquals", Values: []string{"a"}}, []string{"A"}, false},
+		{"equals ignoring case", Condition{Operator: "StringEqualsIgnoreCase", Values: []string{"a"}}, []string{"A"}, true},
+		{"equals an absent key", Condition{Operator: "StringEquals", Values: []string{"a"}}, nil, false},
+		{"not equals an absent key", Condition{Operator: "StringNotEquals", Values: []string{"a"}}, nil, true},
+		{"not equals", Condition{Operator: "StringNotEquals", Values: []string{"a"}}, []string{"a"}, false},
+		{"equals if exists, absent", Condition{Operator: "StringEquals", IfExists: true, Values: []string{"a"}}, nil, true},
+		{"equals if exists, present", Condition{Operator: "StringEquals", IfExists: true, Values: []string{"a"}}, []string{"b"}, false},
+		{"like", Condition{Operator: "StringLike", Values: []string{"system:serviceaccount:*:a?p"}}, []string{"system:serviceaccount:ns/x:app"}, true},
+		{"like is anchored", Condition{Operator: "StringLike", Values: []string{"abc"}}, []string{"xabcx"}, false},
+		{"like takes regexp characters literally", Condition{Operator: "StringLike", Values: []string{"a.c"}}, []string{"abc"}, false},
+		{"not like", Condition{Operator: "StringNotLike", Values: []string{"a*"}}, []string{"abc"}, false},
+		{"arn like by segment", Condition{Operator: "ArnLike", Values: []string{"arn:aws:eks:*:111122223333:cluster/*"}}, []string{"arn:aws:eks:us-east-1:111122223333:cluster/x"}, true},
+		{"arn like keeps the account", Condition{Operator: "ArnLike", Values: []string{"arn:aws:eks:*:111122223333:cluster/*"}}, []string{"arn:aws:eks:us-east-1:444455556666:cluster/x"}, false},
+		{"arn like a non-ARN", Condition{Operator: "ArnLike", Values: []string{"arn:aws:eks:*:*:*"}}, []string{"cluster"}, false},
+		{"for any value, one matches", Condition{Operator: "StringEquals", Set: "ForAnyValue", Values: []string{"b"}}, []string{"a", "b"}, true},
+		{"for any value, absent", Condition{Operator: "StringEquals", Set: "ForAnyValue", Values: []string{"b"}}, nil, false},
+		{"for all values, all match", Condition{Operator: "StringLike", Set: "ForAllValues", Values: []string{"kubernetes-*"}}, []string{"kubernetes-a", "kubernetes-b"}, true},
+		{"for all values, one does not", Condition{Operator: "StringLike", Set: "ForAllValues", Values: []string{"kubernetes-*"}}, []string{"kubernetes-a", "other"}, false},
+		{"for all values, absent", Condition{Operator: "StringLike", Set: "ForAllValues", Values: []string{"kubernetes-*"}}, nil, true},
+		{"for all values not equal", Condition{Operator: "StringNotEquals", Set: "ForAllValues", Values: []string{"x"}}, []string{"a", "b"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cond.holds(tc.values); got != tc.want {
+				t.Errorf("%+v holds for %q = %v, want %v", tc.cond, tc.values, got, tc.want)
 			}
 		})
 	}
