@@ -36,6 +36,7 @@ func TestLoad_EmbeddedCatalogue(t *testing.T) {
 		{"argocd", "gitops", "argoproj", "community", "argocd", false},
 		{"aws-ebs-csi-driver", "storage", "eks", "aws", "kube-system", false},
 		{"coredns", "networking", "eks", "aws", "kube-system", false},
+		{"eks-pod-identity-agent", "security", "eks", "aws", "kube-system", false},
 		{"kube-proxy", "networking", "eks", "aws", "kube-system", false},
 		{"vpc-cni", "networking", "eks", "aws", "kube-system", false},
 		{"metrics-server", "observability", "eks", "aws", "kube-system", false},
