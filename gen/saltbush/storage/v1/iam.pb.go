@@ -674,6 +674,155 @@ func (x *SessionTag) GetValue() string {
 	return ""
 }
 
+// OpenIDConnectProviderRecord is stored at
+// iam/accounts/{account}/oidc-providers/{sha256(url)}: an OpenID Connect
+// provider that IAM's CreateOpenIDConnectProvider made in the account
+// (server/iam/oidc.go). Providers derived from the account's clusters' OIDC
+// issuers have no record (server/sts/oidc.go); a record for the same URL
+// takes their place.
+type OpenIDConnectProviderRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider's URL, https://{host}{path}: what the caller gave, with a
+	// default port (:443) dropped. The provider's ARN is
+	// arn:aws:iam::{account}:oidc-provider/{url without https://}.
+	Url       string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	AccountId string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// The audiences (client ids) tokens may carry, in the order added.
+	ClientIds []string `protobuf:"bytes,3,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
+	// Hex SHA-1 thumbprints of the provider's certificates, as given.
+	Thumbprints []string `protobuf:"bytes,4,rep,name=thumbprints,proto3" json:"thumbprints,omitempty"`
+	// Tags in the order first set; keys unique whatever their case.
+	Tags          []*ResourceTag         `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenIDConnectProviderRecord) Reset() {
+	*x = OpenIDConnectProviderRecord{}
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenIDConnectProviderRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenIDConnectProviderRecord) ProtoMessage() {}
+
+func (x *OpenIDConnectProviderRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenIDConnectProviderRecord.ProtoReflect.Descriptor instead.
+func (*OpenIDConnectProviderRecord) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *OpenIDConnectProviderRecord) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *OpenIDConnectProviderRecord) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *OpenIDConnectProviderRecord) GetClientIds() []string {
+	if x != nil {
+		return x.ClientIds
+	}
+	return nil
+}
+
+func (x *OpenIDConnectProviderRecord) GetThumbprints() []string {
+	if x != nil {
+		return x.Thumbprints
+	}
+	return nil
+}
+
+func (x *OpenIDConnectProviderRecord) GetTags() []*ResourceTag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *OpenIDConnectProviderRecord) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// ResourceTag is one tag of an IAM resource.
+type ResourceTag struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceTag) Reset() {
+	*x = ResourceTag{}
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceTag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceTag) ProtoMessage() {}
+
+func (x *ResourceTag) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_iam_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceTag.ProtoReflect.Descriptor instead.
+func (*ResourceTag) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_iam_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ResourceTag) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResourceTag) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 var File_saltbush_storage_v1_iam_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
@@ -742,6 +891,19 @@ const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
 	"\n" +
 	"SessionTag\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x80\x02\n" +
+	"\x1bOpenIDConnectProviderRecord\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\x12\x1d\n" +
+	"\n" +
+	"client_ids\x18\x03 \x03(\tR\tclientIds\x12 \n" +
+	"\vthumbprints\x18\x04 \x03(\tR\vthumbprints\x124\n" +
+	"\x04tags\x18\x05 \x03(\v2 .saltbush.storage.v1.ResourceTagR\x04tags\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"5\n" +
+	"\vResourceTag\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05valueB@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
 
 var (
@@ -756,35 +918,39 @@ func file_saltbush_storage_v1_iam_proto_rawDescGZIP() []byte {
 	return file_saltbush_storage_v1_iam_proto_rawDescData
 }
 
-var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_saltbush_storage_v1_iam_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_saltbush_storage_v1_iam_proto_goTypes = []any{
-	(*AccountRecord)(nil),         // 0: saltbush.storage.v1.AccountRecord
-	(*PrincipalRecord)(nil),       // 1: saltbush.storage.v1.PrincipalRecord
-	(*PrincipalNameRecord)(nil),   // 2: saltbush.storage.v1.PrincipalNameRecord
-	(*AccessKeyRecord)(nil),       // 3: saltbush.storage.v1.AccessKeyRecord
-	(*PolicyRecord)(nil),          // 4: saltbush.storage.v1.PolicyRecord
-	(*ServiceRecord)(nil),         // 5: saltbush.storage.v1.ServiceRecord
-	(*SessionRecord)(nil),         // 6: saltbush.storage.v1.SessionRecord
-	(*SessionTag)(nil),            // 7: saltbush.storage.v1.SessionTag
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*AccountRecord)(nil),               // 0: saltbush.storage.v1.AccountRecord
+	(*PrincipalRecord)(nil),             // 1: saltbush.storage.v1.PrincipalRecord
+	(*PrincipalNameRecord)(nil),         // 2: saltbush.storage.v1.PrincipalNameRecord
+	(*AccessKeyRecord)(nil),             // 3: saltbush.storage.v1.AccessKeyRecord
+	(*PolicyRecord)(nil),                // 4: saltbush.storage.v1.PolicyRecord
+	(*ServiceRecord)(nil),               // 5: saltbush.storage.v1.ServiceRecord
+	(*SessionRecord)(nil),               // 6: saltbush.storage.v1.SessionRecord
+	(*SessionTag)(nil),                  // 7: saltbush.storage.v1.SessionTag
+	(*OpenIDConnectProviderRecord)(nil), // 8: saltbush.storage.v1.OpenIDConnectProviderRecord
+	(*ResourceTag)(nil),                 // 9: saltbush.storage.v1.ResourceTag
+	(*timestamppb.Timestamp)(nil),       // 10: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_iam_proto_depIdxs = []int32{
-	8,  // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 2: saltbush.storage.v1.PrincipalRecord.sessions_revoked_before:type_name -> google.protobuf.Timestamp
-	8,  // 3: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 4: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 5: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
-	8,  // 6: saltbush.storage.v1.ServiceRecord.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 7: saltbush.storage.v1.ServiceRecord.modified_at:type_name -> google.protobuf.Timestamp
-	8,  // 8: saltbush.storage.v1.SessionRecord.issued_at:type_name -> google.protobuf.Timestamp
-	8,  // 9: saltbush.storage.v1.SessionRecord.expires_at:type_name -> google.protobuf.Timestamp
+	10, // 0: saltbush.storage.v1.AccountRecord.created_at:type_name -> google.protobuf.Timestamp
+	10, // 1: saltbush.storage.v1.PrincipalRecord.created_at:type_name -> google.protobuf.Timestamp
+	10, // 2: saltbush.storage.v1.PrincipalRecord.sessions_revoked_before:type_name -> google.protobuf.Timestamp
+	10, // 3: saltbush.storage.v1.AccessKeyRecord.created_at:type_name -> google.protobuf.Timestamp
+	10, // 4: saltbush.storage.v1.PolicyRecord.created_at:type_name -> google.protobuf.Timestamp
+	10, // 5: saltbush.storage.v1.PolicyRecord.modified_at:type_name -> google.protobuf.Timestamp
+	10, // 6: saltbush.storage.v1.ServiceRecord.created_at:type_name -> google.protobuf.Timestamp
+	10, // 7: saltbush.storage.v1.ServiceRecord.modified_at:type_name -> google.protobuf.Timestamp
+	10, // 8: saltbush.storage.v1.SessionRecord.issued_at:type_name -> google.protobuf.Timestamp
+	10, // 9: saltbush.storage.v1.SessionRecord.expires_at:type_name -> google.protobuf.Timestamp
 	7,  // 10: saltbush.storage.v1.SessionRecord.tags:type_name -> saltbush.storage.v1.SessionTag
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	9,  // 11: saltbush.storage.v1.OpenIDConnectProviderRecord.tags:type_name -> saltbush.storage.v1.ResourceTag
+	10, // 12: saltbush.storage.v1.OpenIDConnectProviderRecord.created_at:type_name -> google.protobuf.Timestamp
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_storage_v1_iam_proto_init() }
@@ -798,7 +964,7 @@ func file_saltbush_storage_v1_iam_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_iam_proto_rawDesc), len(file_saltbush_storage_v1_iam_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
