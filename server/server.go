@@ -640,7 +640,7 @@ func (s *Server) newQueryAPI(keyCache *iam.Cache, authorizer *authz.Authorizer, 
 		MaxBodyBytes: s.cfg.MaxBodyBytes,
 		Keys:         s.keys,
 		Authorizer:   authorizer,
-		Issuers:      sts.ClusterIssuers(s.store),
+		Issuers:      sts.AccountIssuers(s.store, s.keys),
 		Logger:       s.log.With("component", "sts"),
 	})
 }
