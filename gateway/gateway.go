@@ -290,6 +290,15 @@ func (h *Handler) writeTooLarge(ctx context.Context, w http.ResponseWriter, r *h
 // X-Amzn-ErrorType, a JSON body with message and the modelled members. No
 // numeric "code" member: it breaks the Go SDK's error decoding.
 func (h *Handler) writeError(ctx context.Context, w http.ResponseWriter, r *http.Request, e *errdefs.Error, httpStatus int) {
+	WriteError(w, e, httpStatus)
+	rid, _ := ctx.Value(requestIDKey{}).(string)
+	h.cfg.Logger.InfoContext(ctx, "request failed", "method", r.Method, "path", r.URL.EscapedPath(),
+		"status", httpStatus, "exception", e.Exception, "message", e.Message, "request_id", rid)
+}
+
+// WriteError writes e as AWS's REST-JSON error with httpStatus; the EKS
+// Auth API beside the façade answers its errors with it too.
+func WriteError(w http.ResponseWriter, e *errdefs.Error, httpStatus int) {
 	body := make(map[string]string, len(e.Fields)+1)
 	for k, v := range e.Fields {
 		body[k] = v
@@ -301,9 +310,6 @@ func (h *Handler) writeError(ctx context.Context, w http.ResponseWriter, r *http
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(httpStatus)
 	_, _ = w.Write(b)
-	rid, _ := ctx.Value(requestIDKey{}).(string)
-	h.cfg.Logger.InfoContext(ctx, "request failed", "method", r.Method, "path", r.URL.EscapedPath(),
-		"status", httpStatus, "exception", e.Exception, "message", e.Message, "request_id", rid)
 }
 
 type statusRecorder struct {

@@ -42,9 +42,11 @@ import (
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster"
 	"github.com/saltbush/saltbush/server/delivery"
+	"github.com/saltbush/saltbush/server/eksauth"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/insight"
+	"github.com/saltbush/saltbush/server/oidc"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/podidentity"
 	"github.com/saltbush/saltbush/server/review"
@@ -279,11 +281,13 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	query, err := s.newQueryAPI(keyCache, authorizer, limiter, auditSink)
+	issuers := oidc.NewIssuers(s.store)
+	query, err := s.newQueryAPI(keyCache, authorizer, limiter, auditSink, issuers)
 	if err != nil {
 		return nil, err
 	}
-	s.httpServer = s.newHTTPServer(facade, query)
+	podCredentials := s.newEKSAuth(keyCache, authorizer, limiter, auditSink, issuers, d.pods)
+	s.httpServer = s.newHTTPServer(facade, query, podCredentials, oidc.NewHandler(issuers, facade, s.log.With("component", "oidc")))
 
 	if err := s.listen(); err != nil {
 		return nil, err
@@ -631,7 +635,8 @@ func sigV4Auth(service, region string, keyCache *iam.Cache) *gateway.SigV4 {
 // newQueryAPI is the query-protocol endpoint beside the façade: STS
 // (signing name sts, the serving region) and IAM's OIDC provider reads
 // (signing name iam; IAM is global, so any region is taken).
-func (s *Server) newQueryAPI(keyCache *iam.Cache, authorizer *authz.Authorizer, limiter *throttle.Limiter, auditSink audit.Sink) (*sts.Handler, error) {
+func (s *Server) newQueryAPI(keyCache *iam.Cache, authorizer *authz.Authorizer, limiter *throttle.Limiter, auditSink audit.Sink,
+	issuers *oidc.Issuers) (*sts.Handler, error) {
 	return sts.New(sts.Config{
 		STS:          sigV4Auth("sts", s.cfg.Cluster.Region, keyCache),
 		IAM:          sigV4Auth("iam", "", keyCache),
@@ -641,14 +646,37 @@ func (s *Server) newQueryAPI(keyCache *iam.Cache, authorizer *authz.Authorizer, 
 		Keys:         s.keys,
 		Authorizer:   authorizer,
 		Issuers:      sts.AccountIssuers(s.store, s.keys),
+		Hosted:       issuers,
 		Logger:       s.log.With("component", "sts"),
 	})
 }
 
-// newHTTPServer serves the façade and the query-protocol endpoint (told
-// apart by the request's shape, sts.IsQueryRequest) beside the health,
-// readiness, metrics and OpenAPI endpoints.
-func (s *Server) newHTTPServer(facade, query http.Handler) *http.Server {
+// newEKSAuth is EKS Auth beside the façade (signing name eks-auth, the
+// serving region): AssumeRoleForPodIdentity for the node agents of EKS Pod
+// Identity.
+func (s *Server) newEKSAuth(keyCache *iam.Cache, authorizer *authz.Authorizer, limiter *throttle.Limiter, auditSink audit.Sink,
+	issuers *oidc.Issuers, pods *podidentity.Service) *eksauth.Handler {
+	now := s.cfg.Cluster.Now
+	if now == nil {
+		now = time.Now
+	}
+	return eksauth.NewHandler(eksauth.Config{
+		Authenticator: sigV4Auth("eks-auth", s.cfg.Cluster.Region, keyCache),
+		Throttle:      limiter.Allow,
+		Audit:         auditSink,
+		MaxBodyBytes:  s.cfg.MaxBodyBytes,
+		Service: eksauth.NewService(s.store, issuers, pods, s.keys, authorizer, s.cfg.Cluster.Region, now,
+			s.log.With("component", "eks-auth")),
+		Logger: s.log.With("component", "eks-auth"),
+	})
+}
+
+// newHTTPServer serves the façade and, beside it on the same address,
+// the query-protocol endpoint (STS and IAM, told apart by the request's
+// shape, sts.IsQueryRequest), EKS Auth (eksauth.IsRequest) and the hosted
+// OIDC issuers' documents (oidc.IsRequest), with the health, readiness,
+// metrics and OpenAPI endpoints.
+func (s *Server) newHTTPServer(facade, query, podCredentials, issuers http.Handler) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -663,7 +691,7 @@ func (s *Server) newHTTPServer(facade, query http.Handler) *http.Server {
 	// path before matching and answers "/a/../b" or "//" with a redirect to
 	// the cleaned one, which is not an AWS answer (and would act on a path
 	// the client did not sign). Every other request reaches the façade or
-	// the query endpoint with its path as sent, and is refused there in
+	// an endpoint beside it with its path as sent, and is refused there in
 	// AWS's words if it names nothing.
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -671,11 +699,16 @@ func (s *Server) newHTTPServer(facade, query http.Handler) *http.Server {
 			mux.ServeHTTP(w, r)
 			return
 		}
-		if sts.IsQueryRequest(r) {
+		switch {
+		case sts.IsQueryRequest(r):
 			query.ServeHTTP(w, r)
-			return
+		case eksauth.IsRequest(r):
+			podCredentials.ServeHTTP(w, r)
+		case oidc.IsRequest(r):
+			issuers.ServeHTTP(w, r)
+		default:
+			facade.ServeHTTP(w, r)
 		}
-		facade.ServeHTTP(w, r)
 	})
 	return &http.Server{
 		Handler:           handler,

@@ -201,4 +201,3 @@ func arnLike(pattern, arn string) bool {
 	}
 	return true
 }
-

@@ -85,14 +85,14 @@ func (s *stringList) UnmarshalJSON(b []byte) error {
 const MaxTrustPolicyBytes = 2048
 
 var (
-	trustAccount   = regexp.MustCompile(`^[0-9]{12}$`)
-	trustAction    = regexp.MustCompile(`^(?i)(\*|sts:\*|sts:AssumeRole|sts:AssumeRoleWithWebIdentity|sts:TagSession)$`)
+	trustAccount = regexp.MustCompile(`^[0-9]{12}$`)
+	trustAction  = regexp.MustCompile(`^(?i)(\*|sts:\*|sts:AssumeRole|sts:AssumeRoleWithWebIdentity|sts:TagSession)$`)
 	// oidcProviderARN is a Federated principal saltbush can verify: an IAM
 	// OIDC provider (SAML providers and web identity federation with
 	// public identity providers are not offered).
-	oidcProviderARN = regexp.MustCompile(`^arn:aws:iam::[0-9]{12}:oidc-provider/[^\s*?]+$`)
+	oidcProviderARN  = regexp.MustCompile(`^arn:aws:iam::[0-9]{12}:oidc-provider/[^\s*?]+$`)
 	servicePrincipal = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*\.amazonaws\.com$`)
-	trustPrincipal = regexp.MustCompile(`^arn:aws:(iam::[0-9]{12}:(root|(user|role)/([\x21-\x7e]*/)?[\w+=,.@-]{1,64})|sts::[0-9]{12}:assumed-role/[\w+=,.@-]{1,64}/[\w+=,.@-]{2,64})$`)
+	trustPrincipal   = regexp.MustCompile(`^arn:aws:(iam::[0-9]{12}:(root|(user|role)/([\x21-\x7e]*/)?[\w+=,.@-]{1,64})|sts::[0-9]{12}:assumed-role/[\w+=,.@-]{1,64}/[\w+=,.@-]{2,64})$`)
 )
 
 // ParseTrustPolicy reads a role trust policy strictly. Its error names the

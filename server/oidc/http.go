@@ -46,12 +46,16 @@ func NewDiscovery(issuer string) Discovery {
 // unauthenticated, as OIDC relying parties fetch them.
 type Handler struct {
 	issuers *Issuers
-	log     *slog.Logger
+	// next answers a path that is no hosted issuer's (the façade, which
+	// refuses it in AWS's words).
+	next http.Handler
+	log  *slog.Logger
 }
 
-// NewHandler returns the issuers' HTTP handler.
-func NewHandler(issuers *Issuers, log *slog.Logger) *Handler {
-	return &Handler{issuers: issuers, log: log}
+// NewHandler returns the issuers' HTTP handler; requests for no hosted
+// issuer go to next.
+func NewHandler(issuers *Issuers, next http.Handler, log *slog.Logger) *Handler {
+	return &Handler{issuers: issuers, next: next, log: log}
 }
 
 // IsRequest reports whether r asks for an issuer's document: a GET (or
@@ -75,14 +79,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasSuffix(path, KeysPath):
 		path, doc = strings.TrimSuffix(path, KeysPath), KeysPath
 	default:
-		http.NotFound(w, r)
+		h.next.ServeHTTP(w, r)
 		return
 	}
 	issuer := "https://" + r.Host + path
 	iss, err := h.issuers.Get(r.Context(), issuer)
 	switch {
 	case errors.Is(err, ErrUnknownIssuer):
-		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found"})
+		h.next.ServeHTTP(w, r)
 		return
 	case err != nil:
 		h.log.ErrorContext(r.Context(), "issuer lookup failed", "issuer", issuer, "err", err)

@@ -25,6 +25,24 @@ func (s *Service) Describe(ctx context.Context, cluster, id string) (*storagev1.
 	return rec, err
 }
 
+// ForServiceAccount returns the association that holds (namespace,
+// serviceAccount) in cluster incarnation uid — what EKS Auth issues
+// credentials by — or nil when none does.
+func (s *Service) ForServiceAccount(ctx context.Context, uid, namespace, serviceAccount string) (*storagev1.PodIdentityAssociationRecord, error) {
+	id, err := holder(ctx, s.store, uid, namespace, serviceAccount)
+	if err != nil || id == "" {
+		return nil, err
+	}
+	rec := &storagev1.PodIdentityAssociationRecord{}
+	if _, err := s.store.Get(ctx, store.PodIdentityAssociationKey(uid, id), rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil // deleted since the holder was read
+		}
+		return nil, fmt.Errorf("pod identity association %s: %w", id, err)
+	}
+	return rec, nil
+}
+
 // Filter selects associations in a listing; empty members match all.
 type Filter struct {
 	Namespace      string

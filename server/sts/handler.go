@@ -32,6 +32,7 @@ import (
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/oidc"
 )
 
 // Keys issues role sessions (iam.Service).
@@ -58,6 +59,10 @@ type Config struct {
 	Authorizer *authz.Authorizer
 	// Issuers lists an account's OIDC providers.
 	Issuers Issuers
+	// Hosted holds the keys of the issuers saltbush hosts, which
+	// AssumeRoleWithWebIdentity verifies tokens with; without it every
+	// token is refused (IDPCommunicationError).
+	Hosted *oidc.Issuers
 	// Logger receives one line per failed request.
 	Logger *slog.Logger
 }
@@ -86,13 +91,17 @@ func New(cfg Config) (*Handler, error) {
 type operation struct {
 	// mutates marks an operation that is audited.
 	mutates bool
-	run     func(h *Handler, ctx context.Context, p params) (any, error)
+	// unsigned marks an operation AWS answers without a signature (the
+	// caller proves who it is otherwise: a web identity token).
+	unsigned bool
+	run      func(h *Handler, ctx context.Context, p params) (any, error)
 }
 
 var operations = map[api]map[string]operation{
 	apiSTS: {
-		"GetCallerIdentity": {run: (*Handler).getCallerIdentity},
-		"AssumeRole":        {mutates: true, run: (*Handler).assumeRole},
+		"GetCallerIdentity":         {run: (*Handler).getCallerIdentity},
+		"AssumeRole":                {mutates: true, run: (*Handler).assumeRole},
+		"AssumeRoleWithWebIdentity": {mutates: true, unsigned: true, run: (*Handler).assumeRoleWithWebIdentity},
 	},
 	apiIAM: iamOperations,
 }
@@ -133,6 +142,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		auth = h.cfg.IAM
 	}
 	ctx, entry := audit.Open(ctx)
+	if op, ok := operations[a][form.Get("Action")]; ok && op.unsigned && perr == nil && form.Get("Version") == a.version {
+		h.serveUnsigned(ctx, w, rid, a, form.Get("Action"), op, params(form), entry, fail)
+		return
+	}
 	caller, err := auth.Authenticate(r.WithContext(ctx), payload)
 	if err != nil {
 		fail(err)
@@ -167,6 +180,53 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeXML(w, http.StatusOK, result)
+}
+
+// serveUnsigned answers an operation that needs no signature: it is
+// throttled in a bucket of its own (no account is known before it runs)
+// and audited as the principal it names (identity.Caller in its context
+// is set by the operation once it has verified who asks).
+func (h *Handler) serveUnsigned(ctx context.Context, w http.ResponseWriter, rid string, a api, action string, op operation,
+	p params, entry *audit.Entry, fail func(error)) {
+	if h.cfg.Throttle != nil && !h.cfg.Throttle(unsignedBucket(p)) {
+		fail(errdefs.Throttling("Rate exceeded"))
+		return
+	}
+	holder := &callerHolder{}
+	ctx = context.WithValue(ctx, callerHolderKey{}, holder)
+	result, err := op.run(h, ctx, p)
+	if op.mutates && h.cfg.Audit != nil {
+		h.audit(ctx, rid, a, action, holder.caller, entry, err)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	writeXML(w, http.StatusOK, result)
+}
+
+// unsignedBucket is the throttle's bucket for an unsigned request: the
+// account of the role it names (so one account's pods cannot starve
+// another's), or one bucket for requests naming none.
+func unsignedBucket(p params) string {
+	arn, _ := p.get("RoleArn")
+	if m := roleAccount.FindStringSubmatch(arn); m != nil {
+		return "unsigned/" + m[1]
+	}
+	return "unsigned"
+}
+
+// callerHolder lets an unsigned operation say, for the audit record, who
+// it found the caller to be.
+type callerHolder struct{ caller identity.Caller }
+
+type callerHolderKey struct{}
+
+// noteCaller records who an unsigned request turned out to be.
+func noteCaller(ctx context.Context, c identity.Caller) {
+	if h, ok := ctx.Value(callerHolderKey{}).(*callerHolder); ok {
+		h.caller = c
+	}
 }
 
 // requestParams returns the request's parameters: the form body of a POST

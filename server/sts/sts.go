@@ -3,7 +3,6 @@ package sts
 import (
 	"context"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -210,31 +209,15 @@ func parseAssumeRole(p params) (iam.AssumeRoleInput, error) {
 	} else if v.length("roleSessionName", name, 2, 64) {
 		v.pattern("roleSessionName", name, roleSessionNamePattern, `[\w+=,.@-]*`)
 	}
-	if ds, ok := p.get("DurationSeconds"); ok {
-		n, err := strconv.Atoi(ds)
-		switch {
-		case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(ds, "-"):
-			// A whole number beyond 64 bits is beyond the model's bounds too.
-			v.add("Value '%s' at 'durationSeconds' failed to satisfy constraint: Member must have value less than or equal to 43200", clip(ds))
-		case errors.Is(err, strconv.ErrRange):
-			v.add("Value '%s' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900", clip(ds))
-		case err != nil:
-			v.add("Value '%s' at 'durationSeconds' failed to satisfy constraint: Member must be an integer", clip(ds))
-		case n < 900:
-			v.add("Value '%d' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900", n)
-		case n > 43200:
-			v.add("Value '%d' at 'durationSeconds' failed to satisfy constraint: Member must have value less than or equal to 43200", n)
-		default:
-			in.Duration = time.Duration(n) * time.Second
-		}
-	}
+	in.Duration = durationSeconds(p, &v)
 	if si, ok := p.get("SourceIdentity"); ok && v.length("sourceIdentity", si, 2, 64) {
 		v.pattern("sourceIdentity", si, roleSessionNamePattern, `[\w+=,.@-]*`)
 		in.SourceIdentity = si
 	}
 	if ext, ok := p.get("ExternalId"); ok && v.length("externalId", ext, 2, 1224) {
-		// Kept to the model; without trust-policy conditions it decides nothing.
+		// The trust policy's sts:ExternalId condition decides on it.
 		v.pattern("externalId", ext, externalIDPattern, `[\w+=,.@:\/-]*`)
+		in.Context = map[string][]string{"sts:externalid": {ext}}
 	}
 	in.Tags = parseTags(p, &v)
 	if err := v.err(); err != nil {
