@@ -63,6 +63,17 @@ type Options struct {
 	// ExecutorInstance, connects first (with its webhooks off) and is the
 	// cluster's executor.
 	Standby bool
+	// HostedIssuer makes saltbush the cluster's OIDC issuer, as a
+	// provisioner sets it up (docs/pod-credentials.md): the apiserver issues
+	// service-account tokens as https://{façade}/id/{cluster uid}, the
+	// cluster records that issuer, and the agent sends the apiserver's keys
+	// every KeysInterval (1 s when zero).
+	HostedIssuer bool
+	KeysInterval time.Duration
+	// Server is a saltbush already running (started with
+	// servertest.WithConfig(Timing)) that the cluster joins; a new one
+	// when nil.
+	Server *servertest.Server
 }
 
 // ExecutorInstance is the member that holds the executor role when
@@ -86,10 +97,19 @@ type World struct {
 	Kubectl string
 	// Dir is a scratch directory for kubeconfigs.
 	Dir string
+	// Issuer is the cluster's OIDC issuer with Options.HostedIssuer.
+	Issuer string
 }
 
-// timing keeps delivery short, as the agent tests do.
-func timing(c *server.Config) {
+// HostedIssuer is the issuer saltbush hosts for the cluster uid behind the
+// façade at url (http://host:port in tests; a load balancer terminates
+// TLS in front of it in an installation, so the issuer is https).
+func HostedIssuer(url, uid string) string {
+	return "https://" + strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://") + "/id/" + uid
+}
+
+// Timing keeps delivery short, as the agent tests do.
+func Timing(c *server.Config) {
 	c.Delivery.SessionTTL = 8 * time.Second
 	c.Delivery.HeartbeatInterval = time.Second
 	c.Delivery.FenceAfter = 4 * time.Second
@@ -109,7 +129,13 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 	if o.AuthenticationMode == "" {
 		o.AuthenticationMode = "API"
 	}
-	w := &World{Server: servertest.Start(tb, servertest.WithConfig(timing)), Cluster: cluster, Kubectl: kubectl, Dir: tb.TempDir()}
+	if o.KeysInterval == 0 {
+		o.KeysInterval = time.Second
+	}
+	w := &World{Server: o.Server, Cluster: cluster, Kubectl: kubectl, Dir: tb.TempDir()}
+	if w.Server == nil {
+		w.Server = servertest.Start(tb, servertest.WithConfig(Timing))
+	}
 	w.EKS, w.Account, w.Region = w.Server.EKS(tb), w.Server.Config.DevAccount, w.Server.Config.Cluster.Region
 	if _, err := w.EKS.CreateCluster(ctx, &eks.CreateClusterInput{
 		Name: aws.String(cluster), RoleArn: aws.String("arn:aws:iam::" + w.Account + ":role/eks"),
@@ -157,15 +183,19 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 	if o.APIServerUncached {
 		apiserverArgs = kubetest.WebhookAPIServerArgsUncached
 	}
-	w.Kube, err = kubetest.Start(ctx, kubetest.Options{
-		ExtraAPIServerArgs: append(apiserverArgs(files[0], files[1]), "--token-auth-file="+tokens),
-	})
+	kopts := kubetest.Options{ExtraAPIServerArgs: append(apiserverArgs(files[0], files[1]), "--token-auth-file="+tokens)}
+	if o.HostedIssuer {
+		w.Issuer = HostedIssuer(w.Server.URL, w.UID)
+		kopts.ServiceAccountIssuer = w.Issuer
+	}
+	w.Kube, err = kubetest.Start(ctx, kopts)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(w.Kube.Stop)
 	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: w.Kube.Host(), PlatformVersion: "eks.1", CertificateAuthorityData: base64.StdEncoding.EncodeToString(w.Kube.CACert())}); err != nil {
+		Endpoint: w.Kube.Host(), PlatformVersion: "eks.1", CertificateAuthorityData: base64.StdEncoding.EncodeToString(w.Kube.CACert()),
+		OidcIssuer: w.Issuer}); err != nil {
 		tb.Fatalf("SetStatus ACTIVE: %v", err)
 	}
 	if o.Standby {
@@ -186,7 +216,7 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 		Kubeconfig: w.Kube.UserKubeconfig("saltbush-agent", "system:masters"),
 		Args: []string{"--webhook-addr", webhookAddr, "--webhook-dir", webhookDir,
 			"--review-cache-ttl", o.CacheTTL.String(), "--review-negative-cache-ttl", o.NegativeCacheTTL.String(),
-			"--review-timeout", o.ReviewTimeout.String()},
+			"--review-timeout", o.ReviewTimeout.String(), "--service-account-keys-interval", o.KeysInterval.String()},
 	})
 	if err != nil {
 		tb.Fatal(err)

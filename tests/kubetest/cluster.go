@@ -68,6 +68,11 @@ type Options struct {
 	// addresses rather than at Service IPs (which only the nodes route),
 	// and authenticates to kubelets with a client certificate.
 	RealNodes bool
+	// ServiceAccountIssuer replaces ServiceAccountIssuer as the issuer of
+	// the cluster's service-account tokens, and its JWKS URI is the
+	// issuer's /keys, as saltbush hosts a cluster's issuer
+	// (images/k3s/config.yaml.d/70-saltbush-oidc.yaml sets K3s so).
+	ServiceAccountIssuer string
 }
 
 // Cluster is a running control plane: embedded etcd, kube-apiserver,
@@ -98,6 +103,15 @@ type Cluster struct {
 	gcProbing, gcProven bool
 
 	stopOnce sync.Once
+
+	// What the apiserver was started with, for a restart
+	// (RotateServiceAccountKey): the issuer, binaries, PKI files, extra
+	// flags and the port it serves on.
+	issuer string
+	binDir string
+	files  pkiFiles
+	extra  []string
+	port   int
 }
 
 // Start starts a cluster in a new temporary directory and returns once it
@@ -120,7 +134,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: temporary directory: %w", err)
 	}
-	c := &Cluster{dir: dir, auditLog: filepath.Join(dir, "audit.log")}
+	c := &Cluster{dir: dir, auditLog: filepath.Join(dir, "audit.log"), issuer: opts.ServiceAccountIssuer}
+	if c.issuer == "" {
+		c.issuer = ServiceAccountIssuer
+	}
 	started := false
 	defer func() {
 		if !started {
@@ -147,6 +164,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.RealNodes {
 		extra = append(slices.Clone(extra), realNodeArgs(files)...)
 	}
+	c.binDir, c.files, c.extra = binDir, files, extra
 	if err := c.startAPIServer(ctx, binDir, files, extra); err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
@@ -279,6 +297,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 		if err != nil {
 			return err
 		}
+		if c.port != 0 {
+			port = c.port // a restart keeps the address clients know
+		}
 		c.host = "https://" + net.JoinHostPort(c.address.String(), strconv.Itoa(port))
 		c.admin = c.UserConfig(AdminUser, "system:masters")
 		args := []string{
@@ -297,7 +318,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 			"--tls-cert-file="+f.servingCert,
 			"--tls-private-key-file="+f.servingKey,
 			"--client-ca-file="+f.caCert,
-			"--service-account-issuer="+ServiceAccountIssuer,
+			"--service-account-issuer="+c.issuer,
 			"--service-account-key-file="+f.saPub,
 			"--service-account-signing-key-file="+f.saKey,
 			"--service-cluster-ip-range="+ServiceClusterIPRange,
@@ -319,6 +340,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 		if !hasFlag(extra, "--authorization-mode") && !hasFlag(extra, "--authorization-config") {
 			args = append(args, "--authorization-mode=Node,RBAC")
 		}
+		if c.issuer != ServiceAccountIssuer {
+			args = append(args, "--service-account-jwks-uri="+c.issuer+"/keys")
+		}
 		args = append(args, extra...)
 		p, err := StartProcess(apiServerBinary, filepath.Join(binDir, apiServerBinary), args, filepath.Join(c.dir, apiServerBinary+".log"))
 		if err != nil {
@@ -326,7 +350,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 		}
 		err = c.waitAPIServer(ctx, p)
 		if err == nil {
-			c.apiServer = p
+			c.apiServer, c.port = p, port
 			return nil
 		}
 		p.Stop()
@@ -335,6 +359,27 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles,
 		}
 		return err
 	}
+}
+
+// RotateServiceAccountKey gives the apiserver a new service-account key
+// pair and restarts it on the same address: tokens are signed with the new
+// key, and the old one is no longer published or accepted (the end of a
+// rotation, where the old key is rotated out). ctx bounds the restart.
+func (c *Cluster) RotateServiceAccountKey(ctx context.Context) error {
+	key, pub, err := newServiceAccountKey()
+	if err != nil {
+		return err
+	}
+	c.apiServer.Stop()
+	for path, data := range map[string][]byte{c.files.saKey: key, c.files.saPub: pub} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return fmt.Errorf("kubetest: write %s: %w", path, err)
+		}
+	}
+	if err := c.startAPIServer(ctx, c.binDir, c.files, c.extra); err != nil {
+		return fmt.Errorf("kubetest: restart the apiserver: %w", err)
+	}
+	return nil
 }
 
 // hasFlag reports whether args set flag (as "--flag=v" or "--flag v").

@@ -1,0 +1,5 @@
+//go:build !race
+
+package podcreds_test
+
+const raceEnabled = false
