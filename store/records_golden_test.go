@@ -204,6 +204,28 @@ func podIdentityServiceAccountRecordV1() proto.Message {
 	return &storagev1.PodIdentityServiceAccountRecord{AssociationId: "a-0123456789abcdefg"}
 }
 
+func openIDConnectProviderRecordV1() proto.Message {
+	return &storagev1.OpenIDConnectProviderRecord{
+		Url: "https://oidc.eks.us-east-1.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF", AccountId: "111122223333",
+		ClientIds:   []string{"sts.amazonaws.com", "pods.example"},
+		Thumbprints: []string{"9e99a48a9960b14926bb7f3b02e22da2b0ab7280", "06B25927C42A721631C1EFD9431E648FA62E1E39"},
+		Tags:        []*storagev1.ResourceTag{{Key: "team", Value: "platform"}, {Key: "Env", Value: ""}},
+		CreatedAt:   goldenT,
+	}
+}
+
+// serviceAccountIssuerRecordV1's key set is as server/oidc keeps it:
+// canonical JSON, public keys only, sorted by kid.
+func serviceAccountIssuerRecordV1() proto.Message {
+	return &storagev1.ServiceAccountIssuerRecord{
+		Issuer:     "https://saltbush.example/id/6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22",
+		ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", AccountId: "000000000000", ClusterName: "golden",
+		Jwks: []byte(`{"keys":[{"use":"sig","kty":"EC","kid":"k1","crv":"P-256","alg":"ES256",` +
+			`"x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}`),
+		UpdatedAt: goldenT, Epoch: 7, InstanceId: "i-0abc",
+	}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -231,6 +253,8 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"AgentSessionRecord.v1.binpb", agentSessionRecordV1},
 		{"PodIdentityAssociationRecord.v1.binpb", podIdentityAssociationRecordV1},
 		{"PodIdentityServiceAccountRecord.v1.binpb", podIdentityServiceAccountRecordV1},
+		{"OpenIDConnectProviderRecord.v1.binpb", openIDConnectProviderRecordV1},
+		{"ServiceAccountIssuerRecord.v1.binpb", serviceAccountIssuerRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
