@@ -100,16 +100,17 @@ func newAdminAccountCommand(af *adminFlags) *cobra.Command {
 	return cmd
 }
 
-// newAdminRoleCommand manages what sts:AssumeRole does for a role: who may
-// assume it (its trust policy), how long its sessions last, and revoking
-// the sessions issued so far.
+// newAdminRoleCommand manages how a role is assumed: who may assume it (its
+// trust policy: sts:AssumeRole, sts:AssumeRoleWithWebIdentity, EKS Pod
+// Identity), how long its sessions last, and revoking the sessions issued
+// so far.
 func newAdminRoleCommand(af *adminFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "role", Short: "A role's trust policy, maximum session duration and sessions"}
 	var trustFile string
 	var maxSession time.Duration
 	update := &cobra.Command{
 		Use:   "update ROLE_ARN [--trust-policy FILE|-] [--max-session-duration 1h..12h]",
-		Short: "Set who may sts:AssumeRole the role and how long its sessions may last",
+		Short: "Set who may assume the role (its trust policy) and how long its sessions may last",
 		Args:  cobra.ExactArgs(1),
 		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
 			req := &controlv1.UpdateRoleRequest{RoleArn: args[0]}

@@ -82,10 +82,28 @@ func TestAdminRoleCommands(t *testing.T) {
 	_, err := assume(900)
 	queryError(t, err, "AccessDenied", http.StatusForbidden)
 
-	// A trust policy that does not parse is refused and changes nothing.
-	if _, stderr, err := admin(t, srv, bin, `{"Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}`,
-		"account", "role", "update", role, "--trust-policy", "-"); err == nil || !strings.Contains(stderr, `Principal type "Service" is not supported`) {
-		t.Errorf("a Service principal: err %v, stderr %q; want refused naming the principal type", err, stderr)
+	// A trust policy saltbush cannot evaluate as written is refused, naming
+	// what it does not take, and changes nothing. (AWS, Federated OIDC
+	// provider and Service principals with their conditions are taken:
+	// server/iam/trust.go.)
+	for _, tc := range []struct{ what, doc, want string }{
+		{"a CanonicalUser principal", `{"Statement":[{"Effect":"Allow","Principal":{"CanonicalUser":"79a59df900b949e55d96a1e698fbacedfd6e09d98eacf8f8d5218e7cd47ef2be"},"Action":"sts:AssumeRole"}]}`,
+			`Principal type "CanonicalUser" is not supported`},
+		{"a SAML provider", `{"Statement":[{"Effect":"Allow","Principal":{"Federated":"arn:aws:iam::` + account + `:saml-provider/corp"},"Action":"sts:AssumeRoleWithWebIdentity"}]}`,
+			`is not an IAM OIDC provider ARN`},
+		{"a NotPrincipal", `{"Statement":[{"Effect":"Allow","NotPrincipal":{"AWS":"` + aliceARN + `"},"Action":"sts:AssumeRole"}]}`,
+			`member "NotPrincipal" is not supported`},
+		{"an unknown condition key", `{"Statement":[{"Effect":"Allow","Principal":{"AWS":"` + aliceARN + `"},"Action":"sts:AssumeRole","Condition":{"StringEquals":{"aws:PrincipalTag/team":"ops"}}}]}`,
+			`condition key "aws:PrincipalTag/team" is not supported`},
+		{"a Bool condition", `{"Statement":[{"Effect":"Allow","Principal":{"AWS":"` + aliceARN + `"},"Action":"sts:AssumeRole","Condition":{"Bool":{"aws:MultiFactorAuthPresent":"true"}}}]}`,
+			`condition operator "Bool" is not supported`},
+	} {
+		if _, stderr, err := admin(t, srv, bin, tc.doc, "account", "role", "update", role, "--trust-policy", "-"); err == nil || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: err %v, stderr %q; want refused with %q", tc.what, err, stderr, tc.want)
+		}
+	}
+	if got := ok("", "account", "role", "get", role); got["trustPolicy"] != nil && got["trustPolicy"] != "" {
+		t.Errorf("after refused trust policies, role get printed %v; want no trust policy", got)
 	}
 
 	got := ok(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"`+aliceARN+`"},"Action":"sts:AssumeRole"}]}`,
