@@ -1,6 +1,7 @@
 package invariants
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/access"
+	"github.com/saltbush/saltbush/server/iam"
+	"github.com/saltbush/saltbush/server/oidc"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -281,6 +284,43 @@ func (c *checker) checkRecords() {
 			c.violate(InvKey, it.key, "role session record %s of %s", r.GetAccessKeyId(), r.GetSessionArn())
 		}
 	})
+	decoded(c, famOIDCProvider, func(it *item, r *storagev1.OpenIDConnectProviderRecord) {
+		acct := it.caps["account"]
+		norm, err := iam.NormalizeOIDCProviderURL(r.GetUrl())
+		switch {
+		case r.GetAccountId() != acct:
+			c.violate(InvKey, it.key, "OIDC provider %s of account %s under account %s", r.GetUrl(), r.GetAccountId(), acct)
+		case err != nil || norm != r.GetUrl():
+			c.violate(InvKey, it.key, "OIDC provider URL %q is not one CreateOpenIDConnectProvider keeps", r.GetUrl())
+		case it.caps["hash"] != sha(r.GetUrl()):
+			c.violate(InvKey, it.key, "OIDC provider %s is not at the hash of its URL", r.GetUrl())
+		case r.GetCreatedAt() == nil:
+			c.violate(InvKey, it.key, "OIDC provider %s without its creation time", r.GetUrl())
+		}
+		if why := oidcProviderLimits(r); why != "" {
+			c.violate(InvKey, it.key, "OIDC provider %s: %s", r.GetUrl(), why)
+		}
+		tags := map[string]string{}
+		for _, t := range r.GetTags() {
+			tags[t.GetKey()] = t.GetValue()
+		}
+		c.tags[iam.OIDCProviderARN(acct, r.GetUrl())] = tags
+	})
+	decoded(c, famOIDCIssuer, func(it *item, r *storagev1.ServiceAccountIssuerRecord) {
+		switch {
+		case r.GetIssuer() == "" || it.caps["hash"] != sha(r.GetIssuer()):
+			c.violate(InvKey, it.key, "the keys of issuer %q are not at the hash of their issuer", r.GetIssuer())
+		case r.GetClusterUid() == "" || r.GetAccountId() == "" || r.GetClusterName() == "":
+			c.violate(InvKey, it.key, "the keys of issuer %s name no cluster (uid %q, %q of account %q)",
+				r.GetIssuer(), r.GetClusterUid(), r.GetClusterName(), r.GetAccountId())
+		}
+		switch keys, err := oidc.ParseKeySet(r.GetJwks()); {
+		case err != nil:
+			c.violate(InvKey, it.key, "the keys of issuer %s: %v", r.GetIssuer(), err)
+		case !bytes.Equal(keys.JSON(), r.GetJwks()):
+			c.violate(InvKey, it.key, "the keys of issuer %s are not the canonical key set", r.GetIssuer())
+		}
+	})
 	decoded(c, famAuthorities, func(it *item, r *storagev1.CertificateAuthorityState) {
 		c.authorities = r
 	})
@@ -299,6 +339,40 @@ func (c *checker) checkRecords() {
 			c.violate(InvKey, it.key, "store meta without the paging-token signing key")
 		}
 	})
+}
+
+// oidcProviderLimits says which of IAM's limits a provider record breaks
+// (server/iam/oidc.go, checkOIDCProvider), "" when none.
+func oidcProviderLimits(r *storagev1.OpenIDConnectProviderRecord) string {
+	switch {
+	case len(r.GetClientIds()) > iam.MaxOIDCClientIDs:
+		return fmt.Sprintf("%d client ids, more than %d", len(r.GetClientIds()), iam.MaxOIDCClientIDs)
+	case len(r.GetThumbprints()) > iam.MaxOIDCThumbprints:
+		return fmt.Sprintf("%d thumbprints, more than %d", len(r.GetThumbprints()), iam.MaxOIDCThumbprints)
+	case len(r.GetTags()) > iam.MaxOIDCTags:
+		return fmt.Sprintf("%d tags, more than %d", len(r.GetTags()), iam.MaxOIDCTags)
+	}
+	for _, t := range r.GetThumbprints() {
+		if !iam.ValidOIDCThumbprint(t) {
+			return fmt.Sprintf("thumbprint %q is not 40 hexadecimal digits", t)
+		}
+	}
+	ids := map[string]bool{}
+	for _, id := range r.GetClientIds() {
+		if ids[id] {
+			return fmt.Sprintf("client id %q twice", id)
+		}
+		ids[id] = true
+	}
+	keys := map[string]bool{}
+	for _, t := range r.GetTags() {
+		k := strings.ToLower(t.GetKey())
+		if keys[k] {
+			return fmt.Sprintf("tag key %q twice, whatever its case", t.GetKey())
+		}
+		keys[k] = true
+	}
+	return ""
 }
 
 // checkClusters: every key under clusters/{uid}/ belongs to a cluster
@@ -328,6 +402,12 @@ func (c *checker) checkClusters() {
 	})
 	decoded(c, famPodIdentity, func(it *item, r *storagev1.PodIdentityAssociationRecord) {
 		child(it.key, "association "+r.GetAssociationId(), r.GetAccountId(), r.GetClusterName(), it.caps["uid"])
+	})
+	// An issuer's keys may outlive their cluster (nothing serves them
+	// then: oidc.Serves), but while the incarnation they name exists they
+	// name it as it is.
+	decoded(c, famOIDCIssuer, func(it *item, r *storagev1.ServiceAccountIssuerRecord) {
+		child(it.key, "the keys of issuer "+r.GetIssuer(), r.GetAccountId(), r.GetClusterName(), r.GetClusterUid())
 	})
 
 	inProgress := map[string][]string{}
@@ -506,6 +586,21 @@ func (c *checker) checkExecutors() {
 				a.GetName(), obs.GetInstanceId(), obs.GetExecutorEpoch(), e.GetInstanceId())
 		}
 	})
+	// Service-account keys are fenced as reports are
+	// (server/delivery/keys.go); those of a cluster that is gone are
+	// judged no more.
+	decoded(c, famOIDCIssuer, func(it *item, r *storagev1.ServiceAccountIssuerRecord) {
+		e, ok := c.executors[r.GetClusterUid()]
+		switch {
+		case !ok:
+		case r.GetEpoch() > e.GetEpoch():
+			c.violate(InvExecutor, it.key, "the keys of issuer %s were sent by %s at epoch %d, later than the executor's %d",
+				r.GetIssuer(), r.GetInstanceId(), r.GetEpoch(), e.GetEpoch())
+		case r.GetEpoch() == e.GetEpoch() && e.GetInstanceId() != "" && r.GetInstanceId() != e.GetInstanceId():
+			c.violate(InvExecutor, it.key, "the keys of issuer %s were sent by %s at epoch %d, which is %s's",
+				r.GetIssuer(), r.GetInstanceId(), r.GetEpoch(), e.GetInstanceId())
+		}
+	})
 }
 
 // checkIAM: the key store's records and its name index agree, and every
@@ -557,6 +652,11 @@ func (c *checker) checkIAM() {
 			if !principalExists(arn) {
 				c.violate(InvOrphan, it.key, "key %s of %s, which is no principal", r.GetAccessKeyId(), arn)
 			}
+		}
+	})
+	decoded(c, famOIDCProvider, func(it *item, r *storagev1.OpenIDConnectProviderRecord) {
+		if !c.accounts[it.caps["account"]] {
+			c.violate(InvOrphan, it.key, "OIDC provider %s of account %s, which does not exist", r.GetUrl(), it.caps["account"])
 		}
 	})
 	decoded(c, famRoleSession, func(it *item, r *storagev1.SessionRecord) {

@@ -50,6 +50,8 @@ const (
 	famAccessKey         = "iam-access-key"
 	famService           = "iam-service"
 	famRoleSession       = "iam-role-session"
+	famOIDCProvider      = "iam-oidc-provider"
+	famOIDCIssuer        = "oidc-issuer"
 	famAuthorities       = "pki-authorities"
 	famIssuedCertificate = "pki-issued"
 	famRevokedCert       = "pki-revoked"
@@ -82,6 +84,11 @@ var families = []family{
 	{name: famAccessKey, pattern: split("iam/keys/{akid}"), record: rec[*storagev1.AccessKeyRecord]},
 	{name: famService, pattern: split("iam/services/{name}"), record: rec[*storagev1.ServiceRecord]},
 	{name: famRoleSession, pattern: split("iam/sessions/{akid}"), record: rec[*storagev1.SessionRecord], leased: true},
+	{name: famOIDCProvider, pattern: split("iam/accounts/{account}/oidc-providers/{hash}"), record: rec[*storagev1.OpenIDConnectProviderRecord]},
+	// A hosted issuer's keys (server/oidc/issuers.go), kept after its
+	// cluster is gone: such a record serves nothing (oidc.Serves) and is
+	// replaced when another cluster takes the issuer.
+	{name: famOIDCIssuer, pattern: split("oidc/issuers/{hash}"), record: rec[*storagev1.ServiceAccountIssuerRecord]},
 	{name: famAuthorities, pattern: split("pki/authorities"), record: rec[*storagev1.CertificateAuthorityState]},
 	{name: famIssuedCertificate, pattern: split("pki/issued/{serial}"), record: rec[*storagev1.IssuedCertificateRecord]},
 	{name: famRevokedCert, pattern: split("pki/revoked/{serial}"), record: rec[*storagev1.RevokedCertificateRecord]},

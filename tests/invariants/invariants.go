@@ -17,8 +17,10 @@
 //   - lease: sessions, idempotency records, role sessions and election
 //     keys live on an etcd lease, and nothing else does;
 //   - orphan: nothing lives under a cluster uid that no cluster record
-//     has, no update outlives its add-on incarnation, no role session or
-//     key outlives its principal or account;
+//     has, no update outlives its add-on incarnation, no role session,
+//     key or OIDC provider outlives its principal or account (a hosted
+//     issuer's keys may outlive their cluster: they serve nothing then,
+//     server/oidc/issuers.go);
 //   - index: the exclusivity and index keys and the records they name
 //     agree both ways (pod identity service accounts and associations,
 //     IAM names and principals, add-ons and the associations they own,
@@ -28,10 +30,10 @@
 //     has exactly one InProgress cluster update, and one is InProgress
 //     only while its cluster is UPDATING or DELETING;
 //   - executor: at most one executor epoch is live per cluster: a
-//     DELETING or FAILED cluster's executor names nobody, no report
-//     accepted through delivery is from an epoch later than the
-//     executor's, one epoch names one instance (also against the previous
-//     snapshot), and epochs never go back;
+//     DELETING or FAILED cluster's executor names nobody, no report or
+//     service-account key set accepted through delivery is from an epoch
+//     later than the executor's, one epoch names one instance (also
+//     against the previous snapshot), and epochs never go back;
 //   - monotonic (against the previous snapshot, Previous): the etcd
 //     revision, add-on generations and observed generations, cluster
 //     versions never go back; a DELETING cluster stays DELETING, an ended

@@ -36,6 +36,22 @@ const (
 
 var deadline = time.Unix(1_900_000_000, 0)
 
+// OIDC: a provider made in the account, and the hosted issuers of alpha
+// and of a cluster that is gone (its keys stay, serving nothing).
+const (
+	providerURL  = "https://oidc.example/id/ABC"
+	issuerAlpha  = "https://saltbush.example/id/" + uidAlpha
+	issuerGone   = "https://saltbush.example/id/purged-uid"
+	keySetSample = `{"keys":[{"use":"sig","kty":"EC","kid":"k1","crv":"P-256","alg":"ES256",` +
+		`"x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}`
+)
+
+func providerKey(account, url string) string {
+	return "iam/accounts/" + account + "/oidc-providers/" + sha(url)
+}
+
+func issuerKey(issuer string) string { return "oidc/issuers/" + sha(issuer) }
+
 // value is one key's value in a fixture: a record or raw bytes, on a
 // lease or not.
 type value struct {
@@ -99,6 +115,13 @@ func baseFixture() fixture {
 	f.put("pki/issued/2b", &storagev1.IssuedCertificateRecord{Serial: "2b", SpiffeId: "spiffe://saltbush/service/admin", IssuerSerial: "1a", IssuedAt: now})
 	f.put("pki/revoked/2b", &storagev1.RevokedCertificateRecord{Serial: "2b", Reason: "rotated", RevokedAt: now})
 	f["elections/addon-deadlines/694d7a1b2c3d4e5f"] = value{raw: []byte("replica-a"), leased: true}
+	f.put(providerKey(acct, providerURL), &storagev1.OpenIDConnectProviderRecord{Url: providerURL, AccountId: acct,
+		ClientIds: []string{"sts.amazonaws.com"}, Thumbprints: []string{strings.Repeat("ab", 20)},
+		Tags: []*storagev1.ResourceTag{{Key: "team", Value: "blue"}}, CreatedAt: now})
+	f.put(issuerKey(issuerAlpha), &storagev1.ServiceAccountIssuerRecord{Issuer: issuerAlpha, ClusterUid: uidAlpha, AccountId: acct,
+		ClusterName: "alpha", Jwks: []byte(keySetSample), UpdatedAt: now, Epoch: 2, InstanceId: "i-a"})
+	f.put(issuerKey(issuerGone), &storagev1.ServiceAccountIssuerRecord{Issuer: issuerGone, ClusterUid: "purged-uid", AccountId: acct,
+		ClusterName: "gamma", Jwks: []byte(keySetSample), UpdatedAt: now, Epoch: 9, InstanceId: "i-z"})
 
 	// Cluster alpha: ACTIVE, two add-ons (one UPDATING, one owning an
 	// association), a direct association, an access entry, an executor
@@ -504,6 +527,72 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				edit(t, f, "iam/keys/AKIAAAAAAAAAAAAAAAAA", func(r *storagev1.AccessKeyRecord) { r.PrincipalArn = "arn:aws:iam::" + acct + ":user/ghost" })
 			}},
 			want: []string{InvOrphan}, detail: "which is no principal",
+		},
+		{
+			name: "OIDC provider not at the hash of its URL",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				edit(t, f, providerKey(acct, providerURL), func(r *storagev1.OpenIDConnectProviderRecord) { r.Url = providerURL + "/other" })
+			}},
+			want: []string{InvKey}, detail: "not at the hash of its URL",
+		},
+		{
+			name: "OIDC provider beyond IAM's limits",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				edit(t, f, providerKey(acct, providerURL), func(r *storagev1.OpenIDConnectProviderRecord) {
+					r.Tags = append(r.Tags, &storagev1.ResourceTag{Key: "Team", Value: "red"})
+				})
+			}},
+			want: []string{InvKey}, detail: `tag key "Team" twice`,
+		},
+		{
+			name: "OIDC provider of an account that does not exist",
+			history: []func(*testing.T, fixture){func(_ *testing.T, f fixture) {
+				f.put(providerKey("111122223333", providerURL), &storagev1.OpenIDConnectProviderRecord{Url: providerURL,
+					AccountId: "111122223333", CreatedAt: timestamppb.Now()})
+			}},
+			want: []string{InvOrphan}, detail: "OIDC provider " + providerURL + " of account 111122223333",
+		},
+		{
+			name: "another record type's bytes under an issuer key",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				f[issuerKey(issuerAlpha)] = value{raw: encoded(t, f[store.ClusterKey(acct, "alpha")].rec)}
+			}},
+			want: []string{InvDecode}, detail: "fields unknown",
+		},
+		{
+			name: "issuer keys not at the hash of their issuer",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				edit(t, f, issuerKey(issuerAlpha), func(r *storagev1.ServiceAccountIssuerRecord) { r.Issuer = issuerAlpha + "/" })
+			}},
+			want: []string{InvKey}, detail: "not at the hash of their issuer",
+		},
+		{
+			name: "issuer keys that are no key set",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				edit(t, f, issuerKey(issuerAlpha), func(r *storagev1.ServiceAccountIssuerRecord) { r.Jwks = []byte(`{"keys":[]}`) })
+			}},
+			want: []string{InvKey}, detail: "the key set has no keys",
+		},
+		{
+			name: "issuer keys naming their cluster incarnation by another name",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				edit(t, f, issuerKey(issuerAlpha), func(r *storagev1.ServiceAccountIssuerRecord) { r.ClusterName = "beta" })
+			}},
+			want: []string{InvKey}, detail: "the keys of issuer " + issuerAlpha + " names cluster beta",
+		},
+		{
+			name: "issuer keys sent from an epoch later than the executor's",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				edit(t, f, issuerKey(issuerAlpha), func(r *storagev1.ServiceAccountIssuerRecord) { r.Epoch = 3 })
+			}},
+			want: []string{InvExecutor}, detail: "later than the executor's 2",
+		},
+		{
+			name: "issuer keys sent at the executor's epoch by another instance",
+			history: []func(*testing.T, fixture){func(t *testing.T, f fixture) {
+				edit(t, f, issuerKey(issuerAlpha), func(r *storagev1.ServiceAccountIssuerRecord) { r.InstanceId = "i-b" })
+			}},
+			want: []string{InvExecutor}, detail: "which is i-a's",
 		},
 		{
 			name: "CA state whose issuer is none of its authorities",
