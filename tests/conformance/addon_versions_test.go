@@ -18,7 +18,8 @@ import (
 // listedAddons are the catalogue's non-hidden add-ons; hiddenAddons are
 // creatable by name but not listed.
 var (
-	listedAddons = []string{"argocd", "aws-ebs-csi-driver", "aws-load-balancer-controller", "coredns", "kube-proxy", "metrics-server", "vpc-cni"}
+	listedAddons = []string{"argocd", "aws-ebs-csi-driver", "aws-load-balancer-controller", "coredns", "eks-pod-identity-agent", "kube-proxy",
+		"metrics-server", "vpc-cni"}
 	hiddenAddons = []string{"nvidia-device-plugin", "saltbush-noop", "saltbush-pod-identity"}
 )
 
@@ -201,7 +202,8 @@ func TestAddonDescribeVersions(t *testing.T) {
 			t.Errorf("%d pages, want %d", pages, want)
 		}
 		paged, _ = describeAllVersions(t, h, eks.DescribeAddonVersionsInput{MaxResults: aws.Int32(1), KubernetesVersion: aws.String("1.35"), Owners: []string{"aws"}})
-		if want := []string{"aws-ebs-csi-driver", "aws-load-balancer-controller", "coredns", "kube-proxy", "metrics-server", "vpc-cni"}; !slices.Equal(addonInfoNames(paged), want) {
+		if want := []string{"aws-ebs-csi-driver", "aws-load-balancer-controller", "coredns", "eks-pod-identity-agent", "kube-proxy",
+			"metrics-server", "vpc-cni"}; !slices.Equal(addonInfoNames(paged), want) {
 			t.Errorf("filtered paging: %v, want %v", addonInfoNames(paged), want)
 		}
 	})
