@@ -144,6 +144,18 @@ func run(ctx context.Context, cfg config.Config) error {
 			}
 		}()
 	}
+	if cfg.PodIdentityWebhookAddr != "" {
+		ln, err := net.Listen("tcp", cfg.PodIdentityWebhookAddr)
+		if err != nil {
+			return fmt.Errorf("pod identity webhook address: %w", err)
+		}
+		log.Info("pod identity webhook", "addr", ln.Addr().String(), "endpoint", cfg.PodCredentialsEndpoint)
+		go func() {
+			if err := a.ServePodWebhook(ctx, ln); err != nil {
+				log.Error("pod identity webhook server", "err", err)
+			}
+		}()
+	}
 	if cfg.StatusAddr != "" {
 		ln, err := net.Listen("tcp", cfg.StatusAddr)
 		if err != nil {

@@ -44,6 +44,7 @@ import (
 	"github.com/saltbush/saltbush/guest/inventory"
 	"github.com/saltbush/saltbush/guest/kube"
 	"github.com/saltbush/saltbush/guest/podidentity"
+	"github.com/saltbush/saltbush/guest/podwebhook"
 	"github.com/saltbush/saltbush/guest/state"
 	"github.com/saltbush/saltbush/guest/webhook"
 )
@@ -69,6 +70,11 @@ type Agent struct {
 	// ConfigMap awsAuth keeps.
 	webhooks *webhook.Server
 	awsAuth  *webhook.AwsAuth
+	// podWebhook gives pods their AWS credentials (nil when off);
+	// podWebhookURL is where the apiserver reaches it, set once it
+	// listens (ServePodWebhook).
+	podWebhook    *podwebhook.Server
+	podWebhookURL atomic.Pointer[string]
 
 	// events carries host messages and stream changes to run.
 	events chan event
@@ -93,6 +99,11 @@ type Agent struct {
 	healthDue  bool
 	pod        podIdentityState
 	keys       keysState
+	// webhookDue: the executor applies the pod identity webhook's
+	// configuration (once per epoch, and on the drift tick); retryAt paces
+	// a failure.
+	webhookDue     bool
+	webhookRetryAt time.Time
 }
 
 // podIdentityState is run's view of the desired set's pod identity
@@ -205,6 +216,11 @@ func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if cfg.PodIdentityWebhookAddr != "" {
+		a.podWebhook = podwebhook.New(kc.Kubernetes, podwebhook.Config{
+			Region: cfg.Region, Endpoint: cfg.PodCredentialsEndpoint, Log: log.With("component", "pod-identity-webhook"),
+		})
+	}
 	a.health = health.New(kc.Dynamic, kc.Kubernetes, kc.Mapper, apply.AddonLabel, a.markDirty, log)
 	a.pods = &podidentity.Reconciler{Client: kc.Client, Log: log}
 	a.saWatch = podidentity.NewWatcher(kc.Kubernetes, a.markPodIdentityDirty)
@@ -299,6 +315,7 @@ func (a *Agent) run(ctx context.Context) error {
 				}
 			}
 			a.pod.needApply = true
+			a.webhookDue = true
 		case <-wake.C:
 			a.healthDue = true
 		}
@@ -363,6 +380,7 @@ func (a *Agent) assigned(as *deliveryv1.Assignment) {
 	if as.GetRole() == deliveryv1.Role_ROLE_EXECUTOR {
 		// Another executor may have acted: look at every service account.
 		a.pod = podIdentityState{needApply: true}
+		a.webhookDue, a.webhookRetryAt = true, time.Time{}
 	}
 	// Keys are fenced by epoch: a new one sends them again.
 	a.keys.sent, a.keys.retryAt = false, time.Time{}
@@ -425,6 +443,9 @@ func (a *Agent) adopt(set *deliveryv1.DesiredSet) {
 	// The associations are reconciled with every set (an unchanged one
 	// reads the service accounts and writes nothing).
 	a.pod.needApply, a.pod.retryAt, a.pod.retries = true, time.Time{}, 0
+	if a.podWebhook != nil {
+		a.podWebhook.SetAssociations(set.GetPodIdentityAssociations())
+	}
 	a.healthDue = true
 }
 
@@ -585,6 +606,9 @@ func (a *Agent) nextWake() time.Duration {
 		due(a.pod.retryAt)
 	}
 	due(a.keysWake())
+	if a.webhookDue {
+		due(a.webhookRetryAt)
+	}
 	return next
 }
 

@@ -84,6 +84,9 @@ func (a *Agent) step(ctx context.Context) {
 	if pass.Err() == nil {
 		a.keysStep(pass, gs.Epoch)
 	}
+	if pass.Err() == nil {
+		a.podWebhookStep(pass)
+	}
 	if a.pendingAck != nil && a.settled() {
 		a.ack(ctx, a.pendingAck)
 		a.pendingAck = nil

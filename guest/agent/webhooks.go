@@ -2,10 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net"
+	"net/http"
+	"time"
 
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/guest/hostlink"
+	"github.com/saltbush/saltbush/guest/podwebhook"
 	"github.com/saltbush/saltbush/guest/webhook"
 )
 
@@ -44,4 +49,39 @@ func (h reviewHost) ReviewAccess(ctx context.Context, req *deliveryv1.ReviewAcce
 func (a *Agent) ServeWebhooks(ctx context.Context, ln net.Listener, p *webhook.PKI) error {
 	go a.awsAuth.Run(ctx)
 	return a.webhooks.Serve(ctx, ln, p)
+}
+
+// ServePodWebhook serves the pod identity webhook on ln (TLS with the
+// cluster's webhook CA, package podwebhook) until ctx ends. The executor
+// points the cluster's webhook configuration at ln's address.
+func (a *Agent) ServePodWebhook(ctx context.Context, ln net.Listener) error {
+	url := "https://" + ln.Addr().String() + podwebhook.MutatePath
+	a.podWebhookURL.Store(&url)
+	go a.podWebhook.Run(ctx)
+	srv := &http.Server{Handler: a.podWebhook.Handler(), TLSConfig: a.podWebhook.TLSConfig(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// podWebhookStep applies the cluster's webhook CA and configuration, as
+// the executor, when due.
+func (a *Agent) podWebhookStep(ctx context.Context) {
+	if !a.webhookDue || a.podWebhook == nil || time.Now().Before(a.webhookRetryAt) {
+		return
+	}
+	url := a.podWebhookURL.Load()
+	if url == nil {
+		a.webhookRetryAt = time.Now().Add(keysRetry) // not listening yet
+		return
+	}
+	if err := podwebhook.Ensure(ctx, a.kube.Client, *url); err != nil {
+		a.log.Warn("pod identity webhook configuration", "err", err)
+		a.webhookRetryAt = time.Now().Add(keysRetry)
+		return
+	}
+	a.webhookDue = false
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,6 +70,16 @@ type Config struct {
 	ReviewTimeout time.Duration
 	// StatusAddr serves /metrics and /status on loopback.
 	StatusAddr string
+	// PodIdentityWebhookAddr is where the pod identity webhook (package
+	// podwebhook) is served for the local apiserver: loopback, the same
+	// port on every server VM of a cluster ("" turns it off).
+	PodIdentityWebhookAddr string
+	// PodCredentialsEndpoint is saltbush's façade as the cluster's pods
+	// reach it (https://…): the webhook points mutated pods' STS, EKS and
+	// EKS Auth endpoints at it. "" leaves the SDKs' defaults.
+	PodCredentialsEndpoint string
+	// Region is the cluster's region, set as AWS_REGION in mutated pods.
+	Region string
 
 	// DriftInterval is how often the executor re-applies every add-on,
 	// besides re-applying when an applied object changes.
@@ -118,6 +129,7 @@ func Default() Config {
 		ReviewNegativeCacheTTL: 2 * time.Second,
 		ReviewTimeout:          5 * time.Second,
 		StatusAddr:             "127.0.0.1:9445",
+		PodIdentityWebhookAddr: "127.0.0.1:9446",
 		DriftInterval:          10 * time.Minute,
 		KeysInterval:           time.Minute,
 		ReadyTimeout:           10 * time.Minute,
@@ -142,6 +154,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig of the cluster's apiserver")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the agent's persistent state")
 	fs.StringVar(&c.WebhookAddr, "webhook-addr", c.WebhookAddr, "loopback address of the apiserver's authentication and authorization webhooks (\"\" turns them off)")
+	fs.StringVar(&c.PodIdentityWebhookAddr, "pod-identity-webhook-addr", c.PodIdentityWebhookAddr, "loopback address of the pod identity webhook, the same port on every server of the cluster (\"\" turns it off)")
+	fs.StringVar(&c.PodCredentialsEndpoint, "pod-credentials-endpoint", c.PodCredentialsEndpoint, "saltbush's façade URL as pods reach it: their STS, EKS and EKS Auth endpoint (\"\" leaves the SDKs' defaults)")
+	fs.StringVar(&c.Region, "region", c.Region, "the cluster's region, AWS_REGION of pods given credentials")
 	fs.StringVar(&c.WebhookDir, "webhook-dir", c.WebhookDir, "directory of the webhooks' certificates and kubeconfig files (default <state-dir>/webhook)")
 	fs.DurationVar(&c.ReviewCacheTTL, "review-cache-ttl", c.ReviewCacheTTL, "how long an authenticated token or allowed request is cached (0 disables)")
 	fs.DurationVar(&c.ReviewNegativeCacheTTL, "review-negative-cache-ttl", c.ReviewNegativeCacheTTL, "how long a refused token or \"no opinion\" is cached (0 disables)")
@@ -313,7 +328,7 @@ func (c Config) Validate() error {
 			bad("%s is required", name)
 		}
 	}
-	for name, addr := range map[string]string{"webhook-addr": c.WebhookAddr, "status-addr": c.StatusAddr} {
+	for name, addr := range map[string]string{"webhook-addr": c.WebhookAddr, "status-addr": c.StatusAddr, "pod-identity-webhook-addr": c.PodIdentityWebhookAddr} {
 		if addr == "" {
 			continue // off
 		}
@@ -333,6 +348,11 @@ func (c Config) Validate() error {
 	}
 	if c.ReviewCacheTTL < 0 || c.ReviewNegativeCacheTTL < 0 {
 		bad("review-cache-ttl and review-negative-cache-ttl must not be negative")
+	}
+	if e := c.PodCredentialsEndpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			bad("pod-credentials-endpoint %q is not an http(s) URL", e)
+		}
 	}
 	if c.BackoffMax < c.BackoffInitial {
 		bad("backoff-max must not be below backoff-initial")

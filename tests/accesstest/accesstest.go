@@ -70,6 +70,9 @@ type Options struct {
 	// every KeysInterval (1 s when zero).
 	HostedIssuer bool
 	KeysInterval time.Duration
+	// PodIdentityWebhook turns the agent's pod identity webhook on (on a
+	// free loopback port), pointing pods at saltbush's façade.
+	PodIdentityWebhook bool
 	// Server is a saltbush already running (started with
 	// servertest.WithConfig(Timing)) that the cluster joins; a new one
 	// when nil.
@@ -214,9 +217,9 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 		Binary: o.AgentBinary, Dir: agentDir, Server: w.Server,
 		Account: w.Account, Cluster: cluster, UID: w.UID, Instance: Instance, Endpoints: []string{w.Proxy.Addr()},
 		Kubeconfig: w.Kube.UserKubeconfig("saltbush-agent", "system:masters"),
-		Args: []string{"--webhook-addr", webhookAddr, "--webhook-dir", webhookDir,
+		Args: append([]string{"--webhook-addr", webhookAddr, "--webhook-dir", webhookDir,
 			"--review-cache-ttl", o.CacheTTL.String(), "--review-negative-cache-ttl", o.NegativeCacheTTL.String(),
-			"--review-timeout", o.ReviewTimeout.String(), "--service-account-keys-interval", o.KeysInterval.String()},
+			"--review-timeout", o.ReviewTimeout.String(), "--service-account-keys-interval", o.KeysInterval.String()}, podWebhookArgs(o, w)...),
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -233,6 +236,14 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 	})
 	w.WaitConnected(ctx, tb)
 	return w
+}
+
+// podWebhookArgs are the agent's pod identity webhook flags.
+func podWebhookArgs(o Options, w *World) []string {
+	if !o.PodIdentityWebhook {
+		return nil
+	}
+	return []string{"--pod-identity-webhook-addr", "127.0.0.1:0", "--pod-credentials-endpoint", w.Server.URL, "--region", w.Region}
 }
 
 // WaitConnected waits until the agent holds a stream to saltbush.

@@ -112,6 +112,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		"--endpoint", strings.Join(o.Endpoints, ","),
 		"--cert", filepath.Join(o.Dir, "agent.crt"), "--key", filepath.Join(o.Dir, "agent.key"), "--ca", filepath.Join(o.Dir, "ca.crt"),
 		"--kubeconfig", o.Kubeconfig, "--state-dir", o.StateDir, "--status-addr", p.StatusAddr, "--webhook-addr", "",
+		"--pod-identity-webhook-addr", "",
 		"--backoff-initial", "100ms", "--backoff-max", "2s", "--log-level", "debug",
 	}, o.Args...)
 	logFile, err := os.Create(p.LogPath)
