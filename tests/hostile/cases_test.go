@@ -35,7 +35,8 @@ func (e *env) cases() []hostileCase {
 	for _, group := range [][]hostileCase{
 		e.jsonCases(), e.typeCases(), e.sizeCases(), e.arnCases(), e.enumCases(), e.rangeCases(), e.tokenCases(),
 		e.pathCases(), e.unicodeCases(), e.controlCases(), e.dupQueryCases(), e.tagCases(), e.idempotencyCases(),
-		e.mediaCases(), e.methodCases(), e.smuggleCases(), e.signatureCases(), e.queryCases(),
+		e.mediaCases(), e.methodCases(), e.smuggleCases(), e.signatureCases(), e.queryCases(), e.oidcProviderCases(),
+		e.webIdentityCases(), e.eksAuthCases(),
 	} {
 		all = append(all, group...)
 	}

@@ -3,6 +3,7 @@ package hostile
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -55,7 +56,14 @@ type env struct {
 	clustersToken, addonsToken, entriesToken, otherEntriesToken string
 	// ARNs of the resources above.
 	clusterARN, addonARN, entryARN, podARN string
-	issuer                                 string
+	// issuer is cluster's OIDC issuer, hosted: saltbush holds its keys,
+	// whose private half is issuerKey (podcreds_cases_test.go).
+	issuer     string
+	clusterUID string
+	issuerKey  *ecdsa.PrivateKey
+	// elsewhere is an OIDC provider made in the account for an issuer
+	// saltbush does not host.
+	elsewhere string
 	// client sends the cases; it never follows a redirect, which is an
 	// answer in itself.
 	client *http.Client
@@ -84,7 +92,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{
 		srv: srv, dev: srv.Dev(t), region: srv.Config.Cluster.Region, account: srv.Config.DevAccount,
 		cluster: "hostile-1", other: "hostile-2", entryPrincipal: "arn:aws:iam::000000000000:role/dev",
-		issuer: "https://oidc.hostile.example/id/HOSTILE1",
+		issuer: "https://oidc.hostile.example/id/HOSTILE1", elsewhere: "https://elsewhere.hostile.example/id/ELSEWHERE",
 		client: &http.Client{
 			Timeout:       30 * time.Second,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -124,6 +132,7 @@ func newEnv(t *testing.T) *env {
 			t.Fatalf("GetAddon %s: %v", name, err)
 		}
 		a := info.GetAddon()
+		e.clusterUID = a.GetClusterUid()
 		if _, err := control.ApplyAddonReport(ctx, &controlv1.ApplyAddonReportRequest{
 			ClusterUid: a.GetClusterUid(), AddonName: name, AddonUid: a.GetUid(), Generation: a.GetGeneration(),
 			Phase: controlv1.AddonPhase_ADDON_PHASE_READY, InstanceId: "i-0123456789abcdef0",
@@ -177,6 +186,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("DescribeCluster: %v", err)
 	}
 	e.clusterARN = aws.ToString(desc.Cluster.Arn)
+	e.hostIssuer(t)
 
 	one := aws.Int32(1)
 	lc, err := client.ListClusters(ctx, &eks.ListClustersInput{MaxResults: one})

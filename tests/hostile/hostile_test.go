@@ -15,9 +15,17 @@ import (
 )
 
 // queryOperations are the query-protocol operations on the façade's
-// address (server/sts).
+// address (server/sts), and EKS Auth's one operation beside it
+// (server/eksauth).
 func queryOperations() []string {
-	return []string{"sts:GetCallerIdentity", "sts:AssumeRole", "iam:ListOpenIDConnectProviders", "iam:GetOpenIDConnectProvider"}
+	return []string{
+		"sts:GetCallerIdentity", "sts:AssumeRole", "sts:AssumeRoleWithWebIdentity",
+		"iam:ListOpenIDConnectProviders", "iam:GetOpenIDConnectProvider", "iam:ListOpenIDConnectProviderTags",
+		"iam:CreateOpenIDConnectProvider", "iam:DeleteOpenIDConnectProvider", "iam:UpdateOpenIDConnectProviderThumbprint",
+		"iam:AddClientIDToOpenIDConnectProvider", "iam:RemoveClientIDFromOpenIDConnectProvider",
+		"iam:TagOpenIDConnectProvider", "iam:UntagOpenIDConnectProvider",
+		"eks-auth:AssumeRoleForPodIdentity",
+	}
 }
 
 // minCasesPerOperation is how many hostile requests each operation gets

@@ -144,3 +144,135 @@ func (e *env) queryCases() []hostileCase {
 			status: s400, exception: "InvalidAction"}),
 	}
 }
+
+// oidcProviderCases are IAM's operations that make, change and delete OIDC
+// providers, and the tag listing (server/sts/oidc_write.go): IAM's codes,
+// ValidationError for the model's constraints, InvalidInput,
+// LimitExceeded, EntityAlreadyExists and NoSuchEntity for what IAM
+// refuses. The account's one provider is derived from the cluster's
+// issuer (e.issuer); a change to it would make it a record, so every case
+// is refused before that.
+func (e *env) oidcProviderCases() []hostileCase {
+	const (
+		cop  = "iam:CreateOpenIDConnectProvider"
+		dop  = "iam:DeleteOpenIDConnectProvider"
+		uot  = "iam:UpdateOpenIDConnectProviderThumbprint"
+		acid = "iam:AddClientIDToOpenIDConnectProvider"
+		rcid = "iam:RemoveClientIDFromOpenIDConnectProvider"
+		top  = "iam:TagOpenIDConnectProvider"
+		uop  = "iam:UntagOpenIDConnectProvider"
+		lopt = "iam:ListOpenIDConnectProviderTags"
+	)
+	provider := "arn:aws:iam::" + e.account + ":oidc-provider/" + strings.TrimPrefix(e.issuer, "https://")
+	foreign := strings.Replace(provider, e.account, "111111111111", 1)
+	absent := "arn:aws:iam::" + e.account + ":oidc-provider/absent.hostile.example/id/X"
+	role := "arn:aws:iam::" + e.account + ":role/hostile"
+	tp := strings.Repeat("a", 40)
+	i := func(c hostileCase, action string, pairs ...string) hostileCase {
+		c.query, c.method, c.path, c.contentType = true, http.MethodPost, "/", formType
+		if c.sign == nil {
+			c.sign = signedAs("iam", "us-east-1", 0)
+		}
+		c.body = iamForm(action, pairs...)
+		return c
+	}
+	var clientIDs, tags []string
+	for n := range 101 {
+		clientIDs = append(clientIDs, fmt.Sprintf("ClientIDList.member.%d", n+1), fmt.Sprintf("client-%03d", n))
+	}
+	for n := range 51 {
+		tags = append(tags, fmt.Sprintf("Tags.member.%d.Key", n+1), fmt.Sprintf("k%02d", n), fmt.Sprintf("Tags.member.%d.Value", n+1), "v")
+	}
+	return []hostileCase{
+		i(hostileCase{name: "CreateOpenIDConnectProvider of the cluster's issuer", category: catARN, op: cop,
+			status: s409, exception: "EntityAlreadyExists", message: e.issuer}, "CreateOpenIDConnectProvider",
+			"Url", e.issuer, "ClientIDList.member.1", "sts.amazonaws.com"),
+		i(hostileCase{name: "CreateOpenIDConnectProvider over http", category: catARN, op: cop, status: s400, exception: "InvalidInput"},
+			"CreateOpenIDConnectProvider", "Url", "http://oidc.hostile.example/id/PLAIN"),
+		i(hostileCase{name: "CreateOpenIDConnectProvider URL with user information", category: catARN, op: cop, status: s400, exception: "InvalidInput"},
+			"CreateOpenIDConnectProvider", "Url", "https://admin@oidc.hostile.example/id/USER"),
+		i(hostileCase{name: "CreateOpenIDConnectProvider without its Url", category: catARN, op: cop,
+			status: s400, exception: "ValidationError", member: "url"}, "CreateOpenIDConnectProvider", "ClientIDList.member.1", "sts.amazonaws.com"),
+		i(hostileCase{name: "CreateOpenIDConnectProvider 101 client ids", category: catSize, op: cop,
+			status: s409, exception: "LimitExceeded", message: "ClientIdsPerOpenIdConnectProvider"}, "CreateOpenIDConnectProvider",
+			append([]string{"Url", "https://oidc.hostile.example/id/MANY"}, clientIDs...)...),
+		i(hostileCase{name: "CreateOpenIDConnectProvider thumbprint that is not hex", category: catType, op: cop,
+			status: s400, exception: "InvalidInput", message: "Thumbprint"}, "CreateOpenIDConnectProvider",
+			"Url", "https://oidc.hostile.example/id/THUMB", "ThumbprintList.member.1", strings.Repeat("z", 40)),
+		i(hostileCase{name: "CreateOpenIDConnectProvider tag keys equal but for case", category: catTags, op: cop,
+			status: s400, exception: "InvalidInput", message: "Duplicate tag keys"}, "CreateOpenIDConnectProvider",
+			"Url", "https://oidc.hostile.example/id/TAGS", "Tags.member.1.Key", "Team", "Tags.member.1.Value", "a",
+			"Tags.member.2.Key", "team", "Tags.member.2.Value", "b"),
+		i(hostileCase{name: "CreateOpenIDConnectProvider signed for sts", category: catSignature, op: cop, sign: signedAs("sts", "", 0),
+			status: s403, exception: "SignatureDoesNotMatch"}, "CreateOpenIDConnectProvider", "Url", "https://oidc.hostile.example/id/STS"),
+		i(hostileCase{name: "DeleteOpenIDConnectProvider of the cluster's issuer", category: catARN, op: dop,
+			status: s400, exception: "InvalidInput", message: "cannot be deleted"}, "DeleteOpenIDConnectProvider", "OpenIDConnectProviderArn", provider),
+		i(hostileCase{name: "DeleteOpenIDConnectProvider without its ARN", category: catARN, op: dop,
+			status: s400, exception: "ValidationError", member: "openIDConnectProviderArn"}, "DeleteOpenIDConnectProvider"),
+		i(hostileCase{name: "DeleteOpenIDConnectProvider of a foreign account", category: catARN, op: dop,
+			status: s403, exception: "AccessDenied"}, "DeleteOpenIDConnectProvider", "OpenIDConnectProviderArn", foreign),
+		i(hostileCase{name: "DeleteOpenIDConnectProvider that does not exist", category: catARN, op: dop,
+			status: s404, exception: "NoSuchEntity"}, "DeleteOpenIDConnectProvider", "OpenIDConnectProviderArn", absent),
+		i(hostileCase{name: "DeleteOpenIDConnectProvider with dot segments", category: catPath, op: dop,
+			status: s404, exception: "NoSuchEntity"}, "DeleteOpenIDConnectProvider", "OpenIDConnectProviderArn", provider+"/../../x"),
+		i(hostileCase{name: "UpdateOpenIDConnectProviderThumbprint without its list", category: catARN, op: uot,
+			status: s400, exception: "ValidationError", member: "thumbprintList"}, "UpdateOpenIDConnectProviderThumbprint",
+			"OpenIDConnectProviderArn", provider),
+		i(hostileCase{name: "UpdateOpenIDConnectProviderThumbprint of 39 characters", category: catRange, op: uot,
+			status: s400, exception: "ValidationError", member: "thumbprintList"}, "UpdateOpenIDConnectProviderThumbprint",
+			"OpenIDConnectProviderArn", provider, "ThumbprintList.member.1", tp[:39]),
+		i(hostileCase{name: "UpdateOpenIDConnectProviderThumbprint six thumbprints", category: catSize, op: uot,
+			status: s400, exception: "InvalidInput", message: "Thumbprint list"}, "UpdateOpenIDConnectProviderThumbprint",
+			"OpenIDConnectProviderArn", provider, "ThumbprintList.member.1", strings.Repeat("1", 40), "ThumbprintList.member.2", strings.Repeat("2", 40),
+			"ThumbprintList.member.3", strings.Repeat("3", 40), "ThumbprintList.member.4", strings.Repeat("4", 40),
+			"ThumbprintList.member.5", strings.Repeat("5", 40), "ThumbprintList.member.6", strings.Repeat("6", 40)),
+		i(hostileCase{name: "UpdateOpenIDConnectProviderThumbprint with a Cyrillic letter", category: catUnicode, op: uot,
+			status: s400, exception: "InvalidInput", message: "Thumbprint"}, "UpdateOpenIDConnectProviderThumbprint",
+			"OpenIDConnectProviderArn", provider, "ThumbprintList.member.1", tp[:39]+"а"),
+		i(hostileCase{name: "AddClientIDToOpenIDConnectProvider without its ClientID", category: catARN, op: acid,
+			status: s400, exception: "ValidationError", member: "clientID"}, "AddClientIDToOpenIDConnectProvider", "OpenIDConnectProviderArn", provider),
+		i(hostileCase{name: "AddClientIDToOpenIDConnectProvider ClientID of 256 characters", category: catRange, op: acid,
+			status: s400, exception: "ValidationError", member: "clientID"}, "AddClientIDToOpenIDConnectProvider",
+			"OpenIDConnectProviderArn", provider, "ClientID", strings.Repeat("c", 256)),
+		i(hostileCase{name: "AddClientIDToOpenIDConnectProvider a role ARN", category: catARN, op: acid,
+			status: s400, exception: "InvalidInput"}, "AddClientIDToOpenIDConnectProvider", "OpenIDConnectProviderArn", role, "ClientID", "x"),
+		i(hostileCase{name: "RemoveClientIDFromOpenIDConnectProvider empty ClientID", category: catRange, op: rcid,
+			status: s400, exception: "ValidationError", member: "clientID"}, "RemoveClientIDFromOpenIDConnectProvider",
+			"OpenIDConnectProviderArn", provider, "ClientID", ""),
+		i(hostileCase{name: "RemoveClientIDFromOpenIDConnectProvider ARN too short", category: catARN, op: rcid,
+			status: s400, exception: "ValidationError", member: "openIDConnectProviderArn"}, "RemoveClientIDFromOpenIDConnectProvider",
+			"OpenIDConnectProviderArn", "arn:aws:iam::", "ClientID", "x"),
+		i(hostileCase{name: "RemoveClientIDFromOpenIDConnectProvider of a provider that does not exist", category: catARN, op: rcid,
+			status: s404, exception: "NoSuchEntity"}, "RemoveClientIDFromOpenIDConnectProvider", "OpenIDConnectProviderArn", absent, "ClientID", "x"),
+		i(hostileCase{name: "TagOpenIDConnectProvider without Tags", category: catTags, op: top,
+			status: s400, exception: "ValidationError", member: "tags"}, "TagOpenIDConnectProvider", "OpenIDConnectProviderArn", provider),
+		i(hostileCase{name: "TagOpenIDConnectProvider 51 tags", category: catTags, op: top,
+			status: s400, exception: "ValidationError", member: "tags"}, "TagOpenIDConnectProvider",
+			append([]string{"OpenIDConnectProviderArn", provider}, tags...)...),
+		i(hostileCase{name: "TagOpenIDConnectProvider tag key with CR LF", category: catControl, op: top,
+			status: s400, exception: "ValidationError", member: "tags.1.member.key"}, "TagOpenIDConnectProvider",
+			"OpenIDConnectProviderArn", provider, "Tags.member.1.Key", "a\r\nb", "Tags.member.1.Value", "v"),
+		i(hostileCase{name: "TagOpenIDConnectProvider tag keys equal but for case", category: catTags, op: top,
+			status: s400, exception: "InvalidInput", message: "Duplicate tag keys"}, "TagOpenIDConnectProvider", "OpenIDConnectProviderArn", provider,
+			"Tags.member.1.Key", "Team", "Tags.member.1.Value", "a", "Tags.member.2.Key", "TEAM", "Tags.member.2.Value", "b"),
+		i(hostileCase{name: "UntagOpenIDConnectProvider without TagKeys", category: catTags, op: uop,
+			status: s400, exception: "ValidationError", member: "tagKeys"}, "UntagOpenIDConnectProvider", "OpenIDConnectProviderArn", provider),
+		i(hostileCase{name: "UntagOpenIDConnectProvider tag key of 129 characters", category: catTags, op: uop,
+			status: s400, exception: "ValidationError", member: "tagKeys"}, "UntagOpenIDConnectProvider",
+			"OpenIDConnectProviderArn", provider, "TagKeys.member.1", strings.Repeat("k", 129)),
+		i(hostileCase{name: "UntagOpenIDConnectProvider of a foreign account", category: catARN, op: uop,
+			status: s403, exception: "AccessDenied"}, "UntagOpenIDConnectProvider", "OpenIDConnectProviderArn", foreign, "TagKeys.member.1", "team"),
+		i(hostileCase{name: "ListOpenIDConnectProviderTags MaxItems 0", category: catRange, op: lopt,
+			status: s400, exception: "ValidationError", member: "maxItems"}, "ListOpenIDConnectProviderTags",
+			"OpenIDConnectProviderArn", provider, "MaxItems", "0"),
+		i(hostileCase{name: "ListOpenIDConnectProviderTags MaxItems not a number", category: catType, op: lopt,
+			status: s400, exception: "ValidationError", member: "maxItems"}, "ListOpenIDConnectProviderTags",
+			"OpenIDConnectProviderArn", provider, "MaxItems", "ten"),
+		i(hostileCase{name: "ListOpenIDConnectProviderTags Marker of no page", category: catToken, op: lopt,
+			status: s400, exception: "InvalidInput", message: "Marker"}, "ListOpenIDConnectProviderTags",
+			"OpenIDConnectProviderArn", provider, "Marker", "7"),
+		i(hostileCase{name: "ListOpenIDConnectProviderTags MaxItems twice", category: catDupQuery, op: lopt,
+			status: s400, exception: "ValidationError", member: "maxItems"}, "ListOpenIDConnectProviderTags",
+			"OpenIDConnectProviderArn", provider, "MaxItems", "1001", "MaxItems", "1"),
+	}
+}
