@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/servertest"
@@ -696,6 +698,22 @@ var queryCodes = []string{
 	"ValidationError", "InvalidAction", "MissingAction", "MalformedQueryString", "AccessDenied", "InvalidInput",
 	"NoSuchEntity", "PackedPolicyTooLarge", "MalformedPolicyDocument", "RegionDisabledException", "ExpiredToken",
 	"RequestEntityTooLarge",
+	// STS's AssumeRoleWithWebIdentity.
+	"InvalidIdentityToken", "ExpiredTokenException", "IDPCommunicationError",
+	// IAM's OIDC provider writes.
+	"EntityAlreadyExists", "LimitExceeded", "ConcurrentModification",
+}
+
+// fuzzProvider is an OIDC provider FuzzQueryProtocol makes in the account,
+// for an issuer saltbush does not host.
+const fuzzProvider = "https://oidc.fuzz.example/id/FUZZ"
+
+// unverifiedToken is a JWT of issuer iss with a signature nobody made: its
+// issuer is read before any key is looked for.
+func unverifiedToken(iss, aud string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"ES256","kid":"k1","typ":"JWT"}`)) + "." +
+		enc([]byte(`{"iss":"`+iss+`","sub":"system:serviceaccount:default:fuzz","aud":["`+aud+`"],"exp":4102444800}`)) + "." + enc([]byte("sig"))
 }
 
 // queryAPI is the signing name of a query-protocol request, read from its
@@ -732,7 +750,16 @@ func queryAPI(rawQuery string, body []byte, method string) string {
 // one (AssumeRole's above all) writes nothing.
 func FuzzQueryProtocol(f *testing.F) {
 	z := newFacadeFuzz(f)
-	_ = newFacadeFixture(f, z.srv, "fuzz-0") // the role, and an OIDC issuer
+	_ = newFacadeFixture(f, z.srv, "fuzz-0") // the role
+	if _, err := z.srv.IAM().CreateOIDCProvider(f.Context(), &storagev1.OpenIDConnectProviderRecord{Url: fuzzProvider,
+		AccountId: z.srv.Config.DevAccount, ClientIds: []string{"sts.amazonaws.com"}}); err != nil {
+		f.Fatalf("CreateOIDCProvider: %v", err)
+	}
+	providerARN := url.QueryEscape("arn:aws:iam::" + z.srv.Config.DevAccount + ":oidc-provider/" + strings.TrimPrefix(fuzzProvider, "https://"))
+	webIdentity := "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + url.QueryEscape(fuzzPrincipal) + "&RoleSessionName=w1"
+	oidcCall := func(action, rest string) string {
+		return "Action=" + action + "&Version=2010-05-08&OpenIDConnectProviderArn=" + providerARN + rest
+	}
 	for _, s := range []struct{ query, body string }{
 		{"", "Action=GetCallerIdentity&Version=2011-06-15"},
 		{"Action=GetCallerIdentity&Version=2011-06-15", ""},
@@ -747,6 +774,29 @@ func FuzzQueryProtocol(f *testing.F) {
 		{"", "Action=ListOpenIDConnectProviders&Version=2010-05-08"},
 		{"", "Action=GetOpenIDConnectProvider&Version=2010-05-08&OpenIDConnectProviderArn=arn:aws:iam::000000000000:oidc-provider/x"},
 		{"", "Action=GetOpenIDConnectProvider&Version=2010-05-08"},
+		// AssumeRoleWithWebIdentity is answered unsigned: a token of an
+		// issuer saltbush does not host, of no provider, for another
+		// audience, no JWT at all; members the model refuses.
+		{"", webIdentity + "&WebIdentityToken=" + unverifiedToken(fuzzProvider, "sts.amazonaws.com")},
+		{"", webIdentity + "&WebIdentityToken=" + unverifiedToken("https://nowhere.fuzz.example", "sts.amazonaws.com")},
+		{"", webIdentity + "&WebIdentityToken=" + unverifiedToken(fuzzProvider, "pods.eks.amazonaws.com")},
+		{"", webIdentity + "&WebIdentityToken=not-a-jwt&DurationSeconds=899"},
+		{"", webIdentity + "&WebIdentityToken=a.b.c&ProviderId=www.amazon.com&Policy=%7B%7D"},
+		{"", "Action=AssumeRoleWithWebIdentity&Version=2011-06-15"},
+		// IAM's OIDC provider writes, on the provider made above.
+		{"", "Action=CreateOpenIDConnectProvider&Version=2010-05-08&Url=" + url.QueryEscape(fuzzProvider) + "&ClientIDList.member.1=a"},
+		{"", "Action=CreateOpenIDConnectProvider&Version=2010-05-08&Url=https%3A%2F%2Foidc.fuzz.example%3A443%2Fid%2FNEW&ThumbprintList.member.1=" +
+			strings.Repeat("a", 40) + "&Tags.member.1.Key=k&Tags.member.1.Value=v"},
+		{"", "Action=CreateOpenIDConnectProvider&Version=2010-05-08&Url=http%3A%2F%2Fplain.fuzz.example&ThumbprintList.member.1=" + strings.Repeat("z", 40)},
+		{"", oidcCall("UpdateOpenIDConnectProviderThumbprint", "&ThumbprintList.member.1="+strings.Repeat("b", 40))},
+		{"", oidcCall("UpdateOpenIDConnectProviderThumbprint", "&ThumbprintList.member.1=short")},
+		{"", oidcCall("AddClientIDToOpenIDConnectProvider", "&ClientID=fuzz")},
+		{"", oidcCall("RemoveClientIDFromOpenIDConnectProvider", "&ClientID=fuzz")},
+		{"", oidcCall("TagOpenIDConnectProvider", "&Tags.member.1.Key=Team&Tags.member.1.Value=a&Tags.member.2.Key=team&Tags.member.2.Value=b")},
+		{"", oidcCall("UntagOpenIDConnectProvider", "&TagKeys.member.1=team")},
+		{"", oidcCall("ListOpenIDConnectProviderTags", "&MaxItems=1&Marker=1")},
+		{"", oidcCall("DeleteOpenIDConnectProvider", "")},
+		{"", "Action=DeleteOpenIDConnectProvider&Version=2010-05-08&OpenIDConnectProviderArn=arn:aws:iam::000000000000:role/fuzz"},
 		{"", "Action=Nope&Version=2011-06-15"},
 		{"", "Version=2011-06-15"},
 		{"", "Action=GetCallerIdentity&Version=2011-06-15&Action=AssumeRole"},
