@@ -231,6 +231,7 @@ bench: kube node
 	$(BENCH) 'AgentToActive|AgentIdle' -benchtime 30x && \
 	$(BENCH) AgentFailover -benchtime 3x && \
 	$(BENCH) AccessWebhooks -benchtime 500x && \
+	$(BENCH) PodCredentials -benchtime 1000x && \
 	$(BENCH) ServerProcess -benchtime 2000x && \
 	$(BENCH) NodeStart -benchtime 3x && \
 	$(BENCH) NodeAddons -benchtime 20x
