@@ -188,7 +188,7 @@ func parseTrustPrincipal(raw json.RawMessage, st *TrustStatement) error {
 				st.Principals = append(st.Principals, v)
 			case "Federated":
 				if !oidcProviderARN.MatchString(v) {
-					return fmt.Errorf("Federated principal %q is not an IAM OIDC provider ARN (arn:aws:iam::{account}:oidc-provider/{issuer host and path})", v)
+					return fmt.Errorf("Federated principal %q is not an IAM OIDC provider ARN (arn:aws:iam::{account}:oidc-provider/{issuer host and path})", v) //nolint:staticcheck // IAM's principal type starts the message
 				}
 				st.Federated = append(st.Federated, v)
 			case "Service":

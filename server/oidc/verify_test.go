@@ -105,7 +105,7 @@ func TestVerify(t *testing.T) {
 
 func TestParseKeySet(t *testing.T) {
 	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
-	small, _ := rsa.GenerateKey(rand.Reader, 1024)
+	small, _ := rsa.GenerateKey(rand.Reader, 1024) //nolint:gosec // G403: too small on purpose, the key set must refuse it
 	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	set := func(keys ...jose.JSONWebKey) string {
 		b, _ := json.Marshal(jose.JSONWebKeySet{Keys: keys})
