@@ -633,8 +633,10 @@ func sigV4Auth(service, region string, keyCache *iam.Cache) *gateway.SigV4 {
 }
 
 // newQueryAPI is the query-protocol endpoint beside the façade: STS
-// (signing name sts, the serving region) and IAM's OIDC provider reads
-// (signing name iam; IAM is global, so any region is taken).
+// (signing name sts, the serving region; AssumeRoleWithWebIdentity
+// unsigned, its tokens verified with the hosted issuers' keys) and IAM's
+// OIDC provider operations (signing name iam; IAM is global, so any region
+// is taken).
 func (s *Server) newQueryAPI(keyCache *iam.Cache, authorizer *authz.Authorizer, limiter *throttle.Limiter, auditSink audit.Sink,
 	issuers *oidc.Issuers) (*sts.Handler, error) {
 	return sts.New(sts.Config{

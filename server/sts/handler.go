@@ -1,16 +1,22 @@
 // Package sts is the façade's AWS query-protocol endpoint: AWS STS
-// (GetCallerIdentity, AssumeRole) and the read-only IAM operations EKS
-// clients ask before they use a cluster's OIDC issuer
-// (ListOpenIDConnectProviders, GetOpenIDConnectProvider), on the same
-// address as the EKS REST API (docs/architecture.md, "Identity and
-// authorization"; docs/operations.md, "STS and IAM on the façade").
+// (GetCallerIdentity, AssumeRole, AssumeRoleWithWebIdentity) and IAM's
+// OpenID Connect provider operations (ListOpenIDConnectProviders,
+// GetOpenIDConnectProvider, CreateOpenIDConnectProvider,
+// DeleteOpenIDConnectProvider, UpdateOpenIDConnectProviderThumbprint,
+// Add/RemoveClientID…, Tag/Untag… and ListOpenIDConnectProviderTags), on
+// the same address as the EKS REST API (docs/architecture.md, "Identity
+// and authorization"; docs/operations.md, "STS and IAM on the façade").
+// EKS Auth (server/eksauth) and the hosted issuers' documents
+// (server/oidc) are served beside it on that address too.
 //
 // A query-protocol request is a POST to "/" with a form body
 // (Action=…&Version=…), or a GET of "/?Action=…". It is signed with SigV4
-// for the signing name of its API (sts or iam); the answer is XML in the
-// shape of botocore's models (sts/2011-06-15, iam/2010-05-08): the
-// operation's result in its resultWrapper, ResponseMetadata/RequestId, and
-// errors as ErrorResponse documents.
+// for the signing name of its API (sts or iam), but for
+// AssumeRoleWithWebIdentity, which AWS answers unsigned (the web identity
+// token is the caller's proof); the answer is XML in the shape of
+// botocore's models (sts/2011-06-15, iam/2010-05-08): the operation's
+// result in its resultWrapper, ResponseMetadata/RequestId, and errors as
+// ErrorResponse documents.
 package sts
 
 import (
