@@ -35,6 +35,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/tlsclient"
@@ -272,6 +273,24 @@ func (s *Server) NewAccount(tb testing.TB, account string) Creds {
 // document attached (none when policy is "") and returns a key of it.
 func (s *Server) NewUser(tb testing.TB, arn, policy string) Creds {
 	tb.Helper()
+	s.newPrincipal(tb, arn, policy)
+	return s.NewKey(tb, arn)
+}
+
+// NewRole records an IAM role (account must exist) with its trust policy
+// and one policy document attached (none when policy is "").
+func (s *Server) NewRole(tb testing.TB, arn, trust, policy string) {
+	tb.Helper()
+	s.newPrincipal(tb, arn, policy)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.IAM().UpdateRole(ctx, arn, iam.RoleUpdate{TrustPolicy: &trust}); err != nil {
+		tb.Fatalf("trust policy of %s: %v", arn, err)
+	}
+}
+
+func (s *Server) newPrincipal(tb testing.TB, arn, policy string) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := s.IAM().CreatePrincipal(ctx, arn); err != nil {
@@ -287,7 +306,6 @@ func (s *Server) NewUser(tb testing.TB, arn, policy string) Creds {
 			tb.Fatalf("attach policy %s to %s: %v", name, arn, err)
 		}
 	}
-	return s.NewKey(tb, arn)
 }
 
 // EKS returns an unmodified AWS SDK EKS client for the façade, signing with

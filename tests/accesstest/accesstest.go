@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	"github.com/saltbush/saltbush/guest/agent"
@@ -342,4 +346,31 @@ func freeAddr(tb testing.TB) string {
 	}
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().String()
+}
+
+// WaitPodWebhook waits until the executor has configured the pod identity
+// webhook and the apiserver's calls reach it: a pod of probeSA (a service
+// account annotated for IRSA) comes out mutated. Pods made before are
+// admitted unmutated (the failure policy is Ignore), so each try deletes
+// its pod.
+func WaitPodWebhook(ctx context.Context, tb testing.TB, kube kubernetes.Interface, ns, probeSA string) {
+	tb.Helper()
+	for i := 0; ; i++ {
+		p, err := kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-"},
+			Spec:       corev1.PodSpec{ServiceAccountName: probeSA, Containers: []corev1.Container{{Name: "c", Image: "saltbush/probe:test"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		_ = kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		if slices.ContainsFunc(p.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "AWS_ROLE_ARN" }) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("the pod identity webhook never mutated a pod (%d tries)", i+1)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

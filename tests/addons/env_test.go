@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/guest/podwebhook"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/agentproc"
 	"github.com/saltbush/saltbush/tests/nodetest"
@@ -53,7 +54,7 @@ func testMain(m *testing.M) int {
 	}
 	defer remove()
 	agentBinary = bin
-	return nodetest.RunTests(m, nodetest.MainOptions{KubeProxy: false})
+	return nodetest.RunTests(m, nodetest.MainOptions{KubeProxy: false, PodCredentials: true})
 }
 
 // kubernetesVersion is the saltbush cluster's version: the node's and the
@@ -86,6 +87,20 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, false)
+}
+
+// newCredentialsEnv is newEnv whose cluster's service-account issuer
+// saltbush hosts (behind the node's front, nodetest.Front), with the
+// agent's pod identity webhook pointing pods at saltbush through the
+// front.
+func newCredentialsEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvWith(t, true)
+}
+
+func newEnvWith(t *testing.T, podCredentials bool) *env {
+	t.Helper()
 	node := nodetest.Shared(t)
 	e := &env{t: t, node: node, k8s: node.Client(t)}
 	e.srv = servertest.Start(t)
@@ -112,8 +127,22 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("AddMember: %v", err)
 	}
 	uid := out.GetCluster().GetUid()
+	args := []string{"--failure-grace", failureGrace.String()}
+	issuer := ""
+	if podCredentials {
+		if node.Front == nil {
+			t.Fatal("the node has no front: TestMain must set nodetest.MainOptions.PodCredentials")
+		}
+		if err := node.Front.SetBackend(e.srv.URL); err != nil {
+			t.Fatal(err)
+		}
+		issuer = node.Front.Issuer()
+		args = append(args, "--pod-identity-webhook-addr", "127.0.0.1:0", "--pod-credentials-endpoint", node.Front.URL(),
+			"--region", e.srv.Config.Cluster.Region, "--service-account-keys-interval", "1s")
+		t.Cleanup(e.removePodWebhook)
+	}
 	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: ref, Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
-		Endpoint: node.Cluster.Host(), PlatformVersion: "eks.1",
+		Endpoint: node.Cluster.Host(), PlatformVersion: "eks.1", OidcIssuer: issuer,
 		CertificateAuthorityData: base64.StdEncoding.EncodeToString(node.Cluster.CACert())}); err != nil {
 		t.Fatalf("SetStatus ACTIVE: %v", err)
 	}
@@ -121,13 +150,23 @@ func newEnv(t *testing.T) *env {
 		Binary: agentBinary, Dir: t.TempDir(), Server: e.srv,
 		Account: account, Cluster: e.cluster, UID: uid, Instance: instance, Endpoints: []string{e.srv.GRPCAddr()},
 		Kubeconfig: node.Cluster.UserKubeconfig("agent:"+e.cluster, "system:masters"),
-		Args:       []string{"--failure-grace", failureGrace.String()},
+		Args:       args,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.cleanup)
 	return e
+}
+
+// removePodWebhook takes the pod identity webhook's configuration and CA
+// off the shared control plane once the test's agent is gone (cleanups run
+// last-registered first: this one after cleanup).
+func (e *env) removePodWebhook() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = e.k8s.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, podwebhook.ConfigurationName, metav1.DeleteOptions{})
+	_ = e.k8s.CoreV1().Secrets(podwebhook.CASecretNamespace).Delete(ctx, podwebhook.CASecretName, metav1.DeleteOptions{})
 }
 
 // cleanup deletes what add-ons the test left through DeleteAddon, waits

@@ -31,6 +31,12 @@ type MainOptions struct {
 	KubeProxy bool
 	// ExtraAPIServerArgs go to kubetest.Options.
 	ExtraAPIServerArgs []string
+	// PodCredentials puts a Front on the node's link whose issuer
+	// (Front.Issuer) is the control plane's service-account issuer, and
+	// serves the credential images (CredentialImages) trusting the front's
+	// CA: pods then exchange their tokens at the saltbush a test puts
+	// behind the front.
+	PodCredentials bool
 }
 
 // Env is what Main (or StartEnv) started: a control plane and one real
@@ -38,6 +44,8 @@ type MainOptions struct {
 type Env struct {
 	Cluster *kubetest.Cluster
 	Node    *Node
+	// Front is the saltbush front with MainOptions.PodCredentials.
+	Front *Front
 	// Stages are the start's steps in order and how long each took.
 	Stages []Stage
 
@@ -136,23 +144,36 @@ func StartEnv(ctx context.Context, opts MainOptions) (*Env, error) {
 	}
 	undo = append(undo, network.Close)
 	stage("network namespace")
-	cluster, err := kubetest.Start(ctx, kubetest.Options{
-		Address: network.HostIP.String(), RealNodes: true, ExtraAPIServerArgs: opts.ExtraAPIServerArgs,
-	})
+	imgDir, err := os.MkdirTemp("", "nodetest-images-")
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { _ = os.RemoveAll(imgDir) })
+	kopts := kubetest.Options{Address: network.HostIP.String(), RealNodes: true, ExtraAPIServerArgs: opts.ExtraAPIServerArgs}
+	if opts.PodCredentials {
+		if env.Front, err = startFront(network.HostIP, imgDir); err != nil {
+			return fail(err)
+		}
+		undo = append(undo, env.Front.close)
+		kopts.ServiceAccountIssuer = env.Front.Issuer()
+	}
+	cluster, err := kubetest.Start(ctx, kopts)
 	if err != nil {
 		return fail(err)
 	}
 	undo = append(undo, cluster.Stop)
 	env.Cluster = cluster
 	stage("control plane")
-	imgDir, err := os.MkdirTemp("", "nodetest-images-")
-	if err != nil {
-		return fail(err)
-	}
-	undo = append(undo, func() { _ = os.RemoveAll(imgDir) })
 	images, err := CatalogImages(ctx, imgDir)
 	if err != nil {
 		return fail(err)
+	}
+	if opts.PodCredentials {
+		creds, err := CredentialImages(ctx, imgDir, env.Front.CAFile())
+		if err != nil {
+			return fail(err)
+		}
+		images = append(images, creds...)
 	}
 	stage("probe program")
 	node, err := Start(ctx, Options{Cluster: cluster, Network: network, Images: images, ClusterDNS: ClusterDNS, KubeProxy: opts.KubeProxy})

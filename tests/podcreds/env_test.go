@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/accesstest"
 )
@@ -94,7 +93,7 @@ func (w *world) hosted(t *testing.T, path string) (int, []byte) {
 	if err != nil {
 		t.Fatalf("GET %s: %v", u, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, body
 }
@@ -164,7 +163,7 @@ func (w *world) pod(ctx context.Context, t *testing.T, ns, name, sa string) {
 	w.ensureServiceAccount(ctx, t, ns, sa)
 	_, err := w.kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "c", Image: "saltbush/probe:test"}}},
+		Spec:       corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "c", Image: "saltbush/probe:test"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -173,24 +172,15 @@ func (w *world) pod(ctx context.Context, t *testing.T, ns, name, sa string) {
 
 // role creates a role with a trust policy whose session may list and
 // describe clusters.
-func (w *world) role(ctx context.Context, t *testing.T, name, trust string) string {
+func (w *world) role(_ context.Context, t *testing.T, name, trust string) string {
 	t.Helper()
 	arn := "arn:aws:iam::" + w.Account + ":role/" + name
-	keys := w.Server.IAM()
-	if _, err := keys.CreatePrincipal(ctx, arn); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keys.PutPolicy(ctx, w.Account, "readers-"+name, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["eks:ListClusters","eks:DescribeCluster"],"Resource":"*"}]}`); err != nil {
-		t.Fatal(err)
-	}
-	if err := keys.AttachPolicy(ctx, arn, "readers-"+name); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keys.UpdateRole(ctx, arn, iam.RoleUpdate{TrustPolicy: &trust}); err != nil {
-		t.Fatalf("trust policy of %s: %v", name, err)
-	}
+	w.Server.NewRole(t, arn, trust, readerPolicy)
 	return arn
 }
+
+// readerPolicy lets a session list and describe clusters.
+const readerPolicy = `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["eks:ListClusters","eks:DescribeCluster"],"Resource":"*"}]}`
 
 // irsaTrust trusts the cluster's provider for one service account.
 func (w *world) irsaTrust(ns, sa string) string {
@@ -262,7 +252,7 @@ func (w *world) assumeForPod(ctx context.Context, t *testing.T, c servertest.Cre
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	a := eksAuthAnswer{Status: resp.StatusCode, Type: resp.Header.Get("X-Amzn-Errortype")}
 	if err := json.Unmarshal(raw, &a); err != nil {

@@ -1,7 +1,6 @@
 package podcreds_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -16,33 +15,6 @@ import (
 	"github.com/saltbush/saltbush/guest/podwebhook"
 	"github.com/saltbush/saltbush/tests/accesstest"
 )
-
-// waitWebhook waits until the executor has configured the pod identity
-// webhook and the apiserver's calls reach it: a pod of probeSA (whose
-// service account is annotated for IRSA) comes out mutated. Pods made
-// before are admitted unmutated (failure policy Ignore), so each try
-// deletes its pod.
-func waitWebhook(ctx context.Context, t *testing.T, kube kubernetes.Interface, ns, probeSA string) {
-	t.Helper()
-	for i := 0; ; i++ {
-		p, err := kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-", Labels: map[string]string{"probe": "webhook"}},
-			Spec:       corev1.PodSpec{ServiceAccountName: probeSA, Containers: []corev1.Container{{Name: "c", Image: "saltbush/probe:test"}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-		if envOf(p)["AWS_ROLE_ARN"] != "" {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the pod identity webhook never mutated a pod (%d tries)", i+1)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
 
 func envOf(p *corev1.Pod) map[string]string {
 	env := map[string]string{}
@@ -74,7 +46,7 @@ func TestWebhookMutatesPods(t *testing.T) {
 	if _, err := w.kube.CoreV1().ServiceAccounts("default").Update(ctx, sa, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitWebhook(ctx, t, w.kube, "default", "irsa")
+	accesstest.WaitPodWebhook(ctx, t, w.kube, "default", "irsa")
 
 	cfg, err := w.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, podwebhook.ConfigurationName, metav1.GetOptions{})
 	if err != nil || len(cfg.Webhooks) != 1 || cfg.Webhooks[0].FailurePolicy == nil || *cfg.Webhooks[0].FailurePolicy != "Ignore" {
