@@ -44,6 +44,8 @@ type Credential struct {
 	AccountID    string
 	PrincipalARN string
 	Secret       string
+	// SessionPolicy is a role session's session policy ("" for none).
+	SessionPolicy string
 }
 
 // SigV4 authenticates requests by their AWS Signature Version 4 (header or
@@ -95,7 +97,8 @@ func (s *SigV4) Authenticate(r *http.Request, payload []byte) (identity.Caller, 
 		return identity.Caller{}, &errdefs.Error{Exception: errdefs.InvalidSignatureException,
 			Message: fmt.Sprintf("Credential should be scoped to a valid region, not '%s'. ", res.Region)}
 	}
-	return identity.Caller{AccountID: cred.AccountID, PrincipalARN: cred.PrincipalARN, AccessKeyID: res.AccessKeyID}, nil
+	return identity.Caller{AccountID: cred.AccountID, PrincipalARN: cred.PrincipalARN, AccessKeyID: res.AccessKeyID,
+		SessionPolicy: cred.SessionPolicy}, nil
 }
 
 // Config configures the façade.

@@ -627,7 +627,7 @@ func sigV4Auth(service, region string, keyCache *iam.Cache) *gateway.SigV4 {
 			if errors.Is(err, iam.ErrSessionExpired) {
 				return gateway.Credential{}, false, sigv4.ExpiredTokenError()
 			}
-			return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret}, ok, err
+			return gateway.Credential{AccountID: c.AccountID, PrincipalARN: c.PrincipalARN, Secret: c.Secret, SessionPolicy: c.SessionPolicy}, ok, err
 		},
 	}
 }

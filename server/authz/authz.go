@@ -112,7 +112,23 @@ func (a *Authorizer) decide(ctx context.Context, who identity.Caller, action, re
 	if err != nil {
 		return policy.ImplicitDeny, err
 	}
-	return policy.Evaluate(docs, action, resource), nil
+	decision := policy.Evaluate(docs, action, resource)
+	if who.SessionPolicy == "" || decision == policy.ExplicitDeny {
+		return decision, nil
+	}
+	// A session policy limits the session to what both allow, as IAM's
+	// session policies do: it never grants what the role's do not.
+	session, err := policy.Parse([]byte(who.SessionPolicy))
+	if err != nil {
+		return policy.ImplicitDeny, fmt.Errorf("the session policy of %s: %w", who.PrincipalARN, err)
+	}
+	switch policy.Evaluate([]*policy.Document{session}, action, resource) {
+	case policy.ExplicitDeny:
+		return policy.ExplicitDeny, nil
+	case policy.Allowed:
+		return decision, nil
+	}
+	return policy.ImplicitDeny, nil
 }
 
 // resourceAccount returns the account field of an ARN

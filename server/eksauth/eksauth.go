@@ -130,9 +130,9 @@ func Validate(cluster, token string) error {
 // bound to a pod), finds the association of its service account, and
 // issues a session of the association's role — trusted by
 // pods.eks.amazonaws.com, with the session tags unless the association
-// disables them — chained to its targetRoleArn when it has one. The caller
-// (the node agent) must be allowed eks-auth:AssumeRoleForPodIdentity on the
-// cluster.
+// disables them — chained to its targetRoleArn when it has one, the
+// association's policy limiting the pod's session. The caller (the node
+// agent) must be allowed eks-auth:AssumeRoleForPodIdentity on the cluster.
 func (s *Service) AssumeRoleForPodIdentity(ctx context.Context, clusterName, token string) (Result, error) {
 	who, err := identity.AccountCaller(ctx)
 	if err != nil {
@@ -177,11 +177,17 @@ func (s *Service) AssumeRoleForPodIdentity(ctx context.Context, clusterName, tok
 	if err != nil {
 		return Result{}, err
 	}
-	sess, err := s.keys.AssumeRole(ctx, iam.AssumeRoleInput{
+	// The association's policy limits the credentials the pod gets: the
+	// target role's session when it chains, else the first.
+	first := iam.AssumeRoleInput{
 		Service: ServicePrincipal,
 		Context: map[string][]string{"aws:sourceaccount": {cl.GetAccountId()}, "aws:sourcearn": {cl.GetArn()}},
 		RoleARN: assoc.GetRoleArn(), SessionName: name, Duration: duration, Tags: tags,
-	})
+	}
+	if assoc.GetTargetRoleArn() == "" {
+		first.SessionPolicy = assoc.GetPolicy()
+	}
+	sess, err := s.keys.AssumeRole(ctx, first)
 	if err != nil {
 		return Result{}, err
 	}
@@ -260,7 +266,8 @@ func (s *Service) chain(ctx context.Context, first iam.Session, assoc *storagev1
 			return iam.Session{}, err
 		}
 	}
-	in := iam.AssumeRoleInput{Caller: caller, RoleARN: target, SessionName: name, Duration: iam.ChainedSessionLimit, Tags: tags}
+	in := iam.AssumeRoleInput{Caller: caller, RoleARN: target, SessionName: name, Duration: iam.ChainedSessionLimit, Tags: tags,
+		SessionPolicy: assoc.GetPolicy()}
 	if ext := assoc.GetExternalId(); ext != "" {
 		in.Context = map[string][]string{"sts:externalid": {ext}}
 	}

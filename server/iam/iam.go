@@ -387,6 +387,8 @@ type Credential struct {
 	// SessionExpires is when a role session's credential expires; zero
 	// for an access key.
 	SessionExpires time.Time
+	// SessionPolicy is a role session's session policy ("" for none).
+	SessionPolicy string
 }
 
 // Lookup returns the credential of an active access key; ok is false for

@@ -18,6 +18,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/policy"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -81,6 +82,9 @@ type AssumeRoleInput struct {
 	Tags []*storagev1.SessionTag
 	// SourceIdentity is kept with the session.
 	SourceIdentity string
+	// SessionPolicy is an inline session policy ("" for none): the
+	// session may do only what both it and the role's policies allow.
+	SessionPolicy string
 }
 
 // action is the trust-policy action the request needs.
@@ -175,6 +179,11 @@ func (s *Service) AssumeRole(ctx context.Context, in AssumeRoleInput) (Session, 
 	if len(in.Tags) > 0 && !trust.Allows(caller, ActionTagSession) {
 		return Session{}, in.denied(ActionTagSession)
 	}
+	if in.SessionPolicy != "" {
+		if _, err := policy.Parse([]byte(in.SessionPolicy)); err != nil {
+			return Session{}, errdefs.InvalidParameter("The session policy is not a policy document saltbush evaluates: %v.", err)
+		}
+	}
 	d := in.Duration
 	if d == 0 {
 		d = DefaultSessionDuration
@@ -202,7 +211,7 @@ func (s *Service) AssumeRole(ctx context.Context, in AssumeRoleInput) (Session, 
 		SessionArn: RoleSessionARN(account, roleName, in.SessionName), SessionName: in.SessionName,
 		SealedSecret: sealed, SessionTokenSha256: sum[:],
 		IssuedAt: timestamppb.New(now), ExpiresAt: timestamppb.New(now.Add(d)),
-		SourcePrincipalArn: in.source(), Tags: in.Tags, SourceIdentity: in.SourceIdentity,
+		SourcePrincipalArn: in.source(), Tags: in.Tags, SourceIdentity: in.SourceIdentity, SessionPolicy: in.SessionPolicy,
 	}
 	lease := (d + sessionLeaseStep - 1) / sessionLeaseStep * sessionLeaseStep
 	_, err = s.store.Commit(ctx, store.NewTxn().
@@ -392,7 +401,7 @@ func (s *Service) validSession(rec *storagev1.SessionRecord, role *storagev1.Pri
 func sessionCredential(rec *storagev1.SessionRecord, secret string) Credential {
 	return Credential{
 		AccessKeyID: rec.GetAccessKeyId(), AccountID: rec.GetAccountId(), PrincipalARN: rec.GetSessionArn(), Secret: secret,
-		SessionExpires: rec.GetExpiresAt().AsTime(),
+		SessionExpires: rec.GetExpiresAt().AsTime(), SessionPolicy: rec.GetSessionPolicy(),
 	}
 }
 

@@ -35,6 +35,10 @@ type Caller struct {
 	// Delegated is true when a service acts for AccountID under a
 	// delegation its policy grants.
 	Delegated bool
+	// SessionPolicy is the session policy of a role session (a policy
+	// document, "" for none): authorization allows only what both it and
+	// the role's policies allow.
+	SessionPolicy string
 }
 
 // Agent names a guest agent: the cluster incarnation and the control-plane

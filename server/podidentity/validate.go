@@ -7,6 +7,7 @@ import (
 
 	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/server/policy"
 	"github.com/saltbush/saltbush/server/tagging"
 )
 
@@ -103,14 +104,19 @@ func ValidateServiceAccount(sa string) error {
 	return nil
 }
 
-// validatePolicy checks a session policy: a JSON object within IAM's size.
-func validatePolicy(policy string) error {
-	if len(policy) > maxPolicyLength {
+// validatePolicy checks a session policy: within IAM's size, and a policy
+// document saltbush evaluates (the credentials EKS Auth issues carry it as
+// their session policy; one it could not evaluate would refuse them all).
+func validatePolicy(doc string) error {
+	if len(doc) > maxPolicyLength {
 		return errdefs.InvalidParameter("The policy is longer than %d characters.", maxPolicyLength)
 	}
-	var doc map[string]any
-	if err := json.Unmarshal([]byte(policy), &doc); err != nil {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
 		return errdefs.InvalidParameter("The policy is not a valid JSON policy document.")
+	}
+	if _, err := policy.Parse([]byte(doc)); err != nil {
+		return errdefs.InvalidParameter("The policy is not a policy document saltbush evaluates: %v.", err)
 	}
 	return nil
 }

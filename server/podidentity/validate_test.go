@@ -32,7 +32,13 @@ func TestValidateCreate(t *testing.T) {
 		{"cross-account target role", func(r *eksv1.CreatePodIdentityAssociationRequest) {
 			r.TargetRoleArn = "arn:aws:iam::111111111111:role/t"
 		}, ""},
-		{"session policy", func(r *eksv1.CreatePodIdentityAssociationRequest) { r.Policy = `{"Version":"2012-10-17"}` }, ""},
+		{"session policy", func(r *eksv1.CreatePodIdentityAssociationRequest) {
+			r.Policy = `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":"*"}]}`
+		}, ""},
+		{"a policy with no statement", func(r *eksv1.CreatePodIdentityAssociationRequest) { r.Policy = `{"Version":"2012-10-17"}` }, "policy"},
+		{"a policy with a condition", func(r *eksv1.CreatePodIdentityAssociationRequest) {
+			r.Policy = `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*","Condition":{"Bool":{"aws:SecureTransport":"true"}}}]}`
+		}, "policy"},
 		{"no namespace", func(r *eksv1.CreatePodIdentityAssociationRequest) { r.Namespace = "" }, "namespace"},
 		{"no service account", func(r *eksv1.CreatePodIdentityAssociationRequest) { r.ServiceAccount = "" }, "serviceAccount"},
 		{"no role", func(r *eksv1.CreatePodIdentityAssociationRequest) { r.RoleArn = "" }, "roleArn"},

@@ -15,6 +15,7 @@ import (
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/policy"
 )
 
 type getCallerIdentityResponse struct {
@@ -89,6 +90,7 @@ var (
 	roleSessionNamePattern = regexp.MustCompile(`^[\w+=,.@-]*$`)
 	externalIDPattern      = regexp.MustCompile(`^[\w+=,.@:/-]*$`)
 	tagPattern             = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
+	policyChars            = regexp.MustCompile(`^[\x{0009}\x{000A}\x{000D}\x{0020}-\x{00FF}]+$`)
 	arnChars               = regexp.MustCompile(`^[\x{0009}\x{000A}\x{000D}\x{0020}-\x{007E}\x{0085}\x{00A0}-\x{D7FF}\x{E000}-\x{FFFD}\x{10000}-\x{10FFFF}]+$`)
 )
 
@@ -139,9 +141,10 @@ func (v *violations) pattern(member, value string, re *regexp.Regexp, shown stri
 // assumeRole issues temporary credentials for a session of a role. Both
 // the caller's own policies (sts:AssumeRole on the role, and
 // sts:TagSession when it passes tags) and the role's trust policy must let
-// it in. Session policies (Policy, PolicyArns) are refused: the session's
-// permissions are its role's, and a session policy that was ignored would
-// grant more than the caller asked for.
+// it in. An inline session policy (Policy) limits the session to what both
+// it and the role's policies allow; managed session policies (PolicyArns)
+// are refused, never ignored, since an ignored one would grant more than
+// the caller asked for.
 func (h *Handler) assumeRole(ctx context.Context, p params) (any, error) {
 	who, err := identity.AccountCaller(ctx)
 	if err != nil {
@@ -161,17 +164,9 @@ func (h *Handler) assumeRole(ctx context.Context, p params) (any, error) {
 			return nil, err
 		}
 	}
-	packed := -1
-	if len(in.Tags) > 0 {
-		n := 0
-		for _, t := range in.Tags {
-			n += len(t.GetKey()) + len(t.GetValue())
-		}
-		packed = (100*n + packedTagLimit - 1) / packedTagLimit
-		if packed > 100 {
-			return nil, senderError(http.StatusBadRequest, "PackedPolicyTooLarge",
-				"Serialized token too large for session: the session tags take %d%% of the packed size limit.", packed)
-		}
+	packed, err := packedSize(in)
+	if err != nil {
+		return nil, err
 	}
 	sess, err := h.cfg.Keys.AssumeRole(ctx, in)
 	if err != nil {
@@ -223,12 +218,56 @@ func parseAssumeRole(p params) (iam.AssumeRoleInput, error) {
 	if err := v.err(); err != nil {
 		return in, err
 	}
-	if p.has("Policy") || p.has("PolicyArns") {
-		return in, senderError(http.StatusBadRequest, "ValidationError",
-			"Session policies (Policy, PolicyArns) are not supported: a session has the permissions of its role.")
+	sp, err := sessionPolicy(p)
+	if err != nil {
+		return in, err
 	}
-	in.RoleARN, in.SessionName = roleARN, name
+	in.RoleARN, in.SessionName, in.SessionPolicy = roleARN, name, sp
 	return in, nil
+}
+
+// sessionPolicy reads the inline session policy (Policy): 1 to 2048
+// characters of a policy document saltbush evaluates (MalformedPolicyDocument
+// otherwise). Managed session policies (PolicyArns) are refused.
+func sessionPolicy(p params) (string, error) {
+	if p.has("PolicyArns") {
+		return "", senderError(http.StatusBadRequest, "ValidationError",
+			"Managed session policies (PolicyArns) are not supported: pass the policy inline (Policy).")
+	}
+	doc, ok := p.get("Policy")
+	if !ok {
+		return "", nil
+	}
+	var v violations
+	if v.length("policy", doc, 1, 2048) {
+		v.pattern("policy", doc, policyChars, `[\u0009\u000A\u000D\u0020-\u00FF]+`)
+	}
+	if err := v.err(); err != nil {
+		return "", err
+	}
+	if _, err := policy.Parse([]byte(doc)); err != nil {
+		return "", senderError(http.StatusBadRequest, "MalformedPolicyDocument", "The policy is not a policy document saltbush evaluates: %v", err)
+	}
+	return doc, nil
+}
+
+// packedSize is the session's PackedPolicySize, the share of the packed
+// limit its tags and session policy take (-1 when it has neither, so it is
+// left out of the answer); over 100 is PackedPolicyTooLarge.
+func packedSize(in iam.AssumeRoleInput) (int, error) {
+	if len(in.Tags) == 0 && in.SessionPolicy == "" {
+		return -1, nil
+	}
+	n := len(in.SessionPolicy)
+	for _, t := range in.Tags {
+		n += len(t.GetKey()) + len(t.GetValue())
+	}
+	packed := (100*n + packedTagLimit - 1) / packedTagLimit
+	if packed > 100 {
+		return 0, senderError(http.StatusBadRequest, "PackedPolicyTooLarge",
+			"Serialized token too large for session: the session policy and tags take %d%% of the packed size limit.", packed)
+	}
+	return packed, nil
 }
 
 // parseTags reads Tags.member.N.Key and .Value.

@@ -40,6 +40,7 @@ type assumeRoleWithWebIdentityResult struct {
 type webIdentityRequest struct {
 	roleARN, sessionName, token string
 	duration                    time.Duration
+	policy                      string
 }
 
 // assumeRoleWithWebIdentity exchanges a service-account token of a
@@ -112,7 +113,7 @@ func (h *Handler) assumeRoleWithWebIdentity(ctx context.Context, p params) (any,
 			// authenticated workload.
 			hostPath + ":amr": {"authenticated"},
 		},
-		RoleARN: in.roleARN, SessionName: in.sessionName, Duration: in.duration,
+		RoleARN: in.roleARN, SessionName: in.sessionName, Duration: in.duration, SessionPolicy: in.policy,
 	})
 	if err != nil {
 		return nil, err
@@ -191,9 +192,9 @@ func parseWebIdentity(p params) (webIdentityRequest, error) {
 		return in, senderError(http.StatusBadRequest, "ValidationError",
 			"ProviderId is for OAuth 2.0 access tokens; only OpenID Connect ID tokens are accepted here.")
 	}
-	if p.has("Policy") || p.has("PolicyArns") {
-		return in, senderError(http.StatusBadRequest, "ValidationError",
-			"Session policies (Policy, PolicyArns) are not supported: a session has the permissions of its role.")
+	var err error
+	if in.policy, err = sessionPolicy(p); err != nil {
+		return in, err
 	}
 	if !roleAccount.MatchString(roleARN) {
 		return in, senderError(http.StatusBadRequest, "ValidationError", "%s is not a valid role ARN.", clip(roleARN))

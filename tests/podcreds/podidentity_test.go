@@ -1,13 +1,16 @@
 package podcreds_test
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
+	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 )
 
@@ -67,6 +70,28 @@ func TestPodIdentity(t *testing.T) {
 	a = w.assumeForPod(ctx, t, node, w.Cluster, token)
 	if a.Status != http.StatusOK || !strings.HasPrefix(a.AssumedRoleUser.Arn, "arn:aws:sts::"+w.Account+":assumed-role/pod-target/eks-pods-app-0-") {
 		t.Fatalf("with targetRoleArn: %d %s %s %s", a.Status, a.Type, a.Message, a.AssumedRoleUser.Arn)
+	}
+
+	// The association's policy limits the pod's session to what both it
+	// and the role allow.
+	if _, err := w.EKS.UpdatePodIdentityAssociation(ctx, &eks.UpdatePodIdentityAssociationInput{
+		ClusterName: aws.String(w.Cluster), AssociationId: assoc.Association.AssociationId,
+		Policy: aws.String(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"eks:DescribeCluster","Resource":"*"}]}`),
+	}); err != nil {
+		t.Fatalf("UpdatePodIdentityAssociation policy: %v", err)
+	}
+	a = w.assumeForPod(ctx, t, node, w.Cluster, token)
+	if a.Status != http.StatusOK {
+		t.Fatalf("with a policy: %d %s %s", a.Status, a.Type, a.Message)
+	}
+	limited := eks.New(eks.Options{Region: w.Region, BaseEndpoint: aws.String(w.Server.URL), RetryMaxAttempts: 1,
+		Credentials: credentials.NewStaticCredentialsProvider(a.Credentials.AccessKeyID, a.Credentials.SecretAccessKey, a.Credentials.SessionToken)})
+	var denied *types.AccessDeniedException
+	if _, err := limited.ListClusters(ctx, &eks.ListClustersInput{}); !errors.As(err, &denied) {
+		t.Errorf("ListClusters beyond the association's policy: %v, want AccessDeniedException", err)
+	}
+	if _, err := limited.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(w.Cluster)}); err != nil {
+		t.Errorf("DescribeCluster within the association's policy: %v", err)
 	}
 
 	if _, err := w.EKS.DeletePodIdentityAssociation(ctx, &eks.DeletePodIdentityAssociationInput{

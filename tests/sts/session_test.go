@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/saltbush/saltbush/errdefs"
@@ -73,5 +74,32 @@ func TestSessionRevoked(t *testing.T) {
 	fresh, _ := w.assume(t, w.alice, &sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("after")})
 	if _, err := w.srv.EKSAs(t, fresh).ListClusters(ctx, &eks.ListClustersInput{}); err != nil {
 		t.Fatalf("ListClusters with a session issued after the revocation: %v", err)
+	}
+}
+
+// TestSessionPolicy: a session with an inline session policy may do only
+// what both the policy and its role's policies allow.
+func TestSessionPolicy(t *testing.T) {
+	w := newWorld(t)
+	ctx := ctxT(t)
+	sess, out := w.assume(t, w.alice, &sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("narrow"),
+		Policy: aws.String(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["eks:DescribeCluster","eks:CreateCluster"],"Resource":"*"}]}`)})
+	if out.PackedPolicySize == nil || *out.PackedPolicySize <= 0 {
+		t.Errorf("PackedPolicySize %v, want the policy's share", out.PackedPolicySize)
+	}
+	_, err := w.srv.EKSAs(t, sess, authOneAttempt).ListClusters(ctx, &eks.ListClustersInput{})
+	wanterr.AWS(t, err, errdefs.AccessDeniedException, http.StatusForbidden)
+	// The role allows DescribeCluster too: the cluster is not there, and
+	// saying so is the answer of an allowed request.
+	_, err = w.srv.EKSAs(t, sess, authOneAttempt).DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String("nowhere")})
+	wanterr.AWS(t, err, errdefs.ResourceNotFoundException, http.StatusNotFound)
+	// The policy allows CreateCluster, the role does not.
+	_, err = w.srv.EKSAs(t, sess, authOneAttempt).CreateCluster(ctx, &eks.CreateClusterInput{Name: aws.String("c1"),
+		RoleArn: aws.String("arn:aws:iam::" + account + ":role/eks"), ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: []string{"subnet-a"}}})
+	wanterr.AWS(t, err, errdefs.AccessDeniedException, http.StatusForbidden)
+	// Without the policy the role's permissions hold.
+	wide, _ := w.assume(t, w.alice, &sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("wide")})
+	if _, err := w.srv.EKSAs(t, wide).ListClusters(ctx, &eks.ListClustersInput{}); err != nil {
+		t.Fatalf("ListClusters without a session policy: %v", err)
 	}
 }

@@ -284,9 +284,12 @@ func TestAssumeRoleRefused(t *testing.T) {
 		{"two violations at once", w.alice,
 			&sts.AssumeRoleInput{RoleArn: aws.String("arn:aws:iam::1"), RoleSessionName: aws.String("a")},
 			"ValidationError", http.StatusBadRequest, "2 validation errors detected: "},
-		{"a session policy", w.alice,
-			&sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("s1"), Policy: aws.String(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}`)},
-			"ValidationError", http.StatusBadRequest, "Session policies (Policy, PolicyArns) are not supported"},
+		{"a managed session policy", w.alice,
+			&sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("s1"), PolicyArns: []ststypes.PolicyDescriptorType{{Arn: aws.String("arn:aws:iam::aws:policy/ReadOnlyAccess")}}},
+			"ValidationError", http.StatusBadRequest, "Managed session policies (PolicyArns) are not supported"},
+		{"a malformed session policy", w.alice,
+			&sts.AssumeRoleInput{RoleArn: aws.String(roleARN), RoleSessionName: aws.String("s1"), Policy: aws.String(`{"Statement":[{"Effect":"Allow","Action":"*","Resource":"*","Condition":{}}]}`)},
+			"MalformedPolicyDocument", http.StatusBadRequest, "not a policy document saltbush evaluates"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -503,8 +503,12 @@ type SessionRecord struct {
 	// Session tags, in the order AssumeRole was given them.
 	Tags           []*SessionTag `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
 	SourceIdentity string        `protobuf:"bytes,12,opt,name=source_identity,json=sourceIdentity,proto3" json:"source_identity,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The session policy (an inline policy document): the session may do
+	// only what both its role's policies and this allow. Empty: the role's
+	// permissions.
+	SessionPolicy string `protobuf:"bytes,13,opt,name=session_policy,json=sessionPolicy,proto3" json:"session_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionRecord) Reset() {
@@ -617,6 +621,13 @@ func (x *SessionRecord) GetTags() []*SessionTag {
 func (x *SessionRecord) GetSourceIdentity() string {
 	if x != nil {
 		return x.SourceIdentity
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetSessionPolicy() string {
+	if x != nil {
+		return x.SessionPolicy
 	}
 	return ""
 }
@@ -870,7 +881,7 @@ const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vmodified_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"modifiedAt\"\x8c\x04\n" +
+	"modifiedAt\"\xb3\x04\n" +
 	"\rSessionRecord\x12\"\n" +
 	"\raccess_key_id\x18\x01 \x01(\tR\vaccessKeyId\x12\x1d\n" +
 	"\n" +
@@ -887,7 +898,8 @@ const file_saltbush_storage_v1_iam_proto_rawDesc = "" +
 	"\x14source_principal_arn\x18\n" +
 	" \x01(\tR\x12sourcePrincipalArn\x123\n" +
 	"\x04tags\x18\v \x03(\v2\x1f.saltbush.storage.v1.SessionTagR\x04tags\x12'\n" +
-	"\x0fsource_identity\x18\f \x01(\tR\x0esourceIdentity\"4\n" +
+	"\x0fsource_identity\x18\f \x01(\tR\x0esourceIdentity\x12%\n" +
+	"\x0esession_policy\x18\r \x01(\tR\rsessionPolicy\"4\n" +
 	"\n" +
 	"SessionTag\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
