@@ -118,6 +118,13 @@ func sessionRecordV1() proto.Message {
 		SourceIdentity: "alice"}
 }
 
+// sessionRecordV2 is a session with a session policy.
+func sessionRecordV2() proto.Message {
+	r := sessionRecordV1().(*storagev1.SessionRecord)
+	r.SessionPolicy = `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"eks:DescribeCluster","Resource":"*"}]}`
+	return r
+}
+
 func accessKeyRecordV1() proto.Message {
 	return &storagev1.AccessKeyRecord{AccessKeyId: "AKIAABCDEFGHIJKLMNOP", AccountId: "111122223333",
 		PrincipalArn: "arn:aws:iam::111122223333:user/alice", SealedSecret: []byte{1, 2, 3, 4, 5}, Status: "Active", CreatedAt: goldenT}
@@ -241,6 +248,7 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"PrincipalRecord.v1.binpb", principalRecordV1},
 		{"PrincipalRecord.v2.binpb", principalRecordV2},
 		{"SessionRecord.v1.binpb", sessionRecordV1},
+		{"SessionRecord.v2.binpb", sessionRecordV2},
 		{"AccessKeyRecord.v1.binpb", accessKeyRecordV1},
 		{"PolicyRecord.v1.binpb", policyRecordV1},
 		{"ServiceRecord.v1.binpb", serviceRecordV1},
