@@ -236,6 +236,10 @@ type agentConfig struct {
 	ReviewNegTTL  *string  `json:"review-negative-cache-ttl"`
 	ReviewTimeout *string  `json:"review-timeout"`
 	DriftInterval *string  `json:"drift-interval"`
+	PodWebhook    *string  `json:"pod-identity-webhook-addr"`
+	PodEndpoint   *string  `json:"pod-credentials-endpoint"`
+	Region        *string  `json:"region"`
+	KeysInterval  *string  `json:"service-account-keys-interval"`
 	LogLevel      *string  `json:"log-level"`
 	LogJSON       *bool    `json:"log-json"`
 }
@@ -281,6 +285,8 @@ func main() {
 				"webhook-addr":   {c.WebhookAddr, "127.0.0.1:9444"},
 				"status-addr":    {c.StatusAddr, "127.0.0.1:9445"},
 				"drift-interval": {c.DriftInterval, "10m"},
+				"pod-identity-webhook-addr":     {c.PodWebhook, "127.0.0.1:9446"},
+				"service-account-keys-interval": {c.KeysInterval, "1m"},
 				"review-cache-ttl":          {c.ReviewTTL, "5s"},
 				"review-negative-cache-ttl": {c.ReviewNegTTL, "2s"},
 				"review-timeout":            {c.ReviewTimeout, "5s"},

@@ -71,7 +71,7 @@ type Options struct {
 	// ServiceAccountIssuer replaces ServiceAccountIssuer as the issuer of
 	// the cluster's service-account tokens, and its JWKS URI is the
 	// issuer's /keys, as saltbush hosts a cluster's issuer
-	// (images/k3s/config.yaml.d/70-saltbush-oidc.yaml sets K3s so).
+	// (images/k3s/oidc.yaml.example sets K3s so).
 	ServiceAccountIssuer string
 }
 
