@@ -33,7 +33,7 @@ import (
 // the apiserver calls. kube-system is readable by cluster admins only.
 const (
 	CASecretNamespace = "kube-system"
-	CASecretName      = "saltbush-pod-identity-webhook-ca"
+	CASecretName      = "saltbush-pod-identity-webhook-ca" //nolint:gosec // G101: a Secret's name, not a credential
 	caCertKey         = "ca.crt"
 	caKeyKey          = "ca.key"
 

@@ -46,7 +46,10 @@ const MutatePath = "/mutate"
 
 // What EKS's webhook is configured with (its command line there): the
 // IRSA annotation domain and audience, and Pod Identity's audience, token
-// file and credentials URI (the node agent's link-local address).
+// file and credentials URI (the node agent's link-local address). Names
+// and paths, no credential.
+//
+//nolint:gosec // G101: names and paths of where credentials go
 const (
 	AnnotationDomain             = "eks.amazonaws.com"
 	WebIdentityAudience          = "sts.amazonaws.com"

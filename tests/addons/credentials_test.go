@@ -45,7 +45,7 @@ func (e *env) ask(ctx context.Context, ns, pod string) whoami {
 	if err != nil {
 		e.t.Fatalf("GET /whoami of %s/%s: %v", ns, pod, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	w := whoami{Status: resp.StatusCode}
 	if err := json.Unmarshal(body, &w); err != nil {
@@ -242,4 +242,3 @@ func (e *env) askUntil(ctx context.Context, ns, pod string, done func(whoami) bo
 		}
 	}
 }
-
