@@ -210,7 +210,7 @@ func (s *Service) verify(ctx context.Context, cl *storagev1.ClusterRecord, token
 	if iss == "" {
 		return oidc.Claims{}, errdefs.InvalidRequest("Cluster %s has no OIDC issuer: its service-account tokens cannot be verified.", cl.GetName())
 	}
-	hosted, err := s.issuers.Get(ctx, iss)
+	hosted, err := s.issuers.ForCluster(ctx, cl)
 	if errors.Is(err, oidc.ErrUnknownIssuer) {
 		return oidc.Claims{}, errdefs.ServiceUnavailable("The service-account keys of cluster %s are not known yet; its guest agent sends them.", cl.GetName())
 	}

@@ -69,6 +69,27 @@ func (is *Issuers) Get(ctx context.Context, issuer string) (*Issuer, error) {
 	return &Issuer{Record: rec, Keys: keys, Cluster: cl}, nil
 }
 
+// ForCluster returns the keys of cl's issuer when they are cl's: what EKS
+// Auth verifies a token of a cluster it has read already with, in one
+// read.
+func (is *Issuers) ForCluster(ctx context.Context, cl *storagev1.ClusterRecord) (*Issuer, error) {
+	rec := &storagev1.ServiceAccountIssuerRecord{}
+	if _, err := is.store.Get(ctx, IssuerKey(cl.GetOidcIssuer()), rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, ErrUnknownIssuer
+		}
+		return nil, fmt.Errorf("issuer %s: %w", cl.GetOidcIssuer(), err)
+	}
+	if !Serves(cl, rec) {
+		return nil, ErrUnknownIssuer
+	}
+	keys, err := ParseKeySet(rec.GetJwks())
+	if err != nil {
+		return nil, fmt.Errorf("stored keys of issuer %s: %w", rec.GetIssuer(), err)
+	}
+	return &Issuer{Record: rec, Keys: keys, Cluster: cl}, nil
+}
+
 // Serves reports whether an issuer record still belongs to cluster: the
 // same incarnation, with this issuer, neither DELETING nor FAILED.
 func Serves(cl *storagev1.ClusterRecord, rec *storagev1.ServiceAccountIssuerRecord) bool {

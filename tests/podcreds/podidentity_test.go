@@ -157,3 +157,35 @@ func TestPodIdentityRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestPodIdentitySessionTags: the session carries the pod's tags, which a
+// trust policy may require; with disableSessionTags it carries none, and
+// that trust policy refuses it.
+func TestPodIdentitySessionTags(t *testing.T) {
+	ctx := ctxT(t, 4*time.Minute)
+	w := newWorld(ctx, t, "pods-tags")
+	node := w.Server.NewUser(t, "arn:aws:iam::"+w.Account+":user/node-agent", nodeAgentPolicy)
+	tagged := w.role(ctx, t, "tagged", `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"pods.eks.amazonaws.com"},`+
+		`"Action":["sts:AssumeRole","sts:TagSession"],"Condition":{"StringEquals":{"aws:RequestTag/kubernetes-namespace":"default",`+
+		`"aws:RequestTag/kubernetes-pod-name":"tag-0","aws:RequestTag/eks-cluster-name":"`+w.Cluster+`"},`+
+		`"ArnEquals":{"aws:SourceArn":"arn:aws:eks:`+w.Region+`:`+w.Account+`:cluster/`+w.Cluster+`"}}}]}`)
+	w.pod(ctx, t, "default", "tag-0", "tagged")
+	assoc, err := w.EKS.CreatePodIdentityAssociation(ctx, &eks.CreatePodIdentityAssociationInput{
+		ClusterName: aws.String(w.Cluster), Namespace: aws.String("default"), ServiceAccount: aws.String("tagged"), RoleArn: aws.String(tagged),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := w.token(ctx, t, "default", "tagged", "pods.eks.amazonaws.com", "tag-0")
+	if a := w.assumeForPod(ctx, t, node, w.Cluster, token); a.Status != http.StatusOK {
+		t.Fatalf("with the pod's session tags: %d %s %s", a.Status, a.Type, a.Message)
+	}
+	if _, err := w.EKS.UpdatePodIdentityAssociation(ctx, &eks.UpdatePodIdentityAssociationInput{
+		ClusterName: aws.String(w.Cluster), AssociationId: assoc.Association.AssociationId, DisableSessionTags: aws.Bool(true),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a := w.assumeForPod(ctx, t, node, w.Cluster, token); a.Status != http.StatusBadRequest || a.Type != "AccessDeniedException" {
+		t.Fatalf("without session tags, for a trust policy that requires them: %d %s %s", a.Status, a.Type, a.Message)
+	}
+}
