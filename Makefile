@@ -215,7 +215,7 @@ fuzz:
 ## bench: every benchmark family of tests/bench, each at the op count its
 ## section of tests/bench/README.md gives (a create costs microseconds, an
 ## agent failover seconds, so one -benchtime cannot fit them all), each
-## printing its table (`make bench | tee bench.out` keeps them). About 27
+## printing its table (`make bench | tee bench.out` keeps them). About 28
 ## minutes on 2 cores, 17 of them the real node's (it needs root; without,
 ## those two benchmarks skip, saying why); `make bench BENCHCOUNT=3`
 ## repeats each for benchstat.
