@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,10 +60,11 @@ func NewHandler(cfg Config) *Handler {
 // statuses are the model's HTTP statuses for its errors where they differ
 // from the EKS API's (errdefs.HTTPStatus).
 var statuses = map[string]int{
-	errdefs.AccessDeniedException: http.StatusBadRequest,
-	InvalidTokenException:         http.StatusBadRequest,
-	ExpiredTokenException:         http.StatusBadRequest,
-	InternalServerException:       http.StatusInternalServerError,
+	errdefs.AccessDeniedException:  http.StatusBadRequest,
+	InvalidTokenException:          http.StatusBadRequest,
+	ExpiredTokenException:          http.StatusBadRequest,
+	InternalServerException:        http.StatusInternalServerError,
+	gateway.SerializationException: http.StatusBadRequest,
 }
 
 type request struct {
@@ -97,6 +100,34 @@ type credentials struct {
 	AccessKeyID     string `json:"accessKeyId"`
 	// Expiration is a REST-JSON timestamp: epoch seconds.
 	Expiration float64 `json:"expiration"`
+}
+
+// decodeRequest reads the body as the façade reads its bodies: JSON that
+// is not an object, or anything after it, is a SerializationException; an
+// unknown or mistyped member an InvalidParameterException naming it; an
+// empty body has no token (Validate says so).
+func decodeRequest(payload []byte) (request, error) {
+	var req request
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return req, nil
+	}
+	if !json.Valid(payload) {
+		return req, &errdefs.Error{Exception: gateway.SerializationException, Message: "The request body is not valid JSON."}
+	}
+	if t := bytes.TrimSpace(payload); t[0] != '{' {
+		return req, &errdefs.Error{Exception: gateway.SerializationException, Message: "The request body is not a JSON object."}
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return req, errdefs.InvalidParameter("Could not parse the request body: member %s must be a string.", typ.Field)
+		}
+		field, _ := strings.CutPrefix(strings.TrimPrefix(err.Error(), "json: "), "unknown field ")
+		return req, errdefs.InvalidParameter("Could not parse the request body: unknown member %s.", field)
+	}
+	return req, nil
 }
 
 // ServeHTTP authenticates, throttles, decodes, answers and audits one call.
@@ -151,13 +182,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx = identity.NewContext(ctx, who)
 	cluster := path.FindStringSubmatch(r.URL.Path)[1]
-	var req request
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	if len(bytes.TrimSpace(payload)) > 0 {
-		if err := dec.Decode(&req); err != nil {
-			fail(errdefs.InvalidParameter("The request body is not a JSON object with a token member."))
-			return
-		}
+	req, err := decodeRequest(payload)
+	if err != nil {
+		fail(err)
+		return
 	}
 	token := ""
 	if req.Token != nil {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 )
@@ -110,7 +111,7 @@ func Parse(raw []byte) (*Document, error) {
 	dec.DisallowUnknownFields()
 	var doc documentJSON
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("policy document: %w", err)
+		return nil, fmt.Errorf("policy document: %w", decodeError(err))
 	}
 	if dec.More() {
 		return nil, errors.New("policy document: trailing data after the document")
@@ -170,7 +171,44 @@ func Parse(raw []byte) (*Document, error) {
 func strictDecode(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
-	return dec.Decode(v)
+	return decodeError(dec.Decode(v))
+}
+
+// decodeError says what is wrong with a document in a policy's words,
+// not the JSON decoder's: callers show it to AWS clients.
+func decodeError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("it is empty or ends early")
+	case errors.As(err, &syntax):
+		return fmt.Errorf("it is not valid JSON (at character %d)", syntax.Offset)
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return fmt.Errorf("member %s must be %s", typ.Field, jsonKind(typ.Type.Kind().String()))
+		}
+		return fmt.Errorf("it must be %s", jsonKind(typ.Type.Kind().String()))
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if field, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		return fmt.Errorf("member %s is not supported: only Version, Statement, Sid, Effect, Action and Resource are evaluated", field)
+	}
+	return errors.New(msg)
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "struct", "map":
+		return "an object"
+	case "slice", "array":
+		return "a list"
+	case "string":
+		return "a string"
+	}
+	return "of another type"
 }
 
 // Evaluate decides whether the documents allow action on resource. Actions
