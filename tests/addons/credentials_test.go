@@ -3,6 +3,7 @@ package addons_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -15,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/saltbush/saltbush/tests/accesstest"
 	"github.com/saltbush/saltbush/tests/nodetest"
@@ -43,7 +46,8 @@ func (e *env) ask(ctx context.Context, ns, pod string) whoami {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Status.PodIP+":8080/whoami", nil)
 	resp, err := (&http.Client{Timeout: 90 * time.Second}).Do(req)
 	if err != nil {
-		e.t.Fatalf("GET /whoami of %s/%s: %v", ns, pod, err)
+		// Not an answer of the pod's (askUntil asks again).
+		return whoami{Error: fmt.Sprintf("GET /whoami of %s/%s: %v", ns, pod, err)}
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
@@ -65,6 +69,9 @@ func (e *env) credprobe(ctx context.Context, ns, name, sa, kind string) {
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{
 				Name: "credprobe", Image: nodetest.CredProbeImage, Args: []string{"serve", ":8080"},
+				// Ready once it listens: a Running container may not yet.
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}},
+					PeriodSeconds: 1},
 			}}},
 		}, metav1.CreateOptions{})
 		if err != nil {
@@ -82,10 +89,22 @@ func (e *env) credprobe(ctx context.Context, ns, name, sa, kind string) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	e.waitPodRunning(ctx, ns, name)
+	e.waitPodReady(ctx, ns, name)
 	e.t.Cleanup(func() {
 		_ = e.k8s.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
+}
+
+// waitPodReady waits until the pod is Ready.
+func (e *env) waitPodReady(ctx context.Context, ns, name string) {
+	e.t.Helper()
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := e.k8s.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && podReady(p), nil
+	})
+	if err != nil {
+		e.t.Fatalf("pod %s/%s not ready: %v", ns, name, err)
+	}
 }
 
 func (e *env) waitPodGone(ctx context.Context, ns, name string) {
