@@ -37,6 +37,7 @@ import (
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
 )
@@ -124,7 +125,16 @@ func (s *Server) Run(ctx context.Context) {
 	stop := make(chan struct{})
 	context.AfterFunc(ctx, func() { close(stop) })
 	s.informers.Start(stop)
-	s.saCache.Start(stop)
+	// The upstream cache exits the process (klog.Fatal) when its stop
+	// channel closes before the service accounts were listed: it is
+	// started only once they were (until then a pod's service account is
+	// fetched from the apiserver, as the cache does for one it lacks).
+	saInformer := s.informers.Core().V1().ServiceAccounts().Informer()
+	go func() {
+		if toolscache.WaitForCacheSync(stop, saInformer.HasSynced) {
+			s.saCache.Start(stop)
+		}
+	}()
 	s.certs.run(ctx)
 	s.informers.Shutdown()
 }
