@@ -238,19 +238,24 @@ func noSpaceAddon(cluster string) *eks.CreateAddonInput {
 func fillScratch(ctx context.Context, t *testing.T, cli *clientv3.Client, endpoint string) (int, int64) {
 	t.Helper()
 	puts := 0
+	chunk := 512 << 10
 	for {
-		_, err := cli.Put(ctx, fmt.Sprintf("%s%06d", scratchPrefix, puts), string(make([]byte, 512<<10)))
+		_, err := cli.Put(ctx, fmt.Sprintf("%s%06d", scratchPrefix, puts), string(make([]byte, chunk)))
 		if errors.Is(err, rpctypes.ErrNoSpace) {
 			// The quota is checked against the backend's size as of its
 			// last commit, which lags a write by up to the batch interval:
 			// a small write right after could still fit. Full is when
 			// one byte, with the alarm disarmed, is refused too; that
 			// refusal raises the alarm again, for the caller to disarm.
+			// When it fits, the refused chunk was larger than the room
+			// left (a commit that kept up with the writes, as on a busy
+			// machine): the next chunks are halved until nothing fits.
 			disarmAlarms(ctx, t, cli)
 			_, err = cli.Put(ctx, scratchPrefix+"probe", "x")
 			if errors.Is(err, rpctypes.ErrNoSpace) {
 				break
 			}
+			chunk = max(chunk/2, 1)
 		}
 		if err != nil {
 			t.Fatalf("scratch put %d: %v", puts, err)
