@@ -192,18 +192,7 @@ func (h *Handler) assumeRole(ctx context.Context, p params) (any, error) {
 func parseAssumeRole(p params) (iam.AssumeRoleInput, error) {
 	var v violations
 	var in iam.AssumeRoleInput
-	roleARN, ok := p.get("RoleArn")
-	if !ok {
-		v.add("Value null at 'roleArn' failed to satisfy constraint: Member must not be null")
-	} else if v.length("roleArn", roleARN, 20, 2048) && !arnChars.MatchString(roleARN) {
-		v.pattern("roleArn", roleARN, arnChars, `[\u0009\u000A\u000D\u0020-\u007E\u0085\u00A0-\uD7FF\uE000-\uFFFD\u10000-\u10FFFF]+`)
-	}
-	name, ok := p.get("RoleSessionName")
-	if !ok {
-		v.add("Value null at 'roleSessionName' failed to satisfy constraint: Member must not be null")
-	} else if v.length("roleSessionName", name, 2, 64) {
-		v.pattern("roleSessionName", name, roleSessionNamePattern, `[\w+=,.@-]*`)
-	}
+	roleARN, name := roleAndSession(p, &v)
 	in.Duration = durationSeconds(p, &v)
 	if si, ok := p.get("SourceIdentity"); ok && v.length("sourceIdentity", si, 2, 64) {
 		v.pattern("sourceIdentity", si, roleSessionNamePattern, `[\w+=,.@-]*`)
@@ -268,6 +257,24 @@ func packedSize(in iam.AssumeRoleInput) (int, error) {
 			"Serialized token too large for session: the session policy and tags take %d%% of the packed size limit.", packed)
 	}
 	return packed, nil
+}
+
+// roleAndSession reads the RoleArn and RoleSessionName every AssumeRole*
+// operation takes, with the model's constraints.
+func roleAndSession(p params, v *violations) (roleARN, name string) {
+	roleARN, ok := p.get("RoleArn")
+	if !ok {
+		v.add("Value null at 'roleArn' failed to satisfy constraint: Member must not be null")
+	} else if v.length("roleArn", roleARN, 20, 2048) && !arnChars.MatchString(roleARN) {
+		v.pattern("roleArn", roleARN, arnChars, `[\u0009\u000A\u000D\u0020-\u007E\u0085\u00A0-\uD7FF\uE000-\uFFFD\u10000-\u10FFFF]+`)
+	}
+	name, ok = p.get("RoleSessionName")
+	if !ok {
+		v.add("Value null at 'roleSessionName' failed to satisfy constraint: Member must not be null")
+	} else if v.length("roleSessionName", name, 2, 64) {
+		v.pattern("roleSessionName", name, roleSessionNamePattern, `[\w+=,.@-]*`)
+	}
+	return roleARN, name
 }
 
 // parseTags reads Tags.member.N.Key and .Value.

@@ -155,18 +155,7 @@ func (h *Handler) provider(ctx context.Context, account, issuer string) (Issuer,
 func parseWebIdentity(p params) (webIdentityRequest, error) {
 	var v violations
 	var in webIdentityRequest
-	roleARN, ok := p.get("RoleArn")
-	if !ok {
-		v.add("Value null at 'roleArn' failed to satisfy constraint: Member must not be null")
-	} else if v.length("roleArn", roleARN, 20, 2048) && !arnChars.MatchString(roleARN) {
-		v.pattern("roleArn", roleARN, arnChars, `[\u0009\u000A\u000D\u0020-\u007E\u0085\u00A0-\uD7FF\uE000-\uFFFD\u10000-\u10FFFF]+`)
-	}
-	name, ok := p.get("RoleSessionName")
-	if !ok {
-		v.add("Value null at 'roleSessionName' failed to satisfy constraint: Member must not be null")
-	} else if v.length("roleSessionName", name, 2, 64) {
-		v.pattern("roleSessionName", name, roleSessionNamePattern, `[\w+=,.@-]*`)
-	}
+	roleARN, name := roleAndSession(p, &v)
 	token, ok := p.get("WebIdentityToken")
 	if !ok {
 		v.add("Value null at 'webIdentityToken' failed to satisfy constraint: Member must not be null")
