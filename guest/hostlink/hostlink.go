@@ -14,6 +14,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -293,6 +294,15 @@ func (l *Link) stream(ctx context.Context, ep string, h Handler) (healthy bool, 
 		firstErr <- l.send(sctx, stream, s, opened, &heard, &spoke)
 	}()
 	err = <-firstErr
+	if errors.Is(err, errPeerEnded) {
+		// saltbush ended the stream: why is the receiver's to say (a Send
+		// only learns that it ended).
+		select {
+		case err = <-firstErr:
+		case <-time.After(peerStatusWait):
+			err = io.EOF
+		}
+	}
 	cancel()
 	l.mu.Lock()
 	l.current = nil
@@ -303,6 +313,20 @@ func (l *Link) stream(ctx context.Context, ep string, h Handler) (healthy bool, 
 		h.Closed(err)
 	}
 	return spoke.Load(), err
+}
+
+// errPeerEnded is a Send's io.EOF: saltbush ended the stream, and the
+// status it ended it with comes to the receiver.
+var errPeerEnded = errors.New("saltbush ended the stream")
+
+// peerStatusWait bounds the wait for that status.
+const peerStatusWait = 5 * time.Second
+
+func sendError(err error) error {
+	if errors.Is(err, io.EOF) {
+		return errPeerEnded
+	}
+	return err
 }
 
 // send is a stream's only sender.
@@ -317,7 +341,7 @@ func (l *Link) send(ctx context.Context, stream deliveryv1.DeliveryService_Conne
 			return ctx.Err()
 		case m := <-s.out:
 			if err := stream.Send(m); err != nil {
-				return err
+				return sendError(err)
 			}
 			lastSent = time.Now()
 		case <-tick.C:
@@ -330,7 +354,7 @@ func (l *Link) send(ctx context.Context, stream deliveryv1.DeliveryService_Conne
 			}
 			if time.Since(lastSent) >= time.Duration(l.heartbeat.Load()) {
 				if err := stream.Send(&deliveryv1.AgentMessage{Message: &deliveryv1.AgentMessage_Heartbeat{Heartbeat: &deliveryv1.Heartbeat{}}}); err != nil {
-					return err
+					return sendError(err)
 				}
 				lastSent = time.Now()
 			}
