@@ -142,31 +142,8 @@ func (v *violations) members(member string, vals []string, minLen, maxLen int, p
 // violations named as AWS names them (tags.N.member.key); dup reports a
 // key given twice whatever its case, which IAM refuses as InvalidInput.
 func resourceTags(p params, v *violations) (tags []*storagev1.ResourceTag, dup bool) {
-	seen := map[string]bool{}
-	for i := 1; ; i++ {
-		prefix := "Tags.member." + strconv.Itoa(i)
-		key, hasKey := p.get(prefix + ".Key")
-		value, hasValue := p.get(prefix + ".Value")
-		if !hasKey && !hasValue {
-			break
-		}
-		member := fmt.Sprintf("tags.%d.member", i)
-		if !hasKey {
-			v.add("Value null at '%s.key' failed to satisfy constraint: Member must not be null", member)
-		} else if v.length(member+".key", key, 1, 128) {
-			v.pattern(member+".key", key, tagPattern, `[\p{L}\p{Z}\p{N}_.:/=+\-@]+`)
-		}
-		if !hasValue {
-			v.add("Value null at '%s.value' failed to satisfy constraint: Member must not be null", member)
-		} else if v.length(member+".value", value, 0, 256) {
-			v.pattern(member+".value", value, tagPattern, `[\p{L}\p{Z}\p{N}_.:/=+\-@]*`)
-		}
-		if lk := strings.ToLower(key); hasKey && seen[lk] {
-			dup = true
-		} else {
-			seen[lk] = true
-		}
-		tags = append(tags, &storagev1.ResourceTag{Key: key, Value: value})
+	for _, t := range readTags(p, v, func() { dup = true }) {
+		tags = append(tags, &storagev1.ResourceTag{Key: t.key, Value: t.value})
 	}
 	if len(tags) > maxTagsInCall {
 		v.add("Value '[…]' at 'tags' failed to satisfy constraint: Member must have length less than or equal to %d", maxTagsInCall)

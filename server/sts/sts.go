@@ -277,9 +277,15 @@ func roleAndSession(p params, v *violations) (roleARN, name string) {
 	return roleARN, name
 }
 
-// parseTags reads Tags.member.N.Key and .Value.
-func parseTags(p params, v *violations) []*storagev1.SessionTag {
-	var tags []*storagev1.SessionTag
+// tagPair is one Tags.member.N of a query request.
+type tagPair struct{ key, value string }
+
+// readTags reads Tags.member.N.Key and .Value, STS's and IAM's alike, with
+// the model's violations named as AWS names them (tags.N.member.key);
+// onDup is called, in the violations' order, for a key given again
+// whatever its case (STS and IAM refuse it with different codes).
+func readTags(p params, v *violations, onDup func()) []tagPair {
+	var tags []tagPair
 	seen := map[string]bool{}
 	for i := 1; ; i++ {
 		prefix := "Tags.member." + strconv.Itoa(i)
@@ -299,13 +305,24 @@ func parseTags(p params, v *violations) []*storagev1.SessionTag {
 		} else if v.length(member+".value", value, 0, 256) {
 			v.pattern(member+".value", value, tagPattern, `[\p{L}\p{Z}\p{N}_.:/=+\-@]*`)
 		}
-		// Session tag keys are case-insensitive and must be unique.
 		if lk := strings.ToLower(key); hasKey && seen[lk] {
-			v.add("Duplicate tag keys found. Please note that Tag keys are case insensitive.")
+			onDup()
 		} else {
 			seen[lk] = true
 		}
-		tags = append(tags, &storagev1.SessionTag{Key: key, Value: value})
+		tags = append(tags, tagPair{key: key, value: value})
+	}
+	return tags
+}
+
+// parseTags reads AssumeRole's session tags: keys are case-insensitive and
+// unique.
+func parseTags(p params, v *violations) []*storagev1.SessionTag {
+	var tags []*storagev1.SessionTag
+	for _, t := range readTags(p, v, func() {
+		v.add("Duplicate tag keys found. Please note that Tag keys are case insensitive.")
+	}) {
+		tags = append(tags, &storagev1.SessionTag{Key: t.key, Value: t.value})
 	}
 	if len(tags) > maxSessionTags {
 		v.add("Value '[…]' at 'tags' failed to satisfy constraint: Member must have length less than or equal to %d", maxSessionTags)
