@@ -43,9 +43,10 @@ const (
 	accessEntryStacks  = `Error: error listing access entry stacks: operation error CloudFormation: ListStacks, https response error StatusCode: 4`
 )
 
-// TestEksctl runs eksctl's add-on, access-entry and cluster commands once
-// each, in the order a user would, against one cluster, asserting each on
-// what eksctl printed and on the state the SDK reads back.
+// TestEksctl runs eksctl's add-on, access-entry, cluster and identity
+// (OIDC provider, IRSA, pod identity) commands once each, in the order a
+// user would, against one cluster, asserting each on what eksctl printed
+// and on the state the SDK reads back.
 func TestEksctl(t *testing.T) {
 	e := newEnv(t, "eksctl", clusterVersion)
 	steps := []struct {
@@ -55,6 +56,7 @@ func TestEksctl(t *testing.T) {
 		{"version", testVersion},
 		{"describe-cluster-versions", testDescribeClusterVersions},
 		{"describe-addon-versions", testDescribeAddonVersions},
+		{"describe-addon-configuration", testDescribeAddonConfiguration},
 		{"get addons before", testNoAddons},
 		{"create addon", testCreateAddon},
 		{"get addons", testGetAddons},
@@ -64,6 +66,11 @@ func TestEksctl(t *testing.T) {
 		{"create accessentry", testCreateAccessEntry},
 		{"get cluster", testGetCluster},
 		{"write-kubeconfig", testWriteKubeconfig},
+		{"associate-iam-oidc-provider", testAssociateOIDCProvider},
+		{"create iamserviceaccount", testCreateIAMServiceAccount},
+		{"create podidentityassociation", testCreatePodIdentityAssociation},
+		{"get podidentityassociation", testGetPodIdentityAssociation},
+		{"delete podidentityassociation", testDeletePodIdentityAssociation},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, e.in(t)) }) {
