@@ -47,15 +47,15 @@ check-generated: generate model-table
 	git diff --exit-code --stat -- $(MODEL_TABLE) || { echo "$(MODEL_TABLE) is stale: run 'make model-table' and commit the result" >&2; exit 1; }
 
 ## model-table: regenerate server/validation's table of input constraints
-## from AWS's EKS model, botocore's service-2.json on this machine
-## (docs/contracts.md, "Input validation"). EKS_MODEL overrides the path.
-BOTOCORE    = $(shell python3 -c 'import botocore,os;print(os.path.dirname(botocore.__file__))')
-EKS_MODEL  ?= $(BOTOCORE)/data/eks/2017-11-01/service-2.json.gz
+## from AWS's EKS model, the newest this machine has: botocore's
+## service-2.json merged with the EKS module of the AWS SDK for Go v2 that
+## go.mod requires (docs/contracts.md, "Input validation"). EKS_MODEL
+## overrides botocore's path.
+EKS_MODEL  ?=
 MODEL_TABLE := server/validation/model_gen.go
 .PHONY: model-table
 model-table:
-	$(GO) run ./server/validation/genmodel -model $(EKS_MODEL) -out $(MODEL_TABLE) \
-		-source "botocore $$(python3 -c 'import botocore;print(botocore.__version__)')"
+	$(GO) run ./server/validation/genmodel -out $(MODEL_TABLE) $(if $(EKS_MODEL),-model $(EKS_MODEL))
 
 ## lint: buf lint and format, gofmt, go vet, the import rules, golangci-lint
 ## (.golangci.yml), and govulncheck on the local database: it fails on a

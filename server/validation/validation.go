@@ -75,6 +75,8 @@ type operation struct {
 	// fields pairs the exception's modelled members with the input
 	// members that fill them ({"clusterName", "name"}).
 	fields [][2]string
+	// errors are every exception the model lists for the operation.
+	errors []string
 }
 
 func ptr(v int64) *int64 { return &v }
@@ -95,6 +97,19 @@ func Exception(operationName string) (string, bool) {
 	op, ok := operations[operationName]
 	return op.exception, ok
 }
+
+// Errors returns the exceptions the model lists for operation, sorted;
+// ok is false for an operation the model does not have.
+func Errors(operationName string) ([]string, bool) {
+	op, ok := operations[operationName]
+	return slices.Clone(op.errors), ok
+}
+
+// Source returns the model source that alone gave an item of the merged
+// model ("enum Category ROLLBACK_READINESS", "operation CancelUpdate",
+// "member UpdateClusterVersionRequest.rollbackConfig"), "" for an item both
+// sources have or neither.
+func Source(item string) string { return provenance[item] }
 
 // MemberConstraint returns the integer range of an operation's input
 // member named name, for messages about a value that could not be parsed.

@@ -68,8 +68,8 @@ var goInternals = []string{
 var snakeCase = regexp.MustCompile(`\b[a-z][a-z0-9]*_[a-z0-9_]+\b`)
 
 // fuzzModel is the part of the EKS model the checks read: each operation's
-// errors. It is read on the first input a fuzz process runs (readEKSModel
-// wants a *testing.T) and kept for the process's other inputs.
+// errors, from the validation table (generated from the model the
+// conformance tests read, TestModelValidation checks the two agree).
 type fuzzModel struct {
 	errors map[string]map[string]bool
 }
@@ -78,12 +78,12 @@ func (m *fuzzModel) load(t *testing.T) {
 	if m.errors != nil {
 		return
 	}
-	model, _ := readEKSModel(t)
 	m.errors = map[string]map[string]bool{}
-	for name, op := range model.Operations {
+	for _, name := range validation.Operations() {
 		set := map[string]bool{}
-		for _, e := range op.Errors {
-			set[e.Shape] = true
+		errs, _ := validation.Errors(name)
+		for _, e := range errs {
+			set[e] = true
 		}
 		for _, e := range genericExceptions {
 			set[e] = true
@@ -95,6 +95,9 @@ func (m *fuzzModel) load(t *testing.T) {
 			set[e] = true
 		}
 		m.errors[name] = set
+	}
+	if len(m.errors) == 0 {
+		t.Fatal("the validation table has no operations")
 	}
 }
 

@@ -1,7 +1,7 @@
 package conformance
 
 import (
-	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,14 +10,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
@@ -31,6 +30,7 @@ import (
 
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/validation"
+	"github.com/saltbush/saltbush/server/validation/eksmodel"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
@@ -75,41 +75,28 @@ type modelShape struct {
 }
 
 // readEKSModel reads the model the validation table was generated from:
-// botocore's on this machine, or SALTBUSH_EKS_MODEL.
-func readEKSModel(t *testing.T) (*eksModel, []byte) {
+// the newest this machine has, botocore's (or SALTBUSH_EKS_MODEL) merged
+// with the Go SDK's EKS module (eksmodel), and its encoding, whose hash the
+// table records.
+func readEKSModel(t testing.TB) (*eksModel, []byte) {
 	t.Helper()
-	path := os.Getenv("SALTBUSH_EKS_MODEL")
-	if path == "" {
-		out, err := exec.Command("python3", "-c", "import botocore,os;print(os.path.dirname(botocore.__file__))").Output()
-		if err != nil {
-			t.Fatalf("find botocore's data directory (set SALTBUSH_EKS_MODEL to the model instead): %v", err)
-		}
-		dir := filepath.Join(strings.TrimSpace(string(out)), "data", "eks", "2017-11-01")
-		path = filepath.Join(dir, "service-2.json")
-		if _, err := os.Stat(path); err != nil {
-			path += ".gz"
-		}
-	}
-	f, err := os.Open(path)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src, err := eksmodel.Locate(ctx, ".", os.Getenv("SALTBUSH_EKS_MODEL"))
 	if err != nil {
-		t.Fatalf("open the EKS model: %v", err)
+		t.Fatalf("find the EKS model's sources (set SALTBUSH_EKS_MODEL to botocore's model): %v", err)
 	}
-	defer func() { _ = f.Close() }()
-	var r io.Reader = f
-	if strings.HasSuffix(path, ".gz") {
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		r = zr
-	}
-	raw, err := io.ReadAll(r)
+	merged, _, err := eksmodel.Load(src)
 	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
+		t.Fatalf("read the EKS model: %v", err)
+	}
+	raw, err := merged.Encode()
+	if err != nil {
+		t.Fatal(err)
 	}
 	m := &eksModel{}
 	if err := json.Unmarshal(raw, m); err != nil {
-		t.Fatalf("decode %s: %v", path, err)
+		t.Fatalf("decode the merged model: %v", err)
 	}
 	return m, raw
 }

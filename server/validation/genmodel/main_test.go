@@ -30,9 +30,9 @@ func TestGenerate(t *testing.T) {
 				"BadRequestException": {"type": "structure", "members": {"message": {"shape": "S"}}},
 				"InvalidParameterException": {"type": "structure", "members": {"message": {"shape": "S"}, "clusterName": {"shape": "S"}, "addonName": {"shape": "S"}}}}}`,
 			want: []string{
-				`"TagResource":  {input: "TagReq", exception: "BadRequestException"},`,
-				`"ListAddons":   {input: "ListReq", exception: "InvalidParameterException", fields: [][2]string{{"clusterName", "clusterName"}}},`,
-				`"ListPolicies": {input: "PolReq", exception: "InvalidParameterException"},`,
+				`"TagResource":  {input: "TagReq", exception: "BadRequestException", errors: []string{"BadRequestException", "NotFoundException"}},`,
+				`"ListAddons":   {input: "ListReq", exception: "InvalidParameterException", fields: [][2]string{{"clusterName", "clusterName"}}, errors: []string{"InvalidParameterException", "InvalidRequestException"}},`,
+				`"ListPolicies": {input: "PolReq", exception: "InvalidParameterException", errors: []string{"ServerException"}},`,
 				`"Max":     {kind: kindInteger, min: ptr(1), max: ptr(100)},`,
 			},
 		},
@@ -63,7 +63,7 @@ func TestGenerate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := generate([]byte(tc.model), "test")
+			src, err := generate([]byte(tc.model), "test", nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("generate: %v, want an error with %q", err, tc.wantErr)
