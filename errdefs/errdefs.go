@@ -125,6 +125,15 @@ func (e *Error) WithCause(cause error) *Error {
 	return &c
 }
 
+// AsException returns a copy of e answered as another exception, with that
+// exception's gRPC code: the same refusal, in the exception an operation's
+// model lists for it.
+func (e *Error) AsException(exception string) *Error {
+	c := *e
+	c.Exception, c.code = exception, codes.OK
+	return &c
+}
+
 func newError(exception, format string, args []any) *Error {
 	return &Error{Exception: exception, Message: fmt.Sprintf(format, args...)}
 }

@@ -32,7 +32,7 @@ func NewEKSServer(svc *Service, az *authz.Authorizer) *EKSServer {
 }
 
 func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
-	return errdefs.Wire(ctx, s.svc.log, op, err)
+	return errdefs.Wire(ctx, s.svc.log, op, validation.Conform(op, err))
 }
 
 // pathARN decodes an ARN taken from a URL path label: the façade keeps

@@ -65,7 +65,7 @@ func (s *EKSServer) authorizeAddon(ctx context.Context, action, cluster, addon s
 
 // wire converts a domain error to the wire (errdefs.Wire) once, here.
 func (s *Service) wire(ctx context.Context, op string, err error) error {
-	return errdefs.Wire(ctx, s.log, op, err)
+	return errdefs.Wire(ctx, s.log, op, validation.Conform(op, err))
 }
 
 // CreateAddon implements eksv1.AddonServiceServer.

@@ -184,5 +184,5 @@ func (s *ControlServer) FinalizeDeletion(ctx context.Context, req *controlv1.Fin
 
 // wire converts a domain error to the wire (errdefs.Wire) once, here.
 func (s *Service) wire(ctx context.Context, op string, err error) error {
-	return errdefs.Wire(ctx, s.log, op, err)
+	return errdefs.Wire(ctx, s.log, op, validation.Conform(op, err))
 }

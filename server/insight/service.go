@@ -20,6 +20,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/server/validation"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -103,7 +104,7 @@ func (s *Service) insights(ctx context.Context, name string) (*storagev1.Cluster
 }
 
 func (s *Service) wire(ctx context.Context, op string, err error) error {
-	return errdefs.Wire(ctx, s.log, op, err)
+	return errdefs.Wire(ctx, s.log, op, validation.Conform(op, err))
 }
 
 // epoch is t in the façade's timestamp form.

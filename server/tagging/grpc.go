@@ -39,7 +39,7 @@ func (s *EKSServer) authorize(ctx context.Context, action, raw string) error {
 }
 
 func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
-	return errdefs.Wire(ctx, s.svc.log, op, err)
+	return errdefs.Wire(ctx, s.svc.log, op, validation.Conform(op, err))
 }
 
 // TagResource implements eksv1.TagServiceServer.

@@ -33,7 +33,7 @@ func (s *EKSServer) authorize(ctx context.Context, action, cluster string) error
 }
 
 func (s *EKSServer) wire(ctx context.Context, op string, err error) error {
-	return errdefs.Wire(ctx, s.svc.log, op, err)
+	return errdefs.Wire(ctx, s.svc.log, op, validation.Conform(op, err))
 }
 
 // DescribeUpdate implements eksv1.UpdateServiceServer.

@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -103,6 +104,32 @@ func Exception(operationName string) (string, bool) {
 func Errors(operationName string) ([]string, bool) {
 	op, ok := operations[operationName]
 	return slices.Clone(op.errors), ok
+}
+
+// Conform answers err as operation's model allows: a refusal of the
+// request's values (InvalidParameterException, BadRequestException,
+// InvalidRequestException, ClientException) that the operation's model
+// does not list becomes the exception the operation answers validation
+// errors with, same message and members. The checks behind an operation
+// are shared (a cluster name is checked the same way for CreateCluster,
+// which lists InvalidParameterException, and DescribeCluster, which lists
+// ClientException); which exception an operation answers is its model's.
+// Every EKS shell passes its errors through Conform at the boundary.
+func Conform(operationName string, err error) error {
+	var e *errdefs.Error
+	op, ok := operations[operationName]
+	if !ok || !errors.As(err, &e) || slices.Contains(op.errors, e.Exception) ||
+		!slices.Contains(validationExceptions, e.Exception) || !slices.Contains(op.errors, op.exception) {
+		return err
+	}
+	return e.AsException(op.exception)
+}
+
+// validationExceptions are the exceptions that refuse a request's values,
+// as eksmodel.ValidationExceptions lists them (the server does not link
+// the model reader).
+var validationExceptions = []string{
+	"InvalidParameterException", "BadRequestException", "InvalidRequestException", "ClientException",
 }
 
 // Source returns the model source that alone gave an item of the merged

@@ -16,6 +16,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/validation"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -114,5 +115,5 @@ func withClusterName(err error, name string) error {
 }
 
 func (s *Service) wire(ctx context.Context, op string, err error) error {
-	return errdefs.Wire(ctx, s.log, op, err)
+	return errdefs.Wire(ctx, s.log, op, validation.Conform(op, err))
 }

@@ -222,7 +222,7 @@ func TestClusterErrorsWithSDK(t *testing.T) {
 				_, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String("bad.name")})
 				return err
 			},
-			want: &types.InvalidParameterException{},
+			want: &types.ClientException{}, // the validation exception DescribeCluster's model lists
 		},
 		{
 			name: "unsupported version",

@@ -203,7 +203,7 @@ func TestWireErrors(t *testing.T) {
 		},
 		{
 			name: "percent-encoded slash stays in the label", method: "GET", path: "/clusters/a%2Fb",
-			wantStatus: 400, wantType: "InvalidParameterException",
+			wantStatus: 400, wantType: "ClientException", // DescribeCluster's model lists no InvalidParameterException
 		},
 		{
 			name: "unknown path", method: "GET", path: "/no-such-thing",

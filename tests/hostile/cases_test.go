@@ -450,11 +450,11 @@ func (e *env) pathCases() []hostileCase {
 	c := e.clusterPath()
 	return []hostileCase{
 		{name: "DescribeCluster name ..%2F then the cluster", category: catPath, op: "DescribeCluster", method: "GET", path: "/clusters/..%2F" + e.cluster,
-			status: s400, exception: ipe, member: "name", message: namePattern},
+			status: s400, exception: "ClientException", member: "name", message: namePattern},
 		{name: "DescribeCluster name %2e%2e", category: catPath, op: "DescribeCluster", method: "GET", path: "/clusters/%2e%2e",
-			status: s400, exception: ipe, member: "name", message: namePattern},
+			status: s400, exception: "ClientException", member: "name", message: namePattern},
 		{name: "DeleteCluster name with an encoded slash", category: catPath, op: "DeleteCluster", method: "DELETE", path: "/clusters/" + e.cluster + "%2F",
-			status: s400, exception: ipe, member: "name", message: namePattern},
+			status: s400, exception: "InvalidRequestException", member: "name", message: namePattern},
 		{name: "DescribeAddon name ..%2F..%2Fclusters", category: catPath, op: "DescribeAddon", method: "GET", path: c + "/addons/..%2F..%2Fclusters",
 			status: s404, exception: rnf},
 		{name: "DeleteAddon name %2e%2e%2Fkube-proxy", category: catPath, op: "DeleteAddon", method: "DELETE", path: c + "/addons/%2e%2e%2Fkube-proxy",
@@ -500,9 +500,9 @@ func (e *env) unicodeCases() []hostileCase {
 	cyr := strings.Replace(e.cluster, "o", "\u043e", 1) // Cyrillic о
 	return []hostileCase{
 		{name: "DescribeCluster Cyrillic look-alike of the cluster", category: catUnicode, op: "DescribeCluster", method: "GET",
-			path: "/clusters/" + url.PathEscape(cyr), status: s400, exception: ipe, member: "name", message: namePattern},
+			path: "/clusters/" + url.PathEscape(cyr), status: s400, exception: "ClientException", member: "name", message: namePattern},
 		{name: "DeleteCluster fullwidth look-alike of the cluster", category: catUnicode, op: "DeleteCluster", method: "DELETE",
-			path: "/clusters/" + url.PathEscape("\uff48\uff4f\uff53\uff54\uff49\uff4c\uff45-1"), status: s400, exception: ipe, member: "name", message: namePattern},
+			path: "/clusters/" + url.PathEscape("\uff48\uff4f\uff53\uff54\uff49\uff4c\uff45-1"), status: s400, exception: "InvalidRequestException", member: "name", message: namePattern},
 		{name: "UpdateClusterConfig name with a zero-width joiner", category: catUnicode, op: "UpdateClusterConfig", method: "POST",
 			path: "/clusters/" + url.PathEscape("hostile\u200d-1") + "/update-config", body: `{"deletionProtection": true}`, status: s400, exception: ipe, member: "name", message: namePattern},
 		{name: "CreateCluster Cyrillic name", category: catUnicode, op: "CreateCluster", method: "POST", path: "/clusters",
@@ -542,7 +542,7 @@ func (e *env) controlCases() []hostileCase {
 	c := e.clusterPath()
 	return []hostileCase{
 		{name: "DescribeCluster name with a NUL", category: catControl, op: "DescribeCluster", method: "GET", path: c + "%00",
-			status: s400, exception: ipe, member: "name", message: namePattern},
+			status: s400, exception: "ClientException", member: "name", message: namePattern},
 		// Bytes that are not UTF-8, in a path label and a query value: the
 		// member's validation error (server/validation), never a 500.
 		{name: "ListAddons cluster name not UTF-8", category: catControl, op: "ListAddons", method: "GET", path: "/clusters/%FF/addons",
@@ -550,7 +550,7 @@ func (e *env) controlCases() []hostileCase {
 		{name: "ListUpdates addon name query not UTF-8", category: catControl, op: "ListUpdates", method: "GET", path: c + "/updates?addonName=%FE",
 			status: s400, exception: ipe, member: "addonName", message: "Member must be valid UTF-8"},
 		{name: "DeleteCluster name with CR LF", category: catControl, op: "DeleteCluster", method: "DELETE", path: c + "%0D%0AX-Injected:%201",
-			status: s400, exception: ipe, member: "name", message: namePattern},
+			status: s400, exception: "InvalidRequestException", member: "name", message: namePattern},
 		{name: "CreateCluster name with a NUL", category: catControl, op: "CreateCluster", method: "POST", path: "/clusters",
 			body:   `{"name": "nul\u0000name", "roleArn": "` + clusterRole + `", "resourcesVpcConfig": {"subnetIds": ["subnet-a"]}}`,
 			status: s400, exception: ipe, member: "name"},
