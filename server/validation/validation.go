@@ -7,8 +7,10 @@
 // request writes nothing.
 //
 // Presence: a proto3 string, list or map without presence cannot tell ""
-// or empty from absent, but AWS refuses `"serviceAccountRoleArn": ""` and
-// `"tags": {}` where the model says min 1. The façade keeps the request body
+// or empty from absent, but AWS refuses `"serviceAccountRoleArn": ""`
+// where the model says min 1 (an empty map it does not require, such as
+// a create's `"tags": {}`, it takes as absent; TagResource's required
+// tags it refuses). The façade keeps the request body
 // in the context (WithBody); Check reads the members the body sent from it,
 // so an empty member the body holds is checked as present. On the gRPC port
 // presence is the proto's: an `optional` field that is set, a message that
@@ -380,6 +382,13 @@ func (v *violations) check(name string, value any, path string) {
 				}
 				continue
 			}
+			if emptyOptionalMap(shapes[m.shape], mv) && !slices.Contains(s.required, m.name) {
+				// AWS takes an empty map it does not require as absent:
+				// eksctl sends "tags": {} with every create made without
+				// --tags, and EKS creates. A required one (TagResource's
+				// tags) is refused below its minimum.
+				continue
+			}
 			v.check(m.shape, mv, join(path, m.name))
 		}
 	case kindList:
@@ -422,6 +431,12 @@ func (v *violations) check(name string, value any, path string) {
 			v.add(value, path, c)
 		}
 	}
+}
+
+// emptyOptionalMap reports whether value is an empty map of map shape s.
+func emptyOptionalMap(s *shape, value any) bool {
+	obj, ok := value.(map[string]any)
+	return ok && s != nil && s.kind == kindMap && len(obj) == 0
 }
 
 func join(path, name string) string {

@@ -38,8 +38,13 @@ func TestCheck(t *testing.T) {
 			message:   "1 validation error detected: Value '" + long + "' at 'serviceAccountRoleArn' failed to satisfy constraint: Member must have length less than or equal to 255",
 		},
 		{
-			name: "empty tags in the body", req: &eksv1.CreateAddonRequest{ClusterName: "c", AddonName: "vpc-cni"},
-			body: `{"addonName":"vpc-cni","tags":{}}`, exception: errdefs.InvalidParameterException,
+			// Not required: taken as absent, as AWS takes it.
+			name: "empty optional tags in the body", req: &eksv1.CreateAddonRequest{ClusterName: "c", AddonName: "vpc-cni"},
+			body: `{"addonName":"vpc-cni","tags":{}}`,
+		},
+		{
+			name: "empty required tags in the body", req: &eksv1.TagResourceRequest{ResourceArn: "arn"},
+			body: `{"tags":{}}`, exception: errdefs.BadRequestException,
 			message: "1 validation error detected: Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
 		},
 		{

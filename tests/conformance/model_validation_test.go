@@ -158,6 +158,8 @@ type caseBuilder struct {
 	m       *eksModel
 	cluster string
 	msg     protoreflect.MessageDescriptor
+	// required are the input's required members (cases sets them).
+	required map[string]bool
 }
 
 // validValue is a value of shape s (of the member named member, whose
@@ -278,7 +280,10 @@ func (b *caseBuilder) violations(path, member, loc string, s modelShape, md prot
 	case "map":
 		key, value := b.m.Shapes[s.Key.Shape], b.m.Shapes[s.Value.Shape]
 		validValue := b.validValue("", value, nil)
-		if s.Min != nil && *s.Min >= 1 && loc == "" {
+		// An empty map the operation does not require is taken as
+		// absent (server/validation, "Presence"); one it requires is
+		// refused.
+		if s.Min != nil && *s.Min >= 1 && loc == "" && b.required[path] {
 			add("with too few entries", map[string]any{}, fmt.Sprintf("Member must have length greater than or equal to %d", *s.Min))
 		}
 		if s.Max != nil {
@@ -346,7 +351,9 @@ func (b *caseBuilder) cases(t *testing.T, op string) []modelCase {
 	t.Helper()
 	in := b.m.Shapes[b.m.Operations[op].Input.Shape]
 	base := map[string]any{}
+	b.required = map[string]bool{}
 	for _, req := range in.Required {
+		b.required[req] = true
 		mr := in.Members[req]
 		if b.msg.Fields().ByJSONName(req) == nil {
 			t.Errorf("%s: the request message %s lacks the model's required member %s", op, b.msg.FullName(), req)
@@ -649,13 +656,16 @@ func TestModelValidationWithSDK(t *testing.T) {
 			message: "1 validation error detected: Value '' at 'serviceAccountRoleArn' failed to satisfy constraint: Member must have length greater than or equal to 1",
 		},
 		{
-			name: "CreateAddon empty tags", exception: "InvalidParameterException",
+			// An empty map the operation does not require is taken as
+			// absent (eksctl sends "tags": {} with every create): only
+			// the role ARN is refused.
+			name: "CreateAddon empty tags and an empty serviceAccountRoleArn", exception: "InvalidParameterException",
 			call: func() error {
 				_, err := h.eks.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(h.cluster), AddonName: aws.String("vpc-cni"),
-					Tags: map[string]string{}})
+					Tags: map[string]string{}, ServiceAccountRoleArn: aws.String("")})
 				return err
 			},
-			message: "1 validation error detected: Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
+			message: "1 validation error detected: Value '' at 'serviceAccountRoleArn' failed to satisfy constraint: Member must have length greater than or equal to 1",
 		},
 		{
 			name: "CreateCluster empty tags and two remote node networks", exception: "InvalidParameterException",
@@ -666,9 +676,8 @@ func TestModelValidationWithSDK(t *testing.T) {
 				_, err := h.eks.CreateCluster(ctx, in)
 				return err
 			},
-			message: "2 validation errors detected: Value '[{cidrs=[10.0.0.0/8]}, {cidrs=[172.16.0.0/12]}]' at 'remoteNetworkConfig.remoteNodeNetworks' " +
-				"failed to satisfy constraint: Member must have length less than or equal to 1; " +
-				"Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
+			message: "1 validation error detected: Value '[{cidrs=[10.0.0.0/8]}, {cidrs=[172.16.0.0/12]}]' at 'remoteNetworkConfig.remoteNodeNetworks' " +
+				"failed to satisfy constraint: Member must have length less than or equal to 1",
 		},
 		{
 			name: "UpdateClusterConfig two remote pod networks", exception: "InvalidParameterException",
@@ -678,15 +687,6 @@ func TestModelValidationWithSDK(t *testing.T) {
 			},
 			message: "1 validation error detected: Value '[{cidrs=[10.0.0.0/8]}, {cidrs=[172.16.0.0/12]}]' at 'remoteNetworkConfig.remotePodNetworks' " +
 				"failed to satisfy constraint: Member must have length less than or equal to 1",
-		},
-		{
-			name: "CreateAccessEntry empty tags", exception: "InvalidParameterException",
-			call: func() error {
-				_, err := h.eks.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(h.cluster),
-					PrincipalArn: aws.String("arn:aws:iam::" + h.account + ":role/dev"), Tags: map[string]string{}})
-				return err
-			},
-			message: "1 validation error detected: Value '{}' at 'tags' failed to satisfy constraint: Member must have length greater than or equal to 1",
 		},
 		{
 			name: "TagResource empty tags", exception: "BadRequestException",
