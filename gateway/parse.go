@@ -121,8 +121,8 @@ var (
 // model gives it.
 func decodeMessage(op string, body []byte, msg string) string {
 	detail := "Could not parse the request body: " + decodeDetail.ReplaceAllString(msg, "")
-	if strings.Contains(msg, "unknown field") {
-		return detail
+	if m := unknownField.FindStringSubmatch(msg); m != nil {
+		return unknownMessage(op, body, msg, m[1], detail)
 	}
 	pos := decodePosition.FindStringSubmatch(msg)
 	val := decodeValue.FindStringSubmatch(msg)
@@ -153,6 +153,36 @@ func decodeMessage(op string, body []byte, msg string) string {
 		constraint = rangeConstraint(op, name, value)
 	}
 	return fmt.Sprintf("1 validation error detected: Value '%s' at '%s' failed to satisfy constraint: %s", value, name, constraint)
+}
+
+// unknownField is protojson's error for a member the message lacks.
+var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
+
+// unknownMessage words the refusal of a body member the request message
+// lacks. A member of AWS's model for the operation (one the newest clients
+// send, such as UpdateClusterConfig's kubeApiServerConfig) is named as
+// unsupported, so the caller knows it was understood and refused, never
+// dropped; any other member is not the operation's at all.
+func unknownMessage(op string, body []byte, msg, field, detail string) string {
+	var path []any
+	if pos := decodePosition.FindStringSubmatch(msg); pos != nil {
+		line, _ := strconv.Atoi(pos[1])
+		col, _ := strconv.Atoi(pos[2])
+		if p, ok := pathAt(body, offsetOf(body, line, col)); ok {
+			path = p
+		}
+	}
+	// At a member's key the path ends in the key being read ("" before
+	// it is read): the member is the unknown field.
+	if n := len(path); n > 0 && (path[n-1] == "" || path[n-1] == field) {
+		path = path[:n-1]
+	}
+	path = append(path, field)
+	name, _, ok := validation.Member(op, path)
+	if !ok {
+		return detail
+	}
+	return fmt.Sprintf("saltbush does not support %s in %s; leave it out of the request.", name, op)
 }
 
 // maxShownValue bounds the characters of a value a message shows.
