@@ -20,7 +20,8 @@ func ClustersPrefix(account string) string { return "accounts/" + account + "/cl
 func ClusterKey(account, name string) string { return ClustersPrefix(account) + name }
 
 // ClusterChildrenPrefix is the prefix of everything owned by one cluster
-// incarnation (add-ons, updates, access entries, executor, sessions).
+// incarnation (add-ons, updates, access entries, executor, sessions, the
+// latest insights refresh).
 func ClusterChildrenPrefix(uid string) string { return "clusters/" + uid + "/" }
 
 // IdempotencyKey is where the outcome of a request with a client token is
@@ -97,6 +98,12 @@ func PodIdentityServiceAccountsPrefix(clusterUID string) string {
 // Both are Kubernetes names, which hold no "/".
 func PodIdentityServiceAccountKey(clusterUID, namespace, serviceAccount string) string {
 	return PodIdentityServiceAccountsPrefix(clusterUID) + namespace + "/" + serviceAccount
+}
+
+// InsightsRefreshKey is where a cluster incarnation's latest insights
+// refresh lives (StartInsightsRefresh replaces it; server/insight).
+func InsightsRefreshKey(clusterUID string) string {
+	return ClusterChildrenPrefix(clusterUID) + "insights/refresh"
 }
 
 // ExecutorKey is where a cluster incarnation's delivery executor

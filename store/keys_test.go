@@ -45,3 +45,28 @@ func TestClusterUpdatesAreApartFromAddonUpdates(t *testing.T) {
 		t.Errorf("ClusterUpdateKey = %q, want %q under the cluster's children", k, cluster+"id")
 	}
 }
+
+// TestInsightsRefreshKeyIsTheClusters: the refresh lives under the cluster
+// incarnation (so purging the cluster removes it) and under no other
+// family's prefix.
+func TestInsightsRefreshKeyIsTheClusters(t *testing.T) {
+	k := store.InsightsRefreshKey("uid")
+	if !strings.HasPrefix(k, store.ClusterChildrenPrefix("uid")) || strings.HasPrefix(k, store.ClusterChildrenPrefix("uid-2")) {
+		t.Fatalf("InsightsRefreshKey = %q, want it under cluster uid's children alone", k)
+	}
+	others := []struct{ name, prefix string }{
+		{"add-ons", store.AddonsPrefix("uid")},
+		{"cluster updates", store.ClusterUpdatesPrefix("uid")},
+		{"access entries", store.AccessEntriesPrefix("uid")},
+		{"pod identity associations", store.PodIdentityAssociationsPrefix("uid")},
+		{"sessions", store.SessionsPrefix("uid")},
+		{"executor", store.ExecutorKey("uid")},
+	}
+	for _, o := range others {
+		t.Run(o.name, func(t *testing.T) {
+			if strings.HasPrefix(k, o.prefix) || strings.HasPrefix(o.prefix, k) {
+				t.Errorf("InsightsRefreshKey %q overlaps %s %q", k, o.name, o.prefix)
+			}
+		})
+	}
+}

@@ -233,6 +233,14 @@ func serviceAccountIssuerRecordV1() proto.Message {
 	}
 }
 
+func insightsRefreshRecordV1() proto.Message {
+	return &storagev1.InsightsRefreshRecord{
+		Status:    storagev1.InsightsRefreshStatus_INSIGHTS_REFRESH_STATUS_COMPLETED,
+		Message:   "Insights are computed on every read, so the refresh completed at once.",
+		StartedAt: goldenT, EndedAt: goldenT,
+	}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -263,6 +271,7 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"PodIdentityServiceAccountRecord.v1.binpb", podIdentityServiceAccountRecordV1},
 		{"OpenIDConnectProviderRecord.v1.binpb", openIDConnectProviderRecordV1},
 		{"ServiceAccountIssuerRecord.v1.binpb", serviceAccountIssuerRecordV1},
+		{"InsightsRefreshRecord.v1.binpb", insightsRefreshRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

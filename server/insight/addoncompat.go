@@ -12,11 +12,14 @@ import (
 	"github.com/saltbush/saltbush/store"
 )
 
-// The add-on version compatibility check, in AWS's words where known: the
-// name is AWS's; description and recommendation are worded like AWS's.
+// addonCompatibilityName is the name of both add-on compatibility checks:
+// AWS's.
+const addonCompatibilityName = "Amazon EKS add-on version compatibility"
+
+// The upgrade check, in AWS's words where known: description and
+// recommendation are worded like AWS's.
 const (
 	checkAddonCompatibility = "addon-version-compatibility"
-	addonCompatibilityName  = "Amazon EKS add-on version compatibility"
 	addonCompatibilityDesc  = "Checks the version of every installed Amazon EKS add-on to ensure it is compatible " +
 		"with the next Kubernetes version. An add-on whose installed version is not compatible keeps running on the " +
 		"upgraded cluster unmanaged by any compatible release; update it first."
@@ -25,75 +28,119 @@ const (
 		"version lists them, defaultVersion marking the recommended one."
 )
 
+// compatCheck is one add-on version compatibility check: the insight it
+// renders and the Kubernetes version it judges a cluster's add-ons
+// against. Both checks (upgradeCheck here, rollbackCheck in
+// rollbackcompat.go) share the verdicts and the rendering below.
+type compatCheck struct {
+	// check names the check in the insight's id (insightID).
+	check, category, description, recommendation string
+	// target is the version a cluster on minor is judged against; false
+	// when there is none, and then the cluster has no such insight.
+	target func(minor string) (string, bool)
+}
+
+// upgradeCheck is the UPGRADE_READINESS insight for the next minor version
+// saltbush offers: a cluster on the newest version has none.
+func (s *Service) upgradeCheck() compatCheck {
+	return compatCheck{
+		check: checkAddonCompatibility, category: CategoryUpgradeReadiness,
+		description: addonCompatibilityDesc, recommendation: addonCompatibilityRecommendation,
+		target: s.versions.NextOffered,
+	}
+}
+
 // addonVerdict is the check's finding for one add-on.
 type addonVerdict struct {
 	rec        *storagev1.AddonRecord
 	compatible bool
-	// versions compatible with the next Kubernetes version, newest first.
+	// versions compatible with the target Kubernetes version, newest first.
 	versions []string
 }
 
-// addonCompatibility is the UPGRADE_READINESS insight for the next minor
-// version the cluster can be upgraded to: ERROR when an installed add-on
-// (one not being deleted) has a version that is not compatible with it,
-// naming each with the versions that are, PASSING otherwise. A cluster on
-// the newest version saltbush offers has no next version and no insight.
+// compatibility renders check for the cluster and its add-ons, or nil when
+// the cluster's version has no target for it: ERROR when an installed
+// add-on (one not being deleted) has a version that is not compatible with
+// the target, naming each with the versions that are, PASSING otherwise.
 //
 // Insights are computed, not stored, so lastTransitionTime is the latest
 // change of what the check reads (the cluster record and its add-ons): the
 // status can only have changed then. lastRefreshTime is the call's time.
-func (s *Service) addonCompatibility(ctx context.Context, c *storagev1.ClusterRecord) (*eksv1.Insight, error) {
-	next, ok := s.versions.NextOffered(c.GetKubernetesVersion())
+func (s *Service) compatibility(c *storagev1.ClusterRecord, addons []*storagev1.AddonRecord, check compatCheck, now time.Time) *eksv1.Insight {
+	target, ok := check.target(c.GetKubernetesVersion())
 	if !ok {
-		return nil, nil
+		return nil
 	}
-	addons, err := s.addons(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	transition := c.GetModifiedAt().AsTime()
-	var verdicts []addonVerdict
+	return render(c, check, target, s.verdicts(addons, target), now, lastChange(c, addons))
+}
+
+// lastChange is the latest modification of the cluster record or any of
+// its add-ons, deleting ones included.
+func lastChange(c *storagev1.ClusterRecord, addons []*storagev1.AddonRecord) time.Time {
+	t := c.GetModifiedAt().AsTime()
 	for _, a := range addons {
-		if t := a.GetModifiedAt().AsTime(); t.After(transition) {
-			transition = t
+		if m := a.GetModifiedAt().AsTime(); m.After(t) {
+			t = m
 		}
+	}
+	return t
+}
+
+// verdicts judges every installed add-on, those being deleted left out,
+// against the target Kubernetes version.
+func (s *Service) verdicts(addons []*storagev1.AddonRecord, target string) []addonVerdict {
+	var out []addonVerdict
+	for _, a := range addons {
 		if a.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETING {
 			continue
 		}
-		verdicts = append(verdicts, s.verdict(a, next))
+		out = append(out, s.verdict(a, target))
 	}
-	return render(c, next, verdicts, s.now(), transition), nil
+	return out
 }
 
-// verdict judges one add-on against the next Kubernetes version.
-func (s *Service) verdict(a *storagev1.AddonRecord, next string) addonVerdict {
+// verdict judges one add-on against the target Kubernetes version.
+func (s *Service) verdict(a *storagev1.AddonRecord, target string) addonVerdict {
 	v := addonVerdict{rec: a, versions: []string{}}
 	entry, ok := s.catalog.Addon(a.GetName())
 	if !ok {
 		return v
 	}
-	if cur, ok := entry.Version(a.GetSpec().GetVersion()); ok && cur.Compatible(next) {
+	if cur, ok := entry.Version(a.GetSpec().GetVersion()); ok && cur.Compatible(target) {
 		v.compatible = true
 	}
 	for _, ver := range entry.Versions {
-		if ver.Compatible(next) {
+		if ver.Compatible(target) {
 			v.versions = append(v.versions, ver.Version)
 		}
 	}
 	return v
 }
 
-// render builds the insight from the verdicts.
-func render(c *storagev1.ClusterRecord, next string, verdicts []addonVerdict, now, transition time.Time) *eksv1.Insight {
+// incompatible names each add-on the verdicts find not compatible, as
+// "name (version)", in the verdicts' order; empty when there is none.
+func incompatible(verdicts []addonVerdict) []string {
+	out := []string{}
+	for _, v := range verdicts {
+		if !v.compatible {
+			out = append(out, fmt.Sprintf("%s (%s)", v.rec.GetName(), v.rec.GetSpec().GetVersion()))
+		}
+	}
+	return out
+}
+
+// render builds check's insight about the target version from the
+// verdicts.
+func render(c *storagev1.ClusterRecord, check compatCheck, target string, verdicts []addonVerdict, now, transition time.Time) *eksv1.Insight {
 	in := &eksv1.Insight{
-		Id:                 insightID(c.GetUid(), checkAddonCompatibility),
+		Id:                 insightID(c.GetUid(), check.check),
 		Name:               addonCompatibilityName,
-		Category:           CategoryUpgradeReadiness,
-		KubernetesVersion:  next,
+		Category:           check.category,
+		KubernetesVersion:  target,
 		LastRefreshTime:    epoch(now),
 		LastTransitionTime: epoch(transition),
-		Description:        addonCompatibilityDesc,
-		Recommendation:     addonCompatibilityRecommendation,
+		Description:        check.description,
+		Recommendation:     check.recommendation,
 		AdditionalInfo:     map[string]string{},
 		Resources:          []*eksv1.InsightResourceDetail{},
 		CategorySpecificSummary: &eksv1.InsightCategorySpecificSummary{
@@ -101,27 +148,25 @@ func render(c *storagev1.ClusterRecord, next string, verdicts []addonVerdict, no
 			AddonCompatibilityDetails: []*eksv1.AddonCompatibilityDetail{},
 		},
 	}
-	var incompatible []string
 	for _, v := range verdicts {
 		st := &eksv1.InsightStatus{Status: StatusPassing,
-			Reason: fmt.Sprintf("Add-on %s version %s is compatible with Kubernetes version %s.", v.rec.GetName(), v.rec.GetSpec().GetVersion(), next)}
+			Reason: fmt.Sprintf("Add-on %s version %s is compatible with Kubernetes version %s.", v.rec.GetName(), v.rec.GetSpec().GetVersion(), target)}
 		if !v.compatible {
 			st = &eksv1.InsightStatus{Status: StatusError,
 				Reason: fmt.Sprintf("Add-on %s version %s is not compatible with Kubernetes version %s; compatible versions: %s.",
-					v.rec.GetName(), v.rec.GetSpec().GetVersion(), next, orNone(v.versions))}
-			incompatible = append(incompatible, fmt.Sprintf("%s (%s)", v.rec.GetName(), v.rec.GetSpec().GetVersion()))
+					v.rec.GetName(), v.rec.GetSpec().GetVersion(), target, orNone(v.versions))}
 			in.CategorySpecificSummary.AddonCompatibilityDetails = append(in.CategorySpecificSummary.AddonCompatibilityDetails,
 				&eksv1.AddonCompatibilityDetail{Name: v.rec.GetName(), CompatibleVersions: v.versions})
 		}
 		in.Resources = append(in.Resources, &eksv1.InsightResourceDetail{InsightStatus: st, Arn: v.rec.GetArn()})
 	}
-	if len(incompatible) == 0 {
-		in.InsightStatus = &eksv1.InsightStatus{Status: StatusPassing,
-			Reason: fmt.Sprintf("Every installed add-on is compatible with Kubernetes version %s.", next)}
-	} else {
+	if bad := incompatible(verdicts); len(bad) > 0 {
 		in.InsightStatus = &eksv1.InsightStatus{Status: StatusError,
 			Reason: fmt.Sprintf("%d add-on(s) not compatible with Kubernetes version %s: %s.",
-				len(incompatible), next, strings.Join(incompatible, ", "))}
+				len(bad), target, strings.Join(bad, ", "))}
+	} else {
+		in.InsightStatus = &eksv1.InsightStatus{Status: StatusPassing,
+			Reason: fmt.Sprintf("Every installed add-on is compatible with Kubernetes version %s.", target)}
 	}
 	return in
 }

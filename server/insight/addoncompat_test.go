@@ -45,27 +45,34 @@ func TestVerdict(t *testing.T) {
 	}
 }
 
-// TestRender: the insight's status and what it lists follow the verdicts.
+// TestRender: the insight's status and what it lists follow the verdicts,
+// its category, id and texts the check's.
 func TestRender(t *testing.T) {
 	c := &storagev1.ClusterRecord{Uid: "uid-1", Name: "c", KubernetesVersion: "1.35"}
 	now, transition := time.Unix(2000, 0), time.Unix(1000, 0)
+	s := &Service{versions: fakeVersions{}}
 	ok := addonVerdict{rec: addonRecord("vpc-cni", "v1.20.4-eksbuild.1"), compatible: true, versions: []string{"v1.20.4-eksbuild.1"}}
 	bad := addonVerdict{rec: addonRecord("metrics-server", "v0.7.2-eksbuild.4"), versions: []string{"v0.8.0-eksbuild.2"}}
 	tests := []struct {
 		name     string
+		check    compatCheck
 		verdicts []addonVerdict
 		status   string
 		details  []string
 	}{
-		{"no add-ons", nil, StatusPassing, nil},
-		{"all compatible", []addonVerdict{ok}, StatusPassing, nil},
-		{"one not compatible", []addonVerdict{bad, ok}, StatusError, []string{"metrics-server"}},
+		{"upgrade, no add-ons", s.upgradeCheck(), nil, StatusPassing, nil},
+		{"upgrade, all compatible", s.upgradeCheck(), []addonVerdict{ok}, StatusPassing, nil},
+		{"upgrade, one not compatible", s.upgradeCheck(), []addonVerdict{bad, ok}, StatusError, []string{"metrics-server"}},
+		{"rollback, all compatible", s.rollbackCheck(), []addonVerdict{ok}, StatusPassing, nil},
+		{"rollback, one not compatible", s.rollbackCheck(), []addonVerdict{ok, bad}, StatusError, []string{"metrics-server"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := render(c, "1.36", tt.verdicts, now, transition)
+			in := render(c, tt.check, "1.36", tt.verdicts, now, transition)
 			if in.GetInsightStatus().GetStatus() != tt.status || in.GetKubernetesVersion() != "1.36" ||
-				in.GetCategory() != CategoryUpgradeReadiness || in.GetName() != "Amazon EKS add-on version compatibility" {
+				in.GetCategory() != tt.check.category || in.GetName() != "Amazon EKS add-on version compatibility" ||
+				in.GetId() != insightID("uid-1", tt.check.check) || in.GetDescription() != tt.check.description ||
+				in.GetRecommendation() != tt.check.recommendation {
 				t.Fatalf("insight = %v", in)
 			}
 			var names []string
@@ -90,7 +97,29 @@ func TestInsightIDIsStablePerClusterAndCheck(t *testing.T) {
 	if a != b {
 		t.Fatalf("the same cluster and check gave %s and %s", a, b)
 	}
-	if insightID("uid-2", checkAddonCompatibility) == a || insightID("uid-1", "other") == a {
+	if insightID("uid-2", checkAddonCompatibility) == a || insightID("uid-1", checkRollbackAddonCompatibility) == a {
 		t.Fatal("another cluster or check gave the same id")
 	}
+}
+
+// fakeVersions offers the minors 1.33 to 1.36 (version.Service's rule,
+// which tests/conformance checks against the real calendar).
+type fakeVersions struct{}
+
+var fakeOffered = []string{"1.33", "1.34", "1.35", "1.36"}
+
+func (fakeVersions) NextOffered(minor string) (string, bool) {
+	i := slices.Index(fakeOffered, minor)
+	if i < 0 || i+1 == len(fakeOffered) {
+		return "", false
+	}
+	return fakeOffered[i+1], true
+}
+
+func (fakeVersions) PreviousOffered(minor string) (string, bool) {
+	i := slices.Index(fakeOffered, minor)
+	if i <= 0 {
+		return "", false
+	}
+	return fakeOffered[i-1], true
 }

@@ -64,3 +64,35 @@ func (s *EKSServer) DescribeInsight(ctx context.Context, req *eksv1.DescribeInsi
 	}
 	return &eksv1.DescribeInsightResponse{Insight: in}, nil
 }
+
+// StartInsightsRefresh implements eksv1.InsightServiceServer.
+func (s *EKSServer) StartInsightsRefresh(ctx context.Context, req *eksv1.StartInsightsRefreshRequest) (*eksv1.StartInsightsRefreshResponse, error) {
+	const op = "StartInsightsRefresh"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	if err := s.authorize(ctx, "eks:"+op, req.GetClusterName()); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	rec, err := s.svc.StartRefresh(ctx, req.GetClusterName())
+	if err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	return &eksv1.StartInsightsRefreshResponse{Status: refreshStatusName(rec.GetStatus()), Message: rec.GetMessage()}, nil
+}
+
+// DescribeInsightsRefresh implements eksv1.InsightServiceServer.
+func (s *EKSServer) DescribeInsightsRefresh(ctx context.Context, req *eksv1.DescribeInsightsRefreshRequest) (*eksv1.DescribeInsightsRefreshResponse, error) {
+	const op = "DescribeInsightsRefresh"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	if err := s.authorize(ctx, "eks:"+op, req.GetClusterName()); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	out, err := s.svc.DescribeRefresh(ctx, req.GetClusterName())
+	if err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	return out, nil
+}

@@ -1,10 +1,14 @@
 // Package insight owns EKS cluster insights: checks computed on every call
 // from a cluster's records and the add-on catalogue, served by ListInsights
-// and DescribeInsight. saltbush has one check, AWS's UPGRADE_READINESS
-// insight "Amazon EKS add-on version compatibility" (addoncompat.go).
-// Nothing is stored: an insight's id is derived from the cluster
-// incarnation and the check (a name-based UUID), so it is stable for as
-// long as the cluster exists.
+// and DescribeInsight. saltbush has two checks, both named "Amazon EKS
+// add-on version compatibility" (addoncompat.go): AWS's UPGRADE_READINESS
+// insight about the next minor version and its ROLLBACK_READINESS insight
+// about the previous one (rollbackcompat.go), whose verdict RollbackBlockers
+// also gives the rollback itself. No insight is stored: an insight's id is
+// derived from the cluster incarnation and the check (a name-based UUID),
+// so it is stable for as long as the cluster exists. What is stored is
+// the latest insights refresh (StartInsightsRefresh, refresh.go), which
+// completes at once since insights are computed on every read.
 package insight
 
 import (
@@ -26,8 +30,9 @@ import (
 
 // The insight categories and statuses, as AWS names them.
 const (
-	CategoryUpgradeReadiness = "UPGRADE_READINESS"
-	CategoryMisconfiguration = "MISCONFIGURATION"
+	CategoryUpgradeReadiness  = "UPGRADE_READINESS"
+	CategoryMisconfiguration  = "MISCONFIGURATION"
+	CategoryRollbackReadiness = "ROLLBACK_READINESS"
 
 	StatusPassing = "PASSING"
 	StatusWarning = "WARNING"
@@ -50,10 +55,11 @@ type Clusters interface {
 	ARN(account, name string) string
 }
 
-// Versions says which Kubernetes version follows a cluster's
+// Versions says which Kubernetes versions follow and precede a cluster's
 // (version.Service).
 type Versions interface {
 	NextOffered(minor string) (string, bool)
+	PreviousOffered(minor string) (string, bool)
 }
 
 // Service computes insights. It is safe for concurrent use.
@@ -78,27 +84,36 @@ func NewService(st *store.Store, clusters Clusters, versions Versions, cat *cata
 // ClusterARN is the ARN of the caller's cluster name, for authorization.
 func (s *Service) ClusterARN(account, name string) string { return s.clusters.ARN(account, name) }
 
+// cluster reads the caller's cluster name and its mod revision
+// (linearizable).
+func (s *Service) cluster(ctx context.Context, name string) (*storagev1.ClusterRecord, int64, error) {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if name == "" {
+		return nil, 0, errdefs.InvalidParameter("clusterName is required.")
+	}
+	return s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
+}
+
 // insights computes every insight of the caller's cluster name, in a
 // stable order.
 func (s *Service) insights(ctx context.Context, name string) (*storagev1.ClusterRecord, []*eksv1.Insight, error) {
-	who, err := identity.AccountCaller(ctx)
+	c, _, err := s.cluster(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	if name == "" {
-		return nil, nil, errdefs.InvalidParameter("clusterName is required.")
-	}
-	c, _, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
+	addons, err := s.addons(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
+	now := s.now()
 	var out []*eksv1.Insight
-	compat, err := s.addonCompatibility(ctx, c)
-	if err != nil {
-		return nil, nil, err
-	}
-	if compat != nil {
-		out = append(out, compat)
+	for _, check := range []compatCheck{s.upgradeCheck(), s.rollbackCheck()} {
+		if in := s.compatibility(c, addons, check, now); in != nil {
+			out = append(out, in)
+		}
 	}
 	return c, out, nil
 }

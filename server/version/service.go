@@ -101,6 +101,20 @@ func (s *Service) NextOffered(minor string) (string, bool) {
 	return next, true
 }
 
+// PreviousOffered is the minor version a rollback of a cluster on minor
+// goes to ("1.35" for "1.36"), when saltbush offers it.
+func (s *Service) PreviousOffered(minor string) (string, bool) {
+	major, m, ok := parseMinor(minor)
+	if !ok || m == 0 {
+		return "", false
+	}
+	prev := fmt.Sprintf("%d.%d", major, m-1)
+	if !s.Offered(prev) {
+		return "", false
+	}
+	return prev, true
+}
+
 func clusterNotFound(name string) *errdefs.Error {
 	return errdefs.NotFound("No cluster found for name: %s.", name).WithField("clusterName", name)
 }

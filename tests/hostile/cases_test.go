@@ -74,6 +74,8 @@ func (e *env) jsonCases() []hostileCase {
 			body: `{"tags": {"a": "b"}} {"tags": {"c": "d"}}`, status: s400, exception: ser, message: notJ},
 		{name: "UpdateAddon unbalanced closing brace", category: catJSON, op: "UpdateAddon", method: "POST", path: c + "/addons/coredns/update",
 			body: `{"addonVersion": "v1.11.4-eksbuild.1"}}`, status: s400, exception: ser, message: notJ},
+		{name: "StartInsightsRefresh trailing garbage", category: catJSON, op: "StartInsightsRefresh", method: "POST", path: c + "/insights-refresh",
+			body: `{} garbage`, status: s400, exception: ser, message: notJ},
 		{name: "CreateCluster list nesting depth bomb", category: catJSON, op: "CreateCluster", method: "POST", path: "/clusters",
 			body: `{"resourcesVpcConfig": {"subnetIds": ` + deep + `}}`, status: s400, exception: ser, message: notJ},
 		{name: "CreateAccessEntry object nesting bomb in an unknown member", category: catJSON, op: "CreateAccessEntry", method: "POST",
@@ -578,6 +580,8 @@ func (e *env) controlCases() []hostileCase {
 			path: "/addons/configuration-schemas?addonName=coredns&addonVersion=v1%00", status: s404, exception: rnf},
 		{name: "DescribeInsight id with a NUL", category: catControl, op: "DescribeInsight", method: "GET", path: c + "/insights/" + e.insightID + "%00",
 			status: s404, exception: rnf},
+		{name: "DescribeInsightsRefresh cluster name with a NUL", category: catControl, op: "DescribeInsightsRefresh", method: "GET",
+			path: c + "%00/insights-refresh", status: s400, exception: ipe, member: "name", message: namePattern},
 	}
 }
 
@@ -709,6 +713,8 @@ func (e *env) mediaCases() []hostileCase {
 			contentType: "multipart/form-data; boundary=b", status: s400, exception: ser, message: notJ},
 		{name: "ListInsights text/plain body", category: catMedia, op: "ListInsights", method: "POST", path: c + "/insights",
 			body: "maxResults: 5", contentType: "text/plain", status: s400, exception: ser, message: notJ},
+		{name: "StartInsightsRefresh XML body", category: catMedia, op: "StartInsightsRefresh", method: "POST", path: c + "/insights-refresh",
+			body: `<refresh/>`, contentType: "application/xml", status: s400, exception: ser, message: notJ},
 		{name: "UpdateClusterVersion gzip-declared plain body", category: catMedia, op: "UpdateClusterVersion", method: "POST", path: c + "/updates",
 			body: "\x1f\x8b not really gzip", header: map[string]string{"Content-Encoding": "gzip"}, status: s400, exception: ser, message: notJ},
 	}
@@ -726,6 +732,10 @@ func (e *env) methodCases() []hostileCase {
 			status: s405, exception: uoe},
 		{name: "DELETE on the add-on list", category: catMethod, op: "ListAddons", method: "DELETE", path: c + "/addons", status: s405, exception: uoe},
 		{name: "GET on insights of a cluster is not ListInsights", category: catMethod, op: "ListInsights", method: "GET", path: c + "/insights",
+			status: s405, exception: uoe},
+		{name: "PUT on insights-refresh", category: catMethod, op: "StartInsightsRefresh", method: "PUT", path: c + "/insights-refresh", body: `{}`,
+			status: s405, exception: uoe},
+		{name: "DELETE on insights-refresh", category: catMethod, op: "DescribeInsightsRefresh", method: "DELETE", path: c + "/insights-refresh",
 			status: s405, exception: uoe},
 		{name: "POST on access policies", category: catMethod, op: "ListAccessPolicies", method: "POST", path: "/access-policies", body: `{}`,
 			status: s405, exception: uoe},
@@ -767,5 +777,9 @@ func (e *env) smuggleCases() []hostileCase {
 			path: c + "/pod-identity-associations/a-00000000000000000?associationId=" + e.podID, status: s404, exception: rnf},
 		{name: "UpdateClusterVersion body naming another cluster", category: catSmuggle, op: "UpdateClusterVersion", method: "POST", path: c + "/updates",
 			body: `{"name": "` + e.other + `", "version": "1.36"}`, status: s400, exception: ipe, member: `"name"`},
+		{name: "StartInsightsRefresh body naming another cluster", category: catSmuggle, op: "StartInsightsRefresh", method: "POST",
+			path: c + "/insights-refresh", body: `{"clusterName": "` + e.other + `"}`, status: s400, exception: ipe, member: "clusterName"},
+		{name: "DescribeInsightsRefresh of an absent cluster with the real name in the query", category: catSmuggle, op: "DescribeInsightsRefresh",
+			method: "GET", path: "/clusters/absent/insights-refresh?clusterName=" + e.cluster, status: s404, exception: rnf, message: "absent"},
 	}
 }

@@ -38,6 +38,7 @@ const (
 	famPodIdentity       = "pod-identity-association"
 	famPodIdentitySA     = "pod-identity-service-account"
 	famExecutor          = "executor"
+	famInsightsRefresh   = "insights-refresh"
 	famAgentSession      = "agent-session"
 	famIdempotency       = "idempotency"
 	famAddonDeadline     = "addon-deadline"
@@ -70,6 +71,7 @@ var families = []family{
 	{name: famPodIdentity, pattern: split("clusters/{uid}/podidentity/associations/{id}"), record: rec[*storagev1.PodIdentityAssociationRecord]},
 	{name: famPodIdentitySA, pattern: split("clusters/{uid}/podidentity/serviceaccounts/{namespace}/{sa}"), record: rec[*storagev1.PodIdentityServiceAccountRecord]},
 	{name: famExecutor, pattern: split("clusters/{uid}/executor"), record: rec[*storagev1.ExecutorRecord]},
+	{name: famInsightsRefresh, pattern: split("clusters/{uid}/insights/refresh"), record: rec[*storagev1.InsightsRefreshRecord]},
 	{name: famAgentSession, pattern: split("clusters/{uid}/sessions/{instance}"), record: rec[*storagev1.AgentSessionRecord], leased: true},
 	{name: famIdempotency, pattern: split("idempotency/{account}/{operation}/{hash}"), record: rec[*storagev1.IdempotencyRecord], leased: true},
 	{name: famAddonDeadline, pattern: split("addon-deadlines/{nanos}/{uid}/{addon}"), record: rec[*storagev1.AddonDeadlineHint]},

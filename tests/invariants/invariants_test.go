@@ -166,6 +166,8 @@ func baseFixture() fixture {
 	f.leased(store.SessionKey(uidAlpha, "i-a"), &storagev1.AgentSessionRecord{InstanceId: "i-a", BootId: "boot-1", Replica: "replica-a"})
 	f.put(store.ClusterUpdateKey(uidAlpha, "c-1"), &storagev1.UpdateRecord{Id: "c-1", ClusterUid: uidAlpha, Type: "LoggingUpdate",
 		Status: storagev1.UpdateStatus_UPDATE_STATUS_SUCCESSFUL})
+	f.put(store.InsightsRefreshKey(uidAlpha), &storagev1.InsightsRefreshRecord{Status: storagev1.InsightsRefreshStatus_INSIGHTS_REFRESH_STATUS_COMPLETED,
+		Message: "refreshed", StartedAt: now, EndedAt: now})
 
 	// Cluster beta: DELETING in the middle of a version update, its
 	// executor fenced (naming nobody, the epoch kept).
@@ -357,6 +359,13 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				f.leased(store.SessionKey("purged-uid", "i-a"), &storagev1.AgentSessionRecord{InstanceId: "i-a", Replica: "replica-a"})
 			}},
 			want: []string{InvOrphan}, detail: "agent-session under cluster uid purged-uid",
+		},
+		{
+			name: "insights refresh of a purged cluster incarnation",
+			history: []func(*testing.T, fixture){func(_ *testing.T, f fixture) {
+				f.put(store.InsightsRefreshKey("purged-uid"), &storagev1.InsightsRefreshRecord{Status: storagev1.InsightsRefreshStatus_INSIGHTS_REFRESH_STATUS_COMPLETED})
+			}},
+			want: []string{InvOrphan}, detail: "insights-refresh under cluster uid purged-uid",
 		},
 		{
 			name: "access entry not at its canonical principal's hash",

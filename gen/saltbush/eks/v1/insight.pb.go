@@ -94,7 +94,7 @@ func (x *ListInsightsRequest) GetNextToken() string {
 // InsightsFilter selects insights; an empty list selects everything.
 type InsightsFilter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// UPGRADE_READINESS or MISCONFIGURATION.
+	// UPGRADE_READINESS, MISCONFIGURATION or ROLLBACK_READINESS.
 	Categories         []string `protobuf:"bytes,1,rep,name=categories,proto3" json:"categories,omitempty"`
 	KubernetesVersions []string `protobuf:"bytes,2,rep,name=kubernetes_versions,json=kubernetesVersions,proto3" json:"kubernetes_versions,omitempty"`
 	// PASSING, WARNING, ERROR or UNKNOWN.
@@ -656,7 +656,8 @@ func (x *InsightResourceDetail) GetArn() string {
 	return ""
 }
 
-// InsightCategorySpecificSummary holds the UPGRADE_READINESS details.
+// InsightCategorySpecificSummary holds the details of the add-on
+// compatibility checks (UPGRADE_READINESS and ROLLBACK_READINESS).
 type InsightCategorySpecificSummary struct {
 	state                     protoimpl.MessageState      `protogen:"open.v1"`
 	DeprecationDetails        []*DeprecationDetail        `protobuf:"bytes,1,rep,name=deprecation_details,json=deprecationDetails,proto3" json:"deprecation_details,omitempty"`
@@ -903,6 +904,223 @@ func (x *AddonCompatibilityDetail) GetCompatibleVersions() []string {
 	return nil
 }
 
+// StartInsightsRefreshRequest is AWS's; the cluster is the path's {name}.
+// AWS's request has no body; an empty one or {} is taken.
+type StartInsightsRefreshRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName   string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartInsightsRefreshRequest) Reset() {
+	*x = StartInsightsRefreshRequest{}
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartInsightsRefreshRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartInsightsRefreshRequest) ProtoMessage() {}
+
+func (x *StartInsightsRefreshRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartInsightsRefreshRequest.ProtoReflect.Descriptor instead.
+func (*StartInsightsRefreshRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_insight_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StartInsightsRefreshRequest) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+// StartInsightsRefreshResponse is AWS's.
+type StartInsightsRefreshResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Message string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// IN_PROGRESS, FAILED or COMPLETED.
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartInsightsRefreshResponse) Reset() {
+	*x = StartInsightsRefreshResponse{}
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartInsightsRefreshResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartInsightsRefreshResponse) ProtoMessage() {}
+
+func (x *StartInsightsRefreshResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartInsightsRefreshResponse.ProtoReflect.Descriptor instead.
+func (*StartInsightsRefreshResponse) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_insight_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StartInsightsRefreshResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *StartInsightsRefreshResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+// DescribeInsightsRefreshRequest is AWS's; the cluster is the path's
+// {name}.
+type DescribeInsightsRefreshRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterName   string                 `protobuf:"bytes,1,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeInsightsRefreshRequest) Reset() {
+	*x = DescribeInsightsRefreshRequest{}
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeInsightsRefreshRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeInsightsRefreshRequest) ProtoMessage() {}
+
+func (x *DescribeInsightsRefreshRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeInsightsRefreshRequest.ProtoReflect.Descriptor instead.
+func (*DescribeInsightsRefreshRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_insight_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DescribeInsightsRefreshRequest) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+// DescribeInsightsRefreshResponse is the latest refresh, AWS's shape.
+type DescribeInsightsRefreshResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Message string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// IN_PROGRESS, FAILED or COMPLETED.
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Epoch seconds with millisecond fraction.
+	StartedAt     float64 `protobuf:"fixed64,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt       float64 `protobuf:"fixed64,4,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeInsightsRefreshResponse) Reset() {
+	*x = DescribeInsightsRefreshResponse{}
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeInsightsRefreshResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeInsightsRefreshResponse) ProtoMessage() {}
+
+func (x *DescribeInsightsRefreshResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_insight_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeInsightsRefreshResponse.ProtoReflect.Descriptor instead.
+func (*DescribeInsightsRefreshResponse) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_insight_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DescribeInsightsRefreshResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DescribeInsightsRefreshResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *DescribeInsightsRefreshResponse) GetStartedAt() float64 {
+	if x != nil {
+		return x.StartedAt
+	}
+	return 0
+}
+
+func (x *DescribeInsightsRefreshResponse) GetEndedAt() float64 {
+	if x != nil {
+		return x.EndedAt
+	}
+	return 0
+}
+
 var File_saltbush_eks_v1_insight_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_insight_proto_rawDesc = "" +
@@ -981,10 +1199,25 @@ const file_saltbush_eks_v1_insight_proto_rawDesc = "" +
 	"\x11last_request_time\x18\x03 \x01(\x01R\x0flastRequestTime\"_\n" +
 	"\x18AddonCompatibilityDetail\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
-	"\x13compatible_versions\x18\x02 \x03(\tR\x12compatibleVersions2\xb9\x02\n" +
+	"\x13compatible_versions\x18\x02 \x03(\tR\x12compatibleVersions\"@\n" +
+	"\x1bStartInsightsRefreshRequest\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\"P\n" +
+	"\x1cStartInsightsRefreshResponse\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"C\n" +
+	"\x1eDescribeInsightsRefreshRequest\x12!\n" +
+	"\fcluster_name\x18\x01 \x01(\tR\vclusterName\"\x8d\x01\n" +
+	"\x1fDescribeInsightsRefreshResponse\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\x01R\tstartedAt\x12\x19\n" +
+	"\bended_at\x18\x04 \x01(\x01R\aendedAt2\x9a\x05\n" +
 	"\x0eInsightService\x12\x8c\x01\n" +
 	"\fListInsights\x12$.saltbush.eks.v1.ListInsightsRequest\x1a%.saltbush.eks.v1.ListInsightsResponse\"/\x82\xd3\xe4\x93\x02&:\x01*\"!/clusters/{cluster_name}/insights\x90\x02\x01\x12\x97\x01\n" +
-	"\x0fDescribeInsight\x12'.saltbush.eks.v1.DescribeInsightRequest\x1a(.saltbush.eks.v1.DescribeInsightResponse\"1\x82\xd3\xe4\x93\x02(\x12&/clusters/{cluster_name}/insights/{id}\x90\x02\x01B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
+	"\x0fDescribeInsight\x12'.saltbush.eks.v1.DescribeInsightRequest\x1a(.saltbush.eks.v1.DescribeInsightResponse\"1\x82\xd3\xe4\x93\x02(\x12&/clusters/{cluster_name}/insights/{id}\x90\x02\x01\x12\xa9\x01\n" +
+	"\x14StartInsightsRefresh\x12,.saltbush.eks.v1.StartInsightsRefreshRequest\x1a-.saltbush.eks.v1.StartInsightsRefreshResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/clusters/{cluster_name}/insights-refresh\x12\xb2\x01\n" +
+	"\x17DescribeInsightsRefresh\x12/.saltbush.eks.v1.DescribeInsightsRefreshRequest\x1a0.saltbush.eks.v1.DescribeInsightsRefreshResponse\"4\x82\xd3\xe4\x93\x02+\x12)/clusters/{cluster_name}/insights-refresh\x90\x02\x01B8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 
 var (
 	file_saltbush_eks_v1_insight_proto_rawDescOnce sync.Once
@@ -998,22 +1231,26 @@ func file_saltbush_eks_v1_insight_proto_rawDescGZIP() []byte {
 	return file_saltbush_eks_v1_insight_proto_rawDescData
 }
 
-var file_saltbush_eks_v1_insight_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_saltbush_eks_v1_insight_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_saltbush_eks_v1_insight_proto_goTypes = []any{
-	(*ListInsightsRequest)(nil),            // 0: saltbush.eks.v1.ListInsightsRequest
-	(*InsightsFilter)(nil),                 // 1: saltbush.eks.v1.InsightsFilter
-	(*ListInsightsResponse)(nil),           // 2: saltbush.eks.v1.ListInsightsResponse
-	(*InsightStatus)(nil),                  // 3: saltbush.eks.v1.InsightStatus
-	(*InsightSummary)(nil),                 // 4: saltbush.eks.v1.InsightSummary
-	(*DescribeInsightRequest)(nil),         // 5: saltbush.eks.v1.DescribeInsightRequest
-	(*DescribeInsightResponse)(nil),        // 6: saltbush.eks.v1.DescribeInsightResponse
-	(*Insight)(nil),                        // 7: saltbush.eks.v1.Insight
-	(*InsightResourceDetail)(nil),          // 8: saltbush.eks.v1.InsightResourceDetail
-	(*InsightCategorySpecificSummary)(nil), // 9: saltbush.eks.v1.InsightCategorySpecificSummary
-	(*DeprecationDetail)(nil),              // 10: saltbush.eks.v1.DeprecationDetail
-	(*ClientStat)(nil),                     // 11: saltbush.eks.v1.ClientStat
-	(*AddonCompatibilityDetail)(nil),       // 12: saltbush.eks.v1.AddonCompatibilityDetail
-	nil,                                    // 13: saltbush.eks.v1.Insight.AdditionalInfoEntry
+	(*ListInsightsRequest)(nil),             // 0: saltbush.eks.v1.ListInsightsRequest
+	(*InsightsFilter)(nil),                  // 1: saltbush.eks.v1.InsightsFilter
+	(*ListInsightsResponse)(nil),            // 2: saltbush.eks.v1.ListInsightsResponse
+	(*InsightStatus)(nil),                   // 3: saltbush.eks.v1.InsightStatus
+	(*InsightSummary)(nil),                  // 4: saltbush.eks.v1.InsightSummary
+	(*DescribeInsightRequest)(nil),          // 5: saltbush.eks.v1.DescribeInsightRequest
+	(*DescribeInsightResponse)(nil),         // 6: saltbush.eks.v1.DescribeInsightResponse
+	(*Insight)(nil),                         // 7: saltbush.eks.v1.Insight
+	(*InsightResourceDetail)(nil),           // 8: saltbush.eks.v1.InsightResourceDetail
+	(*InsightCategorySpecificSummary)(nil),  // 9: saltbush.eks.v1.InsightCategorySpecificSummary
+	(*DeprecationDetail)(nil),               // 10: saltbush.eks.v1.DeprecationDetail
+	(*ClientStat)(nil),                      // 11: saltbush.eks.v1.ClientStat
+	(*AddonCompatibilityDetail)(nil),        // 12: saltbush.eks.v1.AddonCompatibilityDetail
+	(*StartInsightsRefreshRequest)(nil),     // 13: saltbush.eks.v1.StartInsightsRefreshRequest
+	(*StartInsightsRefreshResponse)(nil),    // 14: saltbush.eks.v1.StartInsightsRefreshResponse
+	(*DescribeInsightsRefreshRequest)(nil),  // 15: saltbush.eks.v1.DescribeInsightsRefreshRequest
+	(*DescribeInsightsRefreshResponse)(nil), // 16: saltbush.eks.v1.DescribeInsightsRefreshResponse
+	nil,                                     // 17: saltbush.eks.v1.Insight.AdditionalInfoEntry
 }
 var file_saltbush_eks_v1_insight_proto_depIdxs = []int32{
 	1,  // 0: saltbush.eks.v1.ListInsightsRequest.filter:type_name -> saltbush.eks.v1.InsightsFilter
@@ -1021,7 +1258,7 @@ var file_saltbush_eks_v1_insight_proto_depIdxs = []int32{
 	3,  // 2: saltbush.eks.v1.InsightSummary.insight_status:type_name -> saltbush.eks.v1.InsightStatus
 	7,  // 3: saltbush.eks.v1.DescribeInsightResponse.insight:type_name -> saltbush.eks.v1.Insight
 	3,  // 4: saltbush.eks.v1.Insight.insight_status:type_name -> saltbush.eks.v1.InsightStatus
-	13, // 5: saltbush.eks.v1.Insight.additional_info:type_name -> saltbush.eks.v1.Insight.AdditionalInfoEntry
+	17, // 5: saltbush.eks.v1.Insight.additional_info:type_name -> saltbush.eks.v1.Insight.AdditionalInfoEntry
 	8,  // 6: saltbush.eks.v1.Insight.resources:type_name -> saltbush.eks.v1.InsightResourceDetail
 	9,  // 7: saltbush.eks.v1.Insight.category_specific_summary:type_name -> saltbush.eks.v1.InsightCategorySpecificSummary
 	3,  // 8: saltbush.eks.v1.InsightResourceDetail.insight_status:type_name -> saltbush.eks.v1.InsightStatus
@@ -1030,10 +1267,14 @@ var file_saltbush_eks_v1_insight_proto_depIdxs = []int32{
 	11, // 11: saltbush.eks.v1.DeprecationDetail.client_stats:type_name -> saltbush.eks.v1.ClientStat
 	0,  // 12: saltbush.eks.v1.InsightService.ListInsights:input_type -> saltbush.eks.v1.ListInsightsRequest
 	5,  // 13: saltbush.eks.v1.InsightService.DescribeInsight:input_type -> saltbush.eks.v1.DescribeInsightRequest
-	2,  // 14: saltbush.eks.v1.InsightService.ListInsights:output_type -> saltbush.eks.v1.ListInsightsResponse
-	6,  // 15: saltbush.eks.v1.InsightService.DescribeInsight:output_type -> saltbush.eks.v1.DescribeInsightResponse
-	14, // [14:16] is the sub-list for method output_type
-	12, // [12:14] is the sub-list for method input_type
+	13, // 14: saltbush.eks.v1.InsightService.StartInsightsRefresh:input_type -> saltbush.eks.v1.StartInsightsRefreshRequest
+	15, // 15: saltbush.eks.v1.InsightService.DescribeInsightsRefresh:input_type -> saltbush.eks.v1.DescribeInsightsRefreshRequest
+	2,  // 16: saltbush.eks.v1.InsightService.ListInsights:output_type -> saltbush.eks.v1.ListInsightsResponse
+	6,  // 17: saltbush.eks.v1.InsightService.DescribeInsight:output_type -> saltbush.eks.v1.DescribeInsightResponse
+	14, // 18: saltbush.eks.v1.InsightService.StartInsightsRefresh:output_type -> saltbush.eks.v1.StartInsightsRefreshResponse
+	16, // 19: saltbush.eks.v1.InsightService.DescribeInsightsRefresh:output_type -> saltbush.eks.v1.DescribeInsightsRefreshResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1052,7 +1293,7 @@ func file_saltbush_eks_v1_insight_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_eks_v1_insight_proto_rawDesc), len(file_saltbush_eks_v1_insight_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

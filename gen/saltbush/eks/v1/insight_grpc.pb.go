@@ -19,8 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	InsightService_ListInsights_FullMethodName    = "/saltbush.eks.v1.InsightService/ListInsights"
-	InsightService_DescribeInsight_FullMethodName = "/saltbush.eks.v1.InsightService/DescribeInsight"
+	InsightService_ListInsights_FullMethodName            = "/saltbush.eks.v1.InsightService/ListInsights"
+	InsightService_DescribeInsight_FullMethodName         = "/saltbush.eks.v1.InsightService/DescribeInsight"
+	InsightService_StartInsightsRefresh_FullMethodName    = "/saltbush.eks.v1.InsightService/StartInsightsRefresh"
+	InsightService_DescribeInsightsRefresh_FullMethodName = "/saltbush.eks.v1.InsightService/DescribeInsightsRefresh"
 )
 
 // InsightServiceClient is the client API for InsightService service.
@@ -29,15 +31,26 @@ const (
 //
 // InsightService serves a cluster's insights: checks computed on every
 // call from the cluster's records and the add-on catalogue
-// (server/insight). saltbush checks one thing, AWS's UPGRADE_READINESS
-// insight "Amazon EKS add-on version compatibility": whether every add-on
-// of the cluster has an installed version compatible with the next minor
-// Kubernetes version.
+// (server/insight). saltbush has two checks, both named "Amazon EKS add-on
+// version compatibility": the UPGRADE_READINESS insight, whether every
+// add-on of the cluster has an installed version compatible with the next
+// minor Kubernetes version, and the ROLLBACK_READINESS insight, the same
+// for the previous minor version. Since insights are computed on every
+// read, an insights refresh completes at once.
 type InsightServiceClient interface {
 	// ListInsights lists the cluster's insights, filtered, paged.
 	ListInsights(ctx context.Context, in *ListInsightsRequest, opts ...grpc.CallOption) (*ListInsightsResponse, error)
 	// DescribeInsight returns one insight with its details.
 	DescribeInsight(ctx context.Context, in *DescribeInsightRequest, opts ...grpc.CallOption) (*DescribeInsightResponse, error)
+	// StartInsightsRefresh records an on-demand refresh of the cluster's
+	// insights. Insights are computed on every read, so there is nothing to
+	// wait for: the refresh is recorded COMPLETED, started and ended at the
+	// call's time, in one transaction guarded by the cluster record's
+	// revision.
+	StartInsightsRefresh(ctx context.Context, in *StartInsightsRefreshRequest, opts ...grpc.CallOption) (*StartInsightsRefreshResponse, error)
+	// DescribeInsightsRefresh returns the cluster's latest insights refresh;
+	// ResourceNotFoundException when the cluster has never been refreshed.
+	DescribeInsightsRefresh(ctx context.Context, in *DescribeInsightsRefreshRequest, opts ...grpc.CallOption) (*DescribeInsightsRefreshResponse, error)
 }
 
 type insightServiceClient struct {
@@ -68,21 +81,52 @@ func (c *insightServiceClient) DescribeInsight(ctx context.Context, in *Describe
 	return out, nil
 }
 
+func (c *insightServiceClient) StartInsightsRefresh(ctx context.Context, in *StartInsightsRefreshRequest, opts ...grpc.CallOption) (*StartInsightsRefreshResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartInsightsRefreshResponse)
+	err := c.cc.Invoke(ctx, InsightService_StartInsightsRefresh_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *insightServiceClient) DescribeInsightsRefresh(ctx context.Context, in *DescribeInsightsRefreshRequest, opts ...grpc.CallOption) (*DescribeInsightsRefreshResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeInsightsRefreshResponse)
+	err := c.cc.Invoke(ctx, InsightService_DescribeInsightsRefresh_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InsightServiceServer is the server API for InsightService service.
 // All implementations must embed UnimplementedInsightServiceServer
 // for forward compatibility.
 //
 // InsightService serves a cluster's insights: checks computed on every
 // call from the cluster's records and the add-on catalogue
-// (server/insight). saltbush checks one thing, AWS's UPGRADE_READINESS
-// insight "Amazon EKS add-on version compatibility": whether every add-on
-// of the cluster has an installed version compatible with the next minor
-// Kubernetes version.
+// (server/insight). saltbush has two checks, both named "Amazon EKS add-on
+// version compatibility": the UPGRADE_READINESS insight, whether every
+// add-on of the cluster has an installed version compatible with the next
+// minor Kubernetes version, and the ROLLBACK_READINESS insight, the same
+// for the previous minor version. Since insights are computed on every
+// read, an insights refresh completes at once.
 type InsightServiceServer interface {
 	// ListInsights lists the cluster's insights, filtered, paged.
 	ListInsights(context.Context, *ListInsightsRequest) (*ListInsightsResponse, error)
 	// DescribeInsight returns one insight with its details.
 	DescribeInsight(context.Context, *DescribeInsightRequest) (*DescribeInsightResponse, error)
+	// StartInsightsRefresh records an on-demand refresh of the cluster's
+	// insights. Insights are computed on every read, so there is nothing to
+	// wait for: the refresh is recorded COMPLETED, started and ended at the
+	// call's time, in one transaction guarded by the cluster record's
+	// revision.
+	StartInsightsRefresh(context.Context, *StartInsightsRefreshRequest) (*StartInsightsRefreshResponse, error)
+	// DescribeInsightsRefresh returns the cluster's latest insights refresh;
+	// ResourceNotFoundException when the cluster has never been refreshed.
+	DescribeInsightsRefresh(context.Context, *DescribeInsightsRefreshRequest) (*DescribeInsightsRefreshResponse, error)
 	mustEmbedUnimplementedInsightServiceServer()
 }
 
@@ -98,6 +142,12 @@ func (UnimplementedInsightServiceServer) ListInsights(context.Context, *ListInsi
 }
 func (UnimplementedInsightServiceServer) DescribeInsight(context.Context, *DescribeInsightRequest) (*DescribeInsightResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeInsight not implemented")
+}
+func (UnimplementedInsightServiceServer) StartInsightsRefresh(context.Context, *StartInsightsRefreshRequest) (*StartInsightsRefreshResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartInsightsRefresh not implemented")
+}
+func (UnimplementedInsightServiceServer) DescribeInsightsRefresh(context.Context, *DescribeInsightsRefreshRequest) (*DescribeInsightsRefreshResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeInsightsRefresh not implemented")
 }
 func (UnimplementedInsightServiceServer) mustEmbedUnimplementedInsightServiceServer() {}
 func (UnimplementedInsightServiceServer) testEmbeddedByValue()                        {}
@@ -156,6 +206,42 @@ func _InsightService_DescribeInsight_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InsightService_StartInsightsRefresh_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartInsightsRefreshRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InsightServiceServer).StartInsightsRefresh(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InsightService_StartInsightsRefresh_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InsightServiceServer).StartInsightsRefresh(ctx, req.(*StartInsightsRefreshRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InsightService_DescribeInsightsRefresh_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeInsightsRefreshRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InsightServiceServer).DescribeInsightsRefresh(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InsightService_DescribeInsightsRefresh_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InsightServiceServer).DescribeInsightsRefresh(ctx, req.(*DescribeInsightsRefreshRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InsightService_ServiceDesc is the grpc.ServiceDesc for InsightService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -170,6 +256,14 @@ var InsightService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeInsight",
 			Handler:    _InsightService_DescribeInsight_Handler,
+		},
+		{
+			MethodName: "StartInsightsRefresh",
+			Handler:    _InsightService_StartInsightsRefresh_Handler,
+		},
+		{
+			MethodName: "DescribeInsightsRefresh",
+			Handler:    _InsightService_DescribeInsightsRefresh_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
