@@ -66,6 +66,10 @@ func newAWSJSON(unmarshal protojson.UnmarshalOptions) awsJSON {
 // encoding/json has already checked it. An empty body and a value that
 // is not a message still go through JSONPb's decoder (io.EOF, which the
 // generated handlers take as "no body", and its non-message decoding).
+// pathParameterNote ends the decoder's error for a body member bound to a
+// path label: it is the operation's member, but not in the body.
+const pathParameterNote = " (it is a path parameter)"
+
 func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
 	return runtime.DecoderFunc(func(v any) error {
 		body, err := readBody(r)
@@ -95,7 +99,7 @@ func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
 			if pm.Has(f) {
 				// Worded like protojson's own unknown-member error, which the
 				// error handler turns into AWS's 400.
-				return fmt.Errorf("proto: unknown field %q (it is a path parameter)", f.JSONName())
+				return fmt.Errorf("proto: unknown field %q"+pathParameterNote, f.JSONName())
 			}
 		}
 		return nil

@@ -121,8 +121,11 @@ var (
 // model gives it.
 func decodeMessage(op string, body []byte, msg string) string {
 	detail := "Could not parse the request body: " + decodeDetail.ReplaceAllString(msg, "")
-	if m := unknownField.FindStringSubmatch(msg); m != nil {
+	if m := unknownField.FindStringSubmatch(msg); m != nil && !strings.HasSuffix(msg, pathParameterNote) {
 		return unknownMessage(op, body, msg, m[1], detail)
+	}
+	if strings.Contains(msg, "unknown field") {
+		return detail
 	}
 	pos := decodePosition.FindStringSubmatch(msg)
 	val := decodeValue.FindStringSubmatch(msg)
