@@ -457,6 +457,10 @@ func (s *Server) newDomain(keyCache *iam.Cache) (domain, error) {
 	}
 	d.insights = insight.NewService(s.store, d.clusters, d.versions, d.addons.Catalog(), s.cfg.Cluster.Now,
 		s.log.With("service", "insight"))
+	// A rollback is judged by the verdict the ROLLBACK_READINESS insight
+	// renders; the insight service reads the versions, so it is given to
+	// the version service once both exist.
+	d.versions.SetRollbackReadiness(d.insights)
 	policies := accesspolicy.NewCatalog()
 	if d.entries, err = access.NewService(s.store, d.clusters, keyCache, policies, access.Config{
 		Region: s.cfg.Cluster.Region, IdempotencyTTL: s.cfg.Cluster.IdempotencyTTL, Now: s.cfg.Cluster.Now,

@@ -18,10 +18,11 @@ func newAdminCompleteUpdateCommand(af *adminFlags, uid *string) *cobra.Command {
 	var platformVersion string
 	var errs []string
 	cmd := &cobra.Command{
-		Use:   "complete-update CLUSTER UPDATE_ID Successful|Failed",
-		Short: "Report how a cluster update (a Kubernetes version upgrade) ended",
+		Use:   "complete-update CLUSTER UPDATE_ID Successful|Failed|Cancelled",
+		Short: "Report how a cluster update (a Kubernetes version upgrade or rollback) ended",
 		Long: "Ends an InProgress cluster update: Successful moves the cluster to the update's Kubernetes version, " +
-			"Failed keeps it; either way the cluster is ACTIVE again.",
+			"Failed keeps it, Cancelled (a rollback whose cancellation CancelUpdate asked for) keeps it and cancels " +
+			"the update; either way the cluster is ACTIVE again.",
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &controlv1.CompleteUpdateRequest{
@@ -34,8 +35,10 @@ func newAdminCompleteUpdateCommand(af *adminFlags, uid *string) *cobra.Command {
 				req.Outcome = controlv1.UpdateOutcome_UPDATE_OUTCOME_SUCCESSFUL
 			case "failed":
 				req.Outcome = controlv1.UpdateOutcome_UPDATE_OUTCOME_FAILED
+			case "cancelled":
+				req.Outcome = controlv1.UpdateOutcome_UPDATE_OUTCOME_CANCELLED
 			default:
-				return fmt.Errorf("outcome %q: want Successful or Failed", args[2])
+				return fmt.Errorf("outcome %q: want Successful, Failed or Cancelled", args[2])
 			}
 			for _, e := range errs {
 				parts := strings.SplitN(e, ":", 3)

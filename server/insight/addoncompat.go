@@ -35,9 +35,9 @@ const (
 type compatCheck struct {
 	// check names the check in the insight's id (insightID).
 	check, category, description, recommendation string
-	// target is the version a cluster on minor is judged against; false
-	// when there is none, and then the cluster has no such insight.
-	target func(minor string) (string, bool)
+	// target is the version the cluster is judged against; false when
+	// there is none, and then the cluster has no such insight.
+	target func(ctx context.Context, c *storagev1.ClusterRecord) (string, bool, error)
 }
 
 // upgradeCheck is the UPGRADE_READINESS insight for the next minor version
@@ -46,7 +46,10 @@ func (s *Service) upgradeCheck() compatCheck {
 	return compatCheck{
 		check: checkAddonCompatibility, category: CategoryUpgradeReadiness,
 		description: addonCompatibilityDesc, recommendation: addonCompatibilityRecommendation,
-		target: s.versions.NextOffered,
+		target: func(_ context.Context, c *storagev1.ClusterRecord) (string, bool, error) {
+			next, ok := s.versions.NextOffered(c.GetKubernetesVersion())
+			return next, ok, nil
+		},
 	}
 }
 
@@ -66,12 +69,12 @@ type addonVerdict struct {
 // Insights are computed, not stored, so lastTransitionTime is the latest
 // change of what the check reads (the cluster record and its add-ons): the
 // status can only have changed then. lastRefreshTime is the call's time.
-func (s *Service) compatibility(c *storagev1.ClusterRecord, addons []*storagev1.AddonRecord, check compatCheck, now time.Time) *eksv1.Insight {
-	target, ok := check.target(c.GetKubernetesVersion())
-	if !ok {
-		return nil
+func (s *Service) compatibility(ctx context.Context, c *storagev1.ClusterRecord, addons []*storagev1.AddonRecord, check compatCheck, now time.Time) (*eksv1.Insight, error) {
+	target, ok, err := check.target(ctx, c)
+	if err != nil || !ok {
+		return nil, err
 	}
-	return render(c, check, target, s.verdicts(addons, target), now, lastChange(c, addons))
+	return render(c, check, target, s.verdicts(addons, target), now, lastChange(c, addons)), nil
 }
 
 // lastChange is the latest modification of the cluster record or any of

@@ -1,6 +1,7 @@
 package insight
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -116,10 +117,12 @@ func (fakeVersions) NextOffered(minor string) (string, bool) {
 	return fakeOffered[i+1], true
 }
 
-func (fakeVersions) PreviousOffered(minor string) (string, bool) {
-	i := slices.Index(fakeOffered, minor)
+// RollbackTarget treats every cluster as upgraded to its version: the
+// previous minor offered (version.Service also asks the update history).
+func (fakeVersions) RollbackTarget(_ context.Context, c *storagev1.ClusterRecord) (string, bool, error) {
+	i := slices.Index(fakeOffered, c.GetKubernetesVersion())
 	if i <= 0 {
-		return "", false
+		return "", false, nil
 	}
-	return fakeOffered[i-1], true
+	return fakeOffered[i-1], true, nil
 }

@@ -21,14 +21,15 @@ const (
 		"to that version lists them, defaultVersion marking the recommended one."
 )
 
-// rollbackCheck is the ROLLBACK_READINESS insight for the previous minor
-// version, when saltbush offers it: a cluster on the oldest version
-// offered has none.
+// rollbackCheck is the ROLLBACK_READINESS insight for the version the
+// cluster can roll back to (Versions.RollbackTarget: the previous minor
+// version, once an upgrade brought the cluster to its version): a cluster
+// with nothing to roll back to has none.
 func (s *Service) rollbackCheck() compatCheck {
 	return compatCheck{
 		check: checkRollbackAddonCompatibility, category: CategoryRollbackReadiness,
 		description: rollbackCompatibilityDesc, recommendation: rollbackCompatibilityRecommendation,
-		target: s.versions.PreviousOffered,
+		target: s.versions.RollbackTarget,
 	}
 }
 

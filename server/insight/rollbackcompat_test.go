@@ -88,7 +88,10 @@ func TestRollbackVerdict(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in := s.compatibility(c, addons, s.rollbackCheck(), time.Unix(2000, 0))
+			in, err := s.compatibility(ctx, c, addons, s.rollbackCheck(), time.Unix(2000, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if tt.target == "" {
 				if in != nil {
 					t.Fatalf("insight = %v, want none", in)

@@ -59,7 +59,9 @@ type Clusters interface {
 // (version.Service).
 type Versions interface {
 	NextOffered(minor string) (string, bool)
-	PreviousOffered(minor string) (string, bool)
+	// RollbackTarget is the version the cluster can roll back to; false
+	// when it has none.
+	RollbackTarget(ctx context.Context, c *storagev1.ClusterRecord) (string, bool, error)
 }
 
 // Service computes insights. It is safe for concurrent use.
@@ -111,7 +113,11 @@ func (s *Service) insights(ctx context.Context, name string) (*storagev1.Cluster
 	now := s.now()
 	var out []*eksv1.Insight
 	for _, check := range []compatCheck{s.upgradeCheck(), s.rollbackCheck()} {
-		if in := s.compatibility(c, addons, check, now); in != nil {
+		in, err := s.compatibility(ctx, c, addons, check, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		if in != nil {
 			out = append(out, in)
 		}
 	}

@@ -20,6 +20,19 @@ func StatusName(st storagev1.UpdateStatus) string {
 	return ""
 }
 
+// CancellationStatusName is the EKS name of a cancellation status.
+func CancellationStatusName(st storagev1.CancellationStatus) string {
+	switch st {
+	case storagev1.CancellationStatus_CANCELLATION_STATUS_IN_PROGRESS:
+		return "InProgress"
+	case storagev1.CancellationStatus_CANCELLATION_STATUS_FAILED:
+		return "Failed"
+	case storagev1.CancellationStatus_CANCELLATION_STATUS_SUCCESSFUL:
+		return "Successful"
+	}
+	return ""
+}
+
 // ToAPI renders an update record in AWS's shape.
 func ToAPI(u *storagev1.UpdateRecord) *eksv1.Update {
 	out := &eksv1.Update{
@@ -41,6 +54,9 @@ func ToAPI(u *storagev1.UpdateRecord) *eksv1.Update {
 			ErrorMessage: e.GetErrorMessage(),
 			ResourceIds:  e.GetResourceIds(),
 		})
+	}
+	if c := u.GetCancellation(); c != nil {
+		out.Cancellation = &eksv1.Cancellation{Status: CancellationStatusName(c.GetStatus()), Reason: c.GetReason()}
 	}
 	return out
 }

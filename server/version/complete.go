@@ -36,8 +36,12 @@ func validateComplete(req *controlv1.CompleteUpdateRequest) error {
 				return errdefs.InvalidParameter("Each error needs an errorCode of at most 64 characters and an errorMessage of at most 1024.")
 			}
 		}
+	case controlv1.UpdateOutcome_UPDATE_OUTCOME_CANCELLED:
+		if len(req.GetErrors()) > 0 || req.GetPlatformVersion() != "" {
+			return errdefs.InvalidParameter("a CANCELLED report carries no errors and no platformVersion.")
+		}
 	default:
-		return errdefs.InvalidParameter("outcome must be SUCCESSFUL or FAILED, got %s.", req.GetOutcome())
+		return errdefs.InvalidParameter("outcome must be SUCCESSFUL, FAILED or CANCELLED, got %s.", req.GetOutcome())
 	}
 	if len(req.GetPlatformVersion()) > 64 {
 		return errdefs.InvalidParameter("platformVersion is longer than 64 characters.")
@@ -47,8 +51,11 @@ func validateComplete(req *controlv1.CompleteUpdateRequest) error {
 
 // outcomeStatus is the update status an outcome ends an update with.
 func outcomeStatus(o controlv1.UpdateOutcome) storagev1.UpdateStatus {
-	if o == controlv1.UpdateOutcome_UPDATE_OUTCOME_SUCCESSFUL {
+	switch o {
+	case controlv1.UpdateOutcome_UPDATE_OUTCOME_SUCCESSFUL:
 		return storagev1.UpdateStatus_UPDATE_STATUS_SUCCESSFUL
+	case controlv1.UpdateOutcome_UPDATE_OUTCOME_CANCELLED:
+		return storagev1.UpdateStatus_UPDATE_STATUS_CANCELLED
 	}
 	return storagev1.UpdateStatus_UPDATE_STATUS_FAILED
 }
@@ -61,7 +68,10 @@ func outcomeStatus(o controlv1.UpdateOutcome) storagev1.UpdateStatus {
 // ACTIVE again when it is UPDATING (a cluster deleted meanwhile stays
 // DELETING). Reporting the outcome the update already has returns it
 // unchanged; a different outcome for an ended update is an
-// InvalidRequestException (FailedPrecondition on gRPC).
+// InvalidRequestException (FailedPrecondition on gRPC). A report on an
+// update whose cancellation is in progress (CancelUpdate) decides the
+// cancellation too: CANCELLED (only then) makes it Successful, SUCCESSFUL
+// or FAILED make it Failed.
 func (s *Service) Complete(ctx context.Context, req *controlv1.CompleteUpdateRequest) (*storagev1.ClusterRecord, *storagev1.UpdateRecord, error) {
 	if err := validateComplete(req); err != nil {
 		return nil, nil, err
@@ -102,9 +112,9 @@ func (s *Service) completeOnce(ctx context.Context, req *controlv1.CompleteUpdat
 		}
 		return nil, nil, fmt.Errorf("complete update %s of cluster %q: %w", req.GetUpdateId(), name, err)
 	}
-	if u.GetType() != TypeVersionUpdate {
-		return nil, nil, errdefs.InvalidRequest("Update %s of cluster %s is a %s; only a %s is completed by its provisioner.",
-			u.GetId(), name, u.GetType(), TypeVersionUpdate).WithField("clusterName", name)
+	if u.GetType() != TypeVersionUpdate && u.GetType() != TypeVersionRollback {
+		return nil, nil, errdefs.InvalidRequest("Update %s of cluster %s is a %s; only a %s or a %s is completed by its provisioner.",
+			u.GetId(), name, u.GetType(), TypeVersionUpdate, TypeVersionRollback).WithField("clusterName", name)
 	}
 	switch u.GetStatus() {
 	case storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS:
@@ -115,9 +125,29 @@ func (s *Service) completeOnce(ctx context.Context, req *controlv1.CompleteUpdat
 			u.GetId(), name, update.StatusName(u.GetStatus()), update.StatusName(want)).WithField("clusterName", name)
 	}
 
+	cancelling := u.GetCancellation().GetStatus() == storagev1.CancellationStatus_CANCELLATION_STATUS_IN_PROGRESS
+	if want == storagev1.UpdateStatus_UPDATE_STATUS_CANCELLED && !cancelling {
+		return nil, nil, errdefs.InvalidRequest("Update %s of cluster %s has no cancellation in progress; report SUCCESSFUL or FAILED.",
+			u.GetId(), name).WithField("clusterName", name)
+	}
+
 	now := timestamppb.New(s.cfg.Now())
 	u.Status = want
 	u.ModifiedAt = now
+	if cancelling {
+		// The report decides the cancellation: the provisioner stopped the
+		// rollback, or it ended first.
+		u.Cancellation.Status = storagev1.CancellationStatus_CANCELLATION_STATUS_FAILED
+		switch want {
+		case storagev1.UpdateStatus_UPDATE_STATUS_CANCELLED:
+			u.Cancellation.Status = storagev1.CancellationStatus_CANCELLATION_STATUS_SUCCESSFUL
+			u.Cancellation.Reason = "The rollback was stopped; the cluster stays at Kubernetes version " + c.GetKubernetesVersion() + "."
+		case storagev1.UpdateStatus_UPDATE_STATUS_SUCCESSFUL:
+			u.Cancellation.Reason = "The rollback completed before it could be cancelled."
+		default:
+			u.Cancellation.Reason = "The rollback failed before it could be cancelled."
+		}
+	}
 	for _, e := range req.GetErrors() {
 		u.Errors = append(u.Errors, &storagev1.UpdateError{
 			ErrorCode: e.GetErrorCode(), ErrorMessage: e.GetErrorMessage(), ResourceIds: e.GetResourceIds(),

@@ -68,6 +68,27 @@ func (s *EKSServer) UpdateClusterVersion(ctx context.Context, req *eksv1.UpdateC
 	return &eksv1.UpdateClusterVersionResponse{Update: update.ToAPI(u)}, nil
 }
 
+// CancelUpdate implements eksv1.ClusterVersionServiceServer, authorized
+// on the cluster's ARN.
+func (s *EKSServer) CancelUpdate(ctx context.Context, req *eksv1.CancelUpdateRequest) (*eksv1.CancelUpdateResponse, error) {
+	const op = "CancelUpdate"
+	if err := validation.Check(ctx, req); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	if err := s.authz.Authorize(ctx, "eks:"+op, s.svc.clusters.ARN(who.AccountID, req.GetName())); err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	u, err := s.svc.Cancel(ctx, req)
+	if err != nil {
+		return nil, s.svc.wire(ctx, op, err)
+	}
+	return &eksv1.CancelUpdateResponse{Update: update.ToAPI(u)}, nil
+}
+
 // ControlServer serves saltbush.control.v1.ClusterUpdateControlService.
 type ControlServer struct {
 	controlv1.UnimplementedClusterUpdateControlServiceServer

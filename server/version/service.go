@@ -75,6 +75,9 @@ type Service struct {
 	clusters Clusters
 	cfg      Config
 	log      *slog.Logger
+	// readiness judges a rollback's add-ons (the insight service); set
+	// once at wiring, before the service serves (SetRollbackReadiness).
+	readiness RollbackReadiness
 }
 
 // NewService returns the version service.
@@ -99,20 +102,6 @@ func (s *Service) NextOffered(minor string) (string, bool) {
 		return "", false
 	}
 	return next, true
-}
-
-// PreviousOffered is the minor version a rollback of a cluster on minor
-// goes to ("1.35" for "1.36"), when saltbush offers it.
-func (s *Service) PreviousOffered(minor string) (string, bool) {
-	major, m, ok := parseMinor(minor)
-	if !ok || m == 0 {
-		return "", false
-	}
-	prev := fmt.Sprintf("%d.%d", major, m-1)
-	if !s.Offered(prev) {
-		return "", false
-	}
-	return prev, true
 }
 
 func clusterNotFound(name string) *errdefs.Error {

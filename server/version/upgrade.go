@@ -51,7 +51,8 @@ func (s *Service) validateUpgrade(req *eksv1.UpdateClusterVersionRequest) error 
 }
 
 // Upgrade applies UpdateClusterVersion to the caller's cluster: one minor
-// version up from the cluster's, only while the cluster is ACTIVE. A new
+// version up from the cluster's (or, as a VersionRollback checked by
+// checkRollback, one down), only while the cluster is ACTIVE. A new
 // VersionUpdate record InProgress (params Version and PlatformVersion), the
 // cluster UPDATING, and the idempotency key when a token is given, commit
 // in one transaction guarded by the cluster record's mod revision, so two
@@ -68,6 +69,10 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 	if err := s.validateUpgrade(req); err != nil {
 		return nil, err
 	}
+	timeout, err := rollbackTimeout(req)
+	if err != nil {
+		return nil, err
+	}
 	tok, err := idempotency.New(who.AccountID, opUpdateClusterVersion, req)
 	if err != nil {
 		return nil, withClusterName(err, name)
@@ -79,15 +84,30 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 	var upd *storagev1.UpdateRecord
 	rec := &storagev1.ClusterRecord{}
 	_, err = store.Update(ctx, s.store, store.ClusterKey(who.AccountID, name), rec, func(c *storagev1.ClusterRecord, txn *store.Txn) error {
-		if err := s.upgradable(ctx, c, req.GetVersion()); err != nil {
+		kind, err := s.upgradable(ctx, c, req.GetVersion())
+		if err != nil {
 			return err
+		}
+		switch kind {
+		case TypeVersionUpdate:
+			if req.GetRollbackConfig() != nil {
+				return errdefs.InvalidParameter("rollbackConfig applies only to a rollback to version %s; %s is an upgrade.",
+					prevOrNone(c.GetKubernetesVersion()), req.GetVersion()).WithField("clusterName", name)
+			}
+		case TypeVersionRollback:
+			if err := s.checkRollback(ctx, c, req.GetVersion(), req.GetForce()); err != nil {
+				return err
+			}
+			if timeout == 0 {
+				timeout = defaultRollbackTimeout
+			}
 		}
 		target, _ := release(req.GetVersion())
 		now := s.cfg.Now()
 		u := &storagev1.UpdateRecord{
 			Id:         uuid.Must(uuid.NewV7()).String(),
 			ClusterUid: c.GetUid(),
-			Type:       TypeVersionUpdate,
+			Type:       kind,
 			Status:     storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS,
 			Params: []*storagev1.UpdateParam{
 				{Type: ParamVersion, Value: req.GetVersion()},
@@ -95,6 +115,9 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 			},
 			CreatedAt:  timestamppb.New(now),
 			ModifiedAt: timestamppb.New(now),
+		}
+		if kind == TypeVersionRollback {
+			u.RollbackTimeoutMinutes = timeout
 		}
 		c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING
 		c.ModifiedAt = timestamppb.New(now)
@@ -121,66 +144,65 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 		return nil, fmt.Errorf("update cluster %q version: %w", name, err)
 	}
 	s.log.InfoContext(ctx, "cluster version update started", "account", who.AccountID, "cluster", name,
-		"uid", rec.GetUid(), "update", upd.GetId(), "from", rec.GetKubernetesVersion(), "to", req.GetVersion())
+		"uid", rec.GetUid(), "update", upd.GetId(), "type", upd.GetType(), "from", rec.GetKubernetesVersion(), "to", req.GetVersion())
 	return upd, nil
 }
 
-// upgradable refuses an upgrade of c to version: AWS's
-// ResourceInUseException while another update is in progress or the
-// cluster is not ACTIVE, its InvalidParameterException for anything but
-// the next minor version.
-func (s *Service) upgradable(ctx context.Context, c *storagev1.ClusterRecord, version string) error {
+// upgradable says what moving c to version is — an upgrade
+// (VersionUpdate, the next minor version) or a rollback (VersionRollback,
+// the previous one) — or refuses it: AWS's ResourceInUseException while
+// another update is in progress or the cluster is not ACTIVE, its
+// InvalidParameterException for any other version.
+func (s *Service) upgradable(ctx context.Context, c *storagev1.ClusterRecord, version string) (string, error) {
 	name := c.GetName()
 	switch st := c.GetStatus(); st {
 	case storagev1.ClusterStatus_CLUSTER_STATUS_ACTIVE:
 	case storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING:
 		id, err := s.inProgress(ctx, c.GetUid())
 		if err != nil {
-			return err
+			return "", err
 		}
 		if id == "" {
-			return errdefs.ResourceInUse("Cannot %s because cluster %s is currently in UPDATING state; it must be ACTIVE",
+			return "", errdefs.ResourceInUse("Cannot %s because cluster %s is currently in UPDATING state; it must be ACTIVE",
 				TypeVersionUpdate, name).WithField("clusterName", name)
 		}
 		// AWS's wording.
-		return errdefs.ResourceInUse("Cannot %s because cluster %s currently has update %s in progress",
+		return "", errdefs.ResourceInUse("Cannot %s because cluster %s currently has update %s in progress",
 			TypeVersionUpdate, name, id).WithField("clusterName", name)
 	default:
-		return errdefs.ResourceInUse("Cannot %s because cluster %s is currently in %s state; it must be ACTIVE",
+		return "", errdefs.ResourceInUse("Cannot %s because cluster %s is currently in %s state; it must be ACTIVE",
 			TypeVersionUpdate, name, cluster.StatusName(st)).WithField("clusterName", name)
 	}
-	if next, _ := NextMinor(c.GetKubernetesVersion()); version != next {
-		// AWS's exact message (InvalidParameterException), also for the
-		// same version and for a downgrade.
-		return errdefs.InvalidParameter("Unsupported Kubernetes minor version update from %s to %s",
-			c.GetKubernetesVersion(), version).WithField("clusterName", name)
+	if next, _ := NextMinor(c.GetKubernetesVersion()); version == next {
+		return TypeVersionUpdate, nil
 	}
-	return nil
+	if prev, _ := PreviousMinor(c.GetKubernetesVersion()); version == prev {
+		return TypeVersionRollback, nil
+	}
+	// AWS's exact message (InvalidParameterException), also for the same
+	// version and for a downgrade of more than one minor version.
+	return "", errdefs.InvalidParameter("Unsupported Kubernetes minor version update from %s to %s",
+		c.GetKubernetesVersion(), version).WithField("clusterName", name)
+}
+
+// prevOrNone is the version a cluster on minor could roll back to, for
+// messages.
+func prevOrNone(minor string) string {
+	if prev, ok := PreviousMinor(minor); ok {
+		return prev
+	}
+	return "(none)"
 }
 
 // inProgress returns the id of the cluster update that is InProgress, for
 // the message that refuses another; "" when none is found.
 func (s *Service) inProgress(ctx context.Context, clusterUID string) (string, error) {
-	token := ""
-	for {
-		page, err := s.store.List(ctx, store.ListOptions{
-			Prefix: store.ClusterUpdatesPrefix(clusterUID), Scope: "cluster-updates/" + clusterUID, Token: token,
-		})
-		if err != nil {
-			return "", fmt.Errorf("cluster %s: list its updates: %w", clusterUID, err)
+	id := ""
+	err := s.eachUpdate(ctx, clusterUID, func(u *storagev1.UpdateRecord) bool {
+		if u.GetStatus() == storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS {
+			id = u.GetId()
 		}
-		for _, kv := range page.Items {
-			u := &storagev1.UpdateRecord{}
-			if err := store.Decode(kv.Value, u); err != nil {
-				return "", fmt.Errorf("cluster %s: update %s: %w", clusterUID, kv.Name, err)
-			}
-			if u.GetStatus() == storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS {
-				return u.GetId(), nil
-			}
-		}
-		if page.NextToken == "" {
-			return "", nil
-		}
-		token = page.NextToken
-	}
+		return id == ""
+	})
+	return id, err
 }

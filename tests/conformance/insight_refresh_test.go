@@ -208,8 +208,9 @@ func (h *upgradeHarness) rollbackInsight(t *testing.T) (types.InsightSummary, *t
 	return list[0], d.Insight
 }
 
-// TestRollbackReadinessInsight: a 1.34 cluster's ROLLBACK_READINESS insight
-// is about 1.33, PASSING while every installed add-on runs a version
+// TestRollbackReadinessInsight: a cluster created at 1.33 has no
+// ROLLBACK_READINESS insight (nothing to roll back to); upgraded to 1.34,
+// its insight is about 1.33, PASSING while every installed add-on runs a version
 // compatible with 1.33 and ERROR, naming the add-on and the versions that
 // are, once one does not (vpc-cni v1.20.4-eksbuild.1 runs on 1.34-1.37
 // only, metrics-server v0.7.2-eksbuild.4 on 1.32-1.35: catalog/addons);
@@ -218,7 +219,11 @@ func (h *upgradeHarness) rollbackInsight(t *testing.T) (types.InsightSummary, *t
 // add-on being deleted is not judged); a cluster on the oldest version
 // offered has none.
 func TestRollbackReadinessInsight(t *testing.T) {
-	h := newUpgradeHarness(t, "rollback-1", "1.34")
+	h := newUpgradeHarness(t, "rollback-1", "1.33")
+	if got := h.listInsights(t, h.cluster, &types.InsightsFilter{Categories: []types.Category{types.CategoryRollbackReadiness}}); len(got) != 0 {
+		t.Fatalf("a cluster created at its version has rollback insights %+v, want none", got)
+	}
+	h.upgradeTo(t, "1.34")
 
 	sum, in := h.rollbackInsight(t)
 	if sum.InsightStatus == nil || sum.InsightStatus.Status != types.InsightStatusValuePassing ||

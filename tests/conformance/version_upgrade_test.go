@@ -211,7 +211,10 @@ func TestUpgradeWithIncompatibleAddon(t *testing.T) {
 		name, version, message string
 	}{
 		{"skipping a minor", "1.37", "Unsupported Kubernetes minor version update from 1.35 to 1.37"},
-		{"a downgrade", "1.34", "Unsupported Kubernetes minor version update from 1.35 to 1.34"},
+		{"a downgrade of two minor versions", "1.33", "Unsupported Kubernetes minor version update from 1.35 to 1.33"},
+		// One minor down is a rollback, which needs an upgrade to have
+		// brought the cluster to its version (TestVersionRollback).
+		{"a rollback no upgrade led to", "1.34", "Cannot roll back cluster up-1 to 1.34: no upgrade brought it from 1.34 to 1.35."},
 		{"the same version", "1.35", "Unsupported Kubernetes minor version update from 1.35 to 1.35"},
 		{"a version not offered", "1.99", "unsupported Kubernetes version"},
 	}
@@ -391,10 +394,12 @@ func TestUpgradeCompletedByAdminCLI(t *testing.T) {
 		t.Fatalf("cluster %s on %s (%s), want ACTIVE on 1.37 (eks.3)", c.Status, aws.ToString(c.Version), aws.ToString(c.PlatformVersion))
 	}
 	// The newest version has no next one: no upgrade insight, and no
-	// upgrade.
+	// upgrade; the upgrade that brought the cluster there gives it a
+	// rollback insight about 1.36.
 	list, err := h.eks.ListInsights(ctxT(t), &eks.ListInsightsInput{ClusterName: aws.String(h.cluster)})
-	if err != nil || len(list.Insights) != 0 {
-		t.Fatalf("ListInsights on the newest version = %v, %v; want none", list, err)
+	if err != nil || len(list.Insights) != 1 || list.Insights[0].Category != types.CategoryRollbackReadiness ||
+		aws.ToString(list.Insights[0].KubernetesVersion) != "1.36" {
+		t.Fatalf("ListInsights on the newest version = %+v, %v; want the ROLLBACK_READINESS insight about 1.36 alone", list, err)
 	}
 	_, err = h.upgrade(t, "1.38", "")
 	wanterr.Type[*types.InvalidParameterException](t, err)

@@ -582,6 +582,11 @@ func (e *env) controlCases() []hostileCase {
 			status: s404, exception: rnf},
 		{name: "DescribeInsightsRefresh cluster name with a NUL", category: catControl, op: "DescribeInsightsRefresh", method: "GET",
 			path: c + "%00/insights-refresh", status: s400, exception: ipe, member: "name", message: namePattern},
+		{name: "CancelUpdate cluster name with a NUL", category: catControl, op: "CancelUpdate", method: "POST",
+			path: c + "%00/updates/00000000-0000-0000-0000-000000000000/cancel-update", body: `{}`, status: s400, exception: ipe,
+			member: "name", message: namePattern},
+		{name: "CancelUpdate update id with a NUL", category: catControl, op: "CancelUpdate", method: "POST",
+			path: c + "/updates/00000000%00/cancel-update", body: `{}`, status: s404, exception: rnf},
 	}
 }
 
@@ -733,6 +738,8 @@ func (e *env) methodCases() []hostileCase {
 		{name: "DELETE on the add-on list", category: catMethod, op: "ListAddons", method: "DELETE", path: c + "/addons", status: s405, exception: uoe},
 		{name: "GET on insights of a cluster is not ListInsights", category: catMethod, op: "ListInsights", method: "GET", path: c + "/insights",
 			status: s405, exception: uoe},
+		{name: "GET on cancel-update", category: catMethod, op: "CancelUpdate", method: "GET",
+			path: c + "/updates/00000000-0000-0000-0000-000000000000/cancel-update", status: s405, exception: uoe},
 		{name: "PUT on insights-refresh", category: catMethod, op: "StartInsightsRefresh", method: "PUT", path: c + "/insights-refresh", body: `{}`,
 			status: s405, exception: uoe},
 		{name: "DELETE on insights-refresh", category: catMethod, op: "DescribeInsightsRefresh", method: "DELETE", path: c + "/insights-refresh",
@@ -777,6 +784,9 @@ func (e *env) smuggleCases() []hostileCase {
 			path: c + "/pod-identity-associations/a-00000000000000000?associationId=" + e.podID, status: s404, exception: rnf},
 		{name: "UpdateClusterVersion body naming another cluster", category: catSmuggle, op: "UpdateClusterVersion", method: "POST", path: c + "/updates",
 			body: `{"name": "` + e.other + `", "version": "1.36"}`, status: s400, exception: ipe, member: `"name"`},
+		{name: "CancelUpdate body naming another cluster", category: catSmuggle, op: "CancelUpdate", method: "POST",
+			path: c + "/updates/00000000-0000-0000-0000-000000000000/cancel-update", body: `{"name": "` + e.other + `"}`,
+			status: s400, exception: ipe, member: `"name"`},
 		{name: "StartInsightsRefresh body naming another cluster", category: catSmuggle, op: "StartInsightsRefresh", method: "POST",
 			path: c + "/insights-refresh", body: `{"clusterName": "` + e.other + `"}`, status: s400, exception: ipe, member: "clusterName"},
 		{name: "DescribeInsightsRefresh of an absent cluster with the real name in the query", category: catSmuggle, op: "DescribeInsightsRefresh",

@@ -122,8 +122,8 @@ func servedOperations(t *testing.T) []string {
 		return true
 	})
 	slices.Sort(out)
-	if len(out) != 37 {
-		t.Fatalf("the façade serves %d EKS operations, want 37: %v", len(out), out)
+	if len(out) != 38 {
+		t.Fatalf("the façade serves %d EKS operations, want 38: %v", len(out), out)
 	}
 	return out
 }

@@ -28,6 +28,10 @@ const (
 	UpdateOutcome_UPDATE_OUTCOME_UNSPECIFIED UpdateOutcome = 0
 	UpdateOutcome_UPDATE_OUTCOME_SUCCESSFUL  UpdateOutcome = 1
 	UpdateOutcome_UPDATE_OUTCOME_FAILED      UpdateOutcome = 2
+	// The provisioner stopped a VersionRollback whose cancellation was asked
+	// for (CancelUpdate): the update ends Cancelled, its cancellation
+	// Successful, and the cluster keeps its version.
+	UpdateOutcome_UPDATE_OUTCOME_CANCELLED UpdateOutcome = 3
 )
 
 // Enum value maps for UpdateOutcome.
@@ -36,11 +40,13 @@ var (
 		0: "UPDATE_OUTCOME_UNSPECIFIED",
 		1: "UPDATE_OUTCOME_SUCCESSFUL",
 		2: "UPDATE_OUTCOME_FAILED",
+		3: "UPDATE_OUTCOME_CANCELLED",
 	}
 	UpdateOutcome_value = map[string]int32{
 		"UPDATE_OUTCOME_UNSPECIFIED": 0,
 		"UPDATE_OUTCOME_SUCCESSFUL":  1,
 		"UPDATE_OUTCOME_FAILED":      2,
+		"UPDATE_OUTCOME_CANCELLED":   3,
 	}
 )
 
@@ -294,11 +300,12 @@ const file_saltbush_control_v1_update_control_proto_rawDesc = "" +
 	"\x16CompleteUpdateResponse\x12:\n" +
 	"\acluster\x18\x01 \x01(\v2 .saltbush.control.v1.ClusterInfoR\acluster\x12#\n" +
 	"\rupdate_status\x18\x02 \x01(\tR\fupdateStatus\x12-\n" +
-	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion*i\n" +
+	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion*\x87\x01\n" +
 	"\rUpdateOutcome\x12\x1e\n" +
 	"\x1aUPDATE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19UPDATE_OUTCOME_SUCCESSFUL\x10\x01\x12\x19\n" +
-	"\x15UPDATE_OUTCOME_FAILED\x10\x022\x8d\x01\n" +
+	"\x15UPDATE_OUTCOME_FAILED\x10\x02\x12\x1c\n" +
+	"\x18UPDATE_OUTCOME_CANCELLED\x10\x032\x8d\x01\n" +
 	"\x1bClusterUpdateControlService\x12n\n" +
 	"\x0eCompleteUpdate\x12*.saltbush.control.v1.CompleteUpdateRequest\x1a+.saltbush.control.v1.CompleteUpdateResponse\"\x03\x90\x02\x02B@Z>github.com/saltbush/saltbush/gen/saltbush/control/v1;controlv1b\x06proto3"
 

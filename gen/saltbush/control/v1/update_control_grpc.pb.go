@@ -27,9 +27,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // ClusterUpdateControlService is the internal API a cluster provisioner
-// uses to report how a cluster update it carried out ended (today the
-// VersionUpdate that UpdateClusterVersion starts). It is not part of the
-// EKS façade.
+// uses to report how a cluster update it carried out ended: the
+// VersionUpdate or VersionRollback that UpdateClusterVersion starts. It is
+// not part of the EKS façade. A rollback whose cancellation was asked for
+// (the update's cancellation InProgress, DescribeUpdate) is reported
+// CANCELLED when the provisioner stopped it, or SUCCESSFUL or FAILED when
+// it ended first, which fails the cancellation.
 type ClusterUpdateControlServiceClient interface {
 	// CompleteUpdate ends an InProgress cluster update, in one transaction
 	// with the cluster record: Successful sets the cluster's Kubernetes
@@ -63,9 +66,12 @@ func (c *clusterUpdateControlServiceClient) CompleteUpdate(ctx context.Context, 
 // for forward compatibility.
 //
 // ClusterUpdateControlService is the internal API a cluster provisioner
-// uses to report how a cluster update it carried out ended (today the
-// VersionUpdate that UpdateClusterVersion starts). It is not part of the
-// EKS façade.
+// uses to report how a cluster update it carried out ended: the
+// VersionUpdate or VersionRollback that UpdateClusterVersion starts. It is
+// not part of the EKS façade. A rollback whose cancellation was asked for
+// (the update's cancellation InProgress, DescribeUpdate) is reported
+// CANCELLED when the provisioner stopped it, or SUCCESSFUL or FAILED when
+// it ended first, which fails the cancellation.
 type ClusterUpdateControlServiceServer interface {
 	// CompleteUpdate ends an InProgress cluster update, in one transaction
 	// with the cluster record: Successful sets the cluster's Kubernetes

@@ -35,13 +35,15 @@ type Update struct {
 	// InProgress, Failed, Cancelled or Successful.
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	// AddonUpdate for add-on updates; AccessConfigUpdate, LoggingUpdate,
-	// DeletionProtectionUpdate, UpgradePolicyUpdate or VersionUpdate for
-	// cluster updates.
+	// DeletionProtectionUpdate, UpgradePolicyUpdate, VersionUpdate or
+	// VersionRollback for cluster updates.
 	Type   string         `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	Params []*UpdateParam `protobuf:"bytes,4,rep,name=params,proto3" json:"params,omitempty"`
 	// Epoch seconds with millisecond fraction.
-	CreatedAt     float64        `protobuf:"fixed64,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	Errors        []*ErrorDetail `protobuf:"bytes,6,rep,name=errors,proto3" json:"errors,omitempty"`
+	CreatedAt float64        `protobuf:"fixed64,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Errors    []*ErrorDetail `protobuf:"bytes,6,rep,name=errors,proto3" json:"errors,omitempty"`
+	// Present only when a cancellation was asked for (CancelUpdate).
+	Cancellation  *Cancellation `protobuf:"bytes,7,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +120,67 @@ func (x *Update) GetErrors() []*ErrorDetail {
 	return nil
 }
 
+func (x *Update) GetCancellation() *Cancellation {
+	if x != nil {
+		return x.Cancellation
+	}
+	return nil
+}
+
+// Cancellation is AWS's: the latest cancellation of an update.
+type Cancellation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// InProgress, Failed or Successful.
+	Status        string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cancellation) Reset() {
+	*x = Cancellation{}
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cancellation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cancellation) ProtoMessage() {}
+
+func (x *Cancellation) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cancellation.ProtoReflect.Descriptor instead.
+func (*Cancellation) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Cancellation) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Cancellation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // UpdateParam is one changed parameter of an update.
 type UpdateParam struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -135,7 +198,7 @@ type UpdateParam struct {
 
 func (x *UpdateParam) Reset() {
 	*x = UpdateParam{}
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[1]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +210,7 @@ func (x *UpdateParam) String() string {
 func (*UpdateParam) ProtoMessage() {}
 
 func (x *UpdateParam) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[1]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +223,7 @@ func (x *UpdateParam) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateParam.ProtoReflect.Descriptor instead.
 func (*UpdateParam) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{1}
+	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *UpdateParam) GetType() string {
@@ -189,7 +252,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[2]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -201,7 +264,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[2]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -214,7 +277,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ErrorDetail) GetErrorCode() string {
@@ -252,7 +315,7 @@ type DescribeUpdateRequest struct {
 
 func (x *DescribeUpdateRequest) Reset() {
 	*x = DescribeUpdateRequest{}
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[3]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +327,7 @@ func (x *DescribeUpdateRequest) String() string {
 func (*DescribeUpdateRequest) ProtoMessage() {}
 
 func (x *DescribeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[3]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +340,7 @@ func (x *DescribeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*DescribeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DescribeUpdateRequest) GetName() string {
@@ -325,7 +388,7 @@ type DescribeUpdateResponse struct {
 
 func (x *DescribeUpdateResponse) Reset() {
 	*x = DescribeUpdateResponse{}
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[4]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +400,7 @@ func (x *DescribeUpdateResponse) String() string {
 func (*DescribeUpdateResponse) ProtoMessage() {}
 
 func (x *DescribeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[4]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +413,7 @@ func (x *DescribeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*DescribeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DescribeUpdateResponse) GetUpdate() *Update {
@@ -375,7 +438,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[5]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +450,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[5]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +463,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{5}
+	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListUpdatesRequest) GetName() string {
@@ -456,7 +519,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[6]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +531,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_update_proto_msgTypes[6]
+	mi := &file_saltbush_eks_v1_update_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +544,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{6}
+	return file_saltbush_eks_v1_update_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListUpdatesResponse) GetUpdateIds() []string {
@@ -502,7 +565,7 @@ var File_saltbush_eks_v1_update_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_update_proto_rawDesc = "" +
 	"\n" +
-	"\x1csaltbush/eks/v1/update.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1dsaltbush/eks/v1/options.proto\"\xdb\x01\n" +
+	"\x1csaltbush/eks/v1/update.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1dsaltbush/eks/v1/options.proto\"\x9e\x02\n" +
 	"\x06Update\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
@@ -510,7 +573,11 @@ const file_saltbush_eks_v1_update_proto_rawDesc = "" +
 	"\x06params\x18\x04 \x03(\v2\x1c.saltbush.eks.v1.UpdateParamB\x04\xa0\xbb\x18\x01R\x06params\x12\x1d\n" +
 	"\n" +
 	"created_at\x18\x05 \x01(\x01R\tcreatedAt\x12:\n" +
-	"\x06errors\x18\x06 \x03(\v2\x1c.saltbush.eks.v1.ErrorDetailB\x04\xa0\xbb\x18\x01R\x06errors\"7\n" +
+	"\x06errors\x18\x06 \x03(\v2\x1c.saltbush.eks.v1.ErrorDetailB\x04\xa0\xbb\x18\x01R\x06errors\x12A\n" +
+	"\fcancellation\x18\a \x01(\v2\x1d.saltbush.eks.v1.CancellationR\fcancellation\">\n" +
+	"\fCancellation\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"7\n" +
 	"\vUpdateParam\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"t\n" +
@@ -560,29 +627,31 @@ func file_saltbush_eks_v1_update_proto_rawDescGZIP() []byte {
 	return file_saltbush_eks_v1_update_proto_rawDescData
 }
 
-var file_saltbush_eks_v1_update_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_saltbush_eks_v1_update_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_saltbush_eks_v1_update_proto_goTypes = []any{
 	(*Update)(nil),                 // 0: saltbush.eks.v1.Update
-	(*UpdateParam)(nil),            // 1: saltbush.eks.v1.UpdateParam
-	(*ErrorDetail)(nil),            // 2: saltbush.eks.v1.ErrorDetail
-	(*DescribeUpdateRequest)(nil),  // 3: saltbush.eks.v1.DescribeUpdateRequest
-	(*DescribeUpdateResponse)(nil), // 4: saltbush.eks.v1.DescribeUpdateResponse
-	(*ListUpdatesRequest)(nil),     // 5: saltbush.eks.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),    // 6: saltbush.eks.v1.ListUpdatesResponse
+	(*Cancellation)(nil),           // 1: saltbush.eks.v1.Cancellation
+	(*UpdateParam)(nil),            // 2: saltbush.eks.v1.UpdateParam
+	(*ErrorDetail)(nil),            // 3: saltbush.eks.v1.ErrorDetail
+	(*DescribeUpdateRequest)(nil),  // 4: saltbush.eks.v1.DescribeUpdateRequest
+	(*DescribeUpdateResponse)(nil), // 5: saltbush.eks.v1.DescribeUpdateResponse
+	(*ListUpdatesRequest)(nil),     // 6: saltbush.eks.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),    // 7: saltbush.eks.v1.ListUpdatesResponse
 }
 var file_saltbush_eks_v1_update_proto_depIdxs = []int32{
-	1, // 0: saltbush.eks.v1.Update.params:type_name -> saltbush.eks.v1.UpdateParam
-	2, // 1: saltbush.eks.v1.Update.errors:type_name -> saltbush.eks.v1.ErrorDetail
-	0, // 2: saltbush.eks.v1.DescribeUpdateResponse.update:type_name -> saltbush.eks.v1.Update
-	3, // 3: saltbush.eks.v1.UpdateService.DescribeUpdate:input_type -> saltbush.eks.v1.DescribeUpdateRequest
-	5, // 4: saltbush.eks.v1.UpdateService.ListUpdates:input_type -> saltbush.eks.v1.ListUpdatesRequest
-	4, // 5: saltbush.eks.v1.UpdateService.DescribeUpdate:output_type -> saltbush.eks.v1.DescribeUpdateResponse
-	6, // 6: saltbush.eks.v1.UpdateService.ListUpdates:output_type -> saltbush.eks.v1.ListUpdatesResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	2, // 0: saltbush.eks.v1.Update.params:type_name -> saltbush.eks.v1.UpdateParam
+	3, // 1: saltbush.eks.v1.Update.errors:type_name -> saltbush.eks.v1.ErrorDetail
+	1, // 2: saltbush.eks.v1.Update.cancellation:type_name -> saltbush.eks.v1.Cancellation
+	0, // 3: saltbush.eks.v1.DescribeUpdateResponse.update:type_name -> saltbush.eks.v1.Update
+	4, // 4: saltbush.eks.v1.UpdateService.DescribeUpdate:input_type -> saltbush.eks.v1.DescribeUpdateRequest
+	6, // 5: saltbush.eks.v1.UpdateService.ListUpdates:input_type -> saltbush.eks.v1.ListUpdatesRequest
+	5, // 6: saltbush.eks.v1.UpdateService.DescribeUpdate:output_type -> saltbush.eks.v1.DescribeUpdateResponse
+	7, // 7: saltbush.eks.v1.UpdateService.ListUpdates:output_type -> saltbush.eks.v1.ListUpdatesResponse
+	6, // [6:8] is the sub-list for method output_type
+	4, // [4:6] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_eks_v1_update_proto_init() }
@@ -591,14 +660,14 @@ func file_saltbush_eks_v1_update_proto_init() {
 		return
 	}
 	file_saltbush_eks_v1_options_proto_init()
-	file_saltbush_eks_v1_update_proto_msgTypes[5].OneofWrappers = []any{}
+	file_saltbush_eks_v1_update_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_eks_v1_update_proto_rawDesc), len(file_saltbush_eks_v1_update_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

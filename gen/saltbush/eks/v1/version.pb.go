@@ -22,6 +22,158 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// CancelUpdateRequest names the update of a cluster to cancel.
+type CancelUpdateRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Name               string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	UpdateId           string                 `protobuf:"bytes,2,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	ClientRequestToken string                 `protobuf:"bytes,3,opt,name=client_request_token,json=clientRequestToken,proto3" json:"client_request_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *CancelUpdateRequest) Reset() {
+	*x = CancelUpdateRequest{}
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelUpdateRequest) ProtoMessage() {}
+
+func (x *CancelUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelUpdateRequest.ProtoReflect.Descriptor instead.
+func (*CancelUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CancelUpdateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CancelUpdateRequest) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
+func (x *CancelUpdateRequest) GetClientRequestToken() string {
+	if x != nil {
+		return x.ClientRequestToken
+	}
+	return ""
+}
+
+// CancelUpdateResponse carries the update with its cancellation.
+type CancelUpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelUpdateResponse) Reset() {
+	*x = CancelUpdateResponse{}
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelUpdateResponse) ProtoMessage() {}
+
+func (x *CancelUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelUpdateResponse.ProtoReflect.Descriptor instead.
+func (*CancelUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CancelUpdateResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+// RollbackConfig is AWS's: how long a VersionRollback may take.
+type RollbackConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 120 (2 hours) to 10080 (7 days); 720 when not given.
+	TimeoutMinutes *int32 `protobuf:"varint,1,opt,name=timeout_minutes,json=timeoutMinutes,proto3,oneof" json:"timeout_minutes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RollbackConfig) Reset() {
+	*x = RollbackConfig{}
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackConfig) ProtoMessage() {}
+
+func (x *RollbackConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackConfig.ProtoReflect.Descriptor instead.
+func (*RollbackConfig) Descriptor() ([]byte, []int) {
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RollbackConfig) GetTimeoutMinutes() int32 {
+	if x != nil && x.TimeoutMinutes != nil {
+		return *x.TimeoutMinutes
+	}
+	return 0
+}
+
 // DescribeClusterVersionsRequest is AWS's, all of it in the query string.
 type DescribeClusterVersionsRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -42,7 +194,7 @@ type DescribeClusterVersionsRequest struct {
 
 func (x *DescribeClusterVersionsRequest) Reset() {
 	*x = DescribeClusterVersionsRequest{}
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[0]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +206,7 @@ func (x *DescribeClusterVersionsRequest) String() string {
 func (*DescribeClusterVersionsRequest) ProtoMessage() {}
 
 func (x *DescribeClusterVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[0]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +219,7 @@ func (x *DescribeClusterVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterVersionsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClusterVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{0}
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DescribeClusterVersionsRequest) GetClusterType() string {
@@ -137,7 +289,7 @@ type DescribeClusterVersionsResponse struct {
 
 func (x *DescribeClusterVersionsResponse) Reset() {
 	*x = DescribeClusterVersionsResponse{}
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[1]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -149,7 +301,7 @@ func (x *DescribeClusterVersionsResponse) String() string {
 func (*DescribeClusterVersionsResponse) ProtoMessage() {}
 
 func (x *DescribeClusterVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[1]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -162,7 +314,7 @@ func (x *DescribeClusterVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterVersionsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClusterVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{1}
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DescribeClusterVersionsResponse) GetNextToken() string {
@@ -204,7 +356,7 @@ type ClusterVersionInformation struct {
 
 func (x *ClusterVersionInformation) Reset() {
 	*x = ClusterVersionInformation{}
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[2]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +368,7 @@ func (x *ClusterVersionInformation) String() string {
 func (*ClusterVersionInformation) ProtoMessage() {}
 
 func (x *ClusterVersionInformation) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[2]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +381,7 @@ func (x *ClusterVersionInformation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterVersionInformation.ProtoReflect.Descriptor instead.
 func (*ClusterVersionInformation) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterVersionInformation) GetClusterVersion() string {
@@ -308,17 +460,20 @@ type UpdateClusterVersionRequest struct {
 	Name               string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Version            string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	ClientRequestToken string                 `protobuf:"bytes,3,opt,name=client_request_token,json=clientRequestToken,proto3" json:"client_request_token,omitempty"`
-	// AWS's force overrides upgrade-blocking readiness checks. saltbush has
-	// none (its add-on compatibility insight warns, it never blocks), so force
-	// changes nothing.
-	Force         *bool `protobuf:"varint,4,opt,name=force,proto3,oneof" json:"force,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// AWS's force overrides upgrade-blocking or rollback-blocking readiness
+	// checks. An upgrade has none in saltbush (its add-on compatibility
+	// insight warns, it never blocks); a rollback is blocked by add-ons not
+	// compatible with the version rolled back to, unless force is set.
+	Force *bool `protobuf:"varint,4,opt,name=force,proto3,oneof" json:"force,omitempty"`
+	// Only with a rollback (a version one minor below the cluster's).
+	RollbackConfig *RollbackConfig `protobuf:"bytes,5,opt,name=rollback_config,json=rollbackConfig,proto3" json:"rollback_config,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateClusterVersionRequest) Reset() {
 	*x = UpdateClusterVersionRequest{}
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[3]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +485,7 @@ func (x *UpdateClusterVersionRequest) String() string {
 func (*UpdateClusterVersionRequest) ProtoMessage() {}
 
 func (x *UpdateClusterVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[3]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +498,7 @@ func (x *UpdateClusterVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateClusterVersionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateClusterVersionRequest) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UpdateClusterVersionRequest) GetName() string {
@@ -374,6 +529,13 @@ func (x *UpdateClusterVersionRequest) GetForce() bool {
 	return false
 }
 
+func (x *UpdateClusterVersionRequest) GetRollbackConfig() *RollbackConfig {
+	if x != nil {
+		return x.RollbackConfig
+	}
+	return nil
+}
+
 // UpdateClusterVersionResponse carries the VersionUpdate update.
 type UpdateClusterVersionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -384,7 +546,7 @@ type UpdateClusterVersionResponse struct {
 
 func (x *UpdateClusterVersionResponse) Reset() {
 	*x = UpdateClusterVersionResponse{}
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[4]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +558,7 @@ func (x *UpdateClusterVersionResponse) String() string {
 func (*UpdateClusterVersionResponse) ProtoMessage() {}
 
 func (x *UpdateClusterVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_eks_v1_version_proto_msgTypes[4]
+	mi := &file_saltbush_eks_v1_version_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +571,7 @@ func (x *UpdateClusterVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateClusterVersionResponse.ProtoReflect.Descriptor instead.
 func (*UpdateClusterVersionResponse) Descriptor() ([]byte, []int) {
-	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{4}
+	return file_saltbush_eks_v1_version_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateClusterVersionResponse) GetUpdate() *Update {
@@ -423,7 +585,16 @@ var File_saltbush_eks_v1_version_proto protoreflect.FileDescriptor
 
 const file_saltbush_eks_v1_version_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsaltbush/eks/v1/version.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1csaltbush/eks/v1/update.proto\"\xf1\x02\n" +
+	"\x1dsaltbush/eks/v1/version.proto\x12\x0fsaltbush.eks.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1csaltbush/eks/v1/update.proto\"x\n" +
+	"\x13CancelUpdateRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tupdate_id\x18\x02 \x01(\tR\bupdateId\x120\n" +
+	"\x14client_request_token\x18\x03 \x01(\tR\x12clientRequestToken\"G\n" +
+	"\x14CancelUpdateResponse\x12/\n" +
+	"\x06update\x18\x01 \x01(\v2\x17.saltbush.eks.v1.UpdateR\x06update\"R\n" +
+	"\x0eRollbackConfig\x12,\n" +
+	"\x0ftimeout_minutes\x18\x01 \x01(\x05H\x00R\x0etimeoutMinutes\x88\x01\x01B\x12\n" +
+	"\x10_timeout_minutes\"\xf1\x02\n" +
 	"\x1eDescribeClusterVersionsRequest\x12!\n" +
 	"\fcluster_type\x18\x01 \x01(\tR\vclusterType\x12$\n" +
 	"\vmax_results\x18\x02 \x01(\x05H\x00R\n" +
@@ -455,18 +626,20 @@ const file_saltbush_eks_v1_version_proto_rawDesc = "" +
 	"\x0eversion_status\x18\t \x01(\tR\rversionStatus\x128\n" +
 	"\x18kubernetes_patch_version\x18\n" +
 	" \x01(\tR\x16kubernetesPatchVersionB\x12\n" +
-	"\x10_default_version\"\xa2\x01\n" +
+	"\x10_default_version\"\xec\x01\n" +
 	"\x1bUpdateClusterVersionRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x120\n" +
 	"\x14client_request_token\x18\x03 \x01(\tR\x12clientRequestToken\x12\x19\n" +
-	"\x05force\x18\x04 \x01(\bH\x00R\x05force\x88\x01\x01B\b\n" +
+	"\x05force\x18\x04 \x01(\bH\x00R\x05force\x88\x01\x01\x12H\n" +
+	"\x0frollback_config\x18\x05 \x01(\v2\x1f.saltbush.eks.v1.RollbackConfigR\x0erollbackConfigB\b\n" +
 	"\x06_force\"O\n" +
 	"\x1cUpdateClusterVersionResponse\x12/\n" +
-	"\x06update\x18\x01 \x01(\v2\x17.saltbush.eks.v1.UpdateR\x06update2\xcf\x02\n" +
+	"\x06update\x18\x01 \x01(\v2\x17.saltbush.eks.v1.UpdateR\x06update2\xec\x03\n" +
 	"\x15ClusterVersionService\x12\x9a\x01\n" +
 	"\x17DescribeClusterVersions\x12/.saltbush.eks.v1.DescribeClusterVersionsRequest\x1a0.saltbush.eks.v1.DescribeClusterVersionsResponse\"\x1c\x82\xd3\xe4\x93\x02\x13\x12\x11/cluster-versions\x90\x02\x01\x12\x98\x01\n" +
-	"\x14UpdateClusterVersion\x12,.saltbush.eks.v1.UpdateClusterVersionRequest\x1a-.saltbush.eks.v1.UpdateClusterVersionResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/clusters/{name}/updatesB8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
+	"\x14UpdateClusterVersion\x12,.saltbush.eks.v1.UpdateClusterVersionRequest\x1a-.saltbush.eks.v1.UpdateClusterVersionResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/clusters/{name}/updates\x12\x9a\x01\n" +
+	"\fCancelUpdate\x12$.saltbush.eks.v1.CancelUpdateRequest\x1a%.saltbush.eks.v1.CancelUpdateResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/clusters/{name}/updates/{update_id}/cancel-updateB8Z6github.com/saltbush/saltbush/gen/saltbush/eks/v1;eksv1b\x06proto3"
 
 var (
 	file_saltbush_eks_v1_version_proto_rawDescOnce sync.Once
@@ -480,27 +653,34 @@ func file_saltbush_eks_v1_version_proto_rawDescGZIP() []byte {
 	return file_saltbush_eks_v1_version_proto_rawDescData
 }
 
-var file_saltbush_eks_v1_version_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_saltbush_eks_v1_version_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_saltbush_eks_v1_version_proto_goTypes = []any{
-	(*DescribeClusterVersionsRequest)(nil),  // 0: saltbush.eks.v1.DescribeClusterVersionsRequest
-	(*DescribeClusterVersionsResponse)(nil), // 1: saltbush.eks.v1.DescribeClusterVersionsResponse
-	(*ClusterVersionInformation)(nil),       // 2: saltbush.eks.v1.ClusterVersionInformation
-	(*UpdateClusterVersionRequest)(nil),     // 3: saltbush.eks.v1.UpdateClusterVersionRequest
-	(*UpdateClusterVersionResponse)(nil),    // 4: saltbush.eks.v1.UpdateClusterVersionResponse
-	(*Update)(nil),                          // 5: saltbush.eks.v1.Update
+	(*CancelUpdateRequest)(nil),             // 0: saltbush.eks.v1.CancelUpdateRequest
+	(*CancelUpdateResponse)(nil),            // 1: saltbush.eks.v1.CancelUpdateResponse
+	(*RollbackConfig)(nil),                  // 2: saltbush.eks.v1.RollbackConfig
+	(*DescribeClusterVersionsRequest)(nil),  // 3: saltbush.eks.v1.DescribeClusterVersionsRequest
+	(*DescribeClusterVersionsResponse)(nil), // 4: saltbush.eks.v1.DescribeClusterVersionsResponse
+	(*ClusterVersionInformation)(nil),       // 5: saltbush.eks.v1.ClusterVersionInformation
+	(*UpdateClusterVersionRequest)(nil),     // 6: saltbush.eks.v1.UpdateClusterVersionRequest
+	(*UpdateClusterVersionResponse)(nil),    // 7: saltbush.eks.v1.UpdateClusterVersionResponse
+	(*Update)(nil),                          // 8: saltbush.eks.v1.Update
 }
 var file_saltbush_eks_v1_version_proto_depIdxs = []int32{
-	2, // 0: saltbush.eks.v1.DescribeClusterVersionsResponse.cluster_versions:type_name -> saltbush.eks.v1.ClusterVersionInformation
-	5, // 1: saltbush.eks.v1.UpdateClusterVersionResponse.update:type_name -> saltbush.eks.v1.Update
-	0, // 2: saltbush.eks.v1.ClusterVersionService.DescribeClusterVersions:input_type -> saltbush.eks.v1.DescribeClusterVersionsRequest
-	3, // 3: saltbush.eks.v1.ClusterVersionService.UpdateClusterVersion:input_type -> saltbush.eks.v1.UpdateClusterVersionRequest
-	1, // 4: saltbush.eks.v1.ClusterVersionService.DescribeClusterVersions:output_type -> saltbush.eks.v1.DescribeClusterVersionsResponse
-	4, // 5: saltbush.eks.v1.ClusterVersionService.UpdateClusterVersion:output_type -> saltbush.eks.v1.UpdateClusterVersionResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	8, // 0: saltbush.eks.v1.CancelUpdateResponse.update:type_name -> saltbush.eks.v1.Update
+	5, // 1: saltbush.eks.v1.DescribeClusterVersionsResponse.cluster_versions:type_name -> saltbush.eks.v1.ClusterVersionInformation
+	2, // 2: saltbush.eks.v1.UpdateClusterVersionRequest.rollback_config:type_name -> saltbush.eks.v1.RollbackConfig
+	8, // 3: saltbush.eks.v1.UpdateClusterVersionResponse.update:type_name -> saltbush.eks.v1.Update
+	3, // 4: saltbush.eks.v1.ClusterVersionService.DescribeClusterVersions:input_type -> saltbush.eks.v1.DescribeClusterVersionsRequest
+	6, // 5: saltbush.eks.v1.ClusterVersionService.UpdateClusterVersion:input_type -> saltbush.eks.v1.UpdateClusterVersionRequest
+	0, // 6: saltbush.eks.v1.ClusterVersionService.CancelUpdate:input_type -> saltbush.eks.v1.CancelUpdateRequest
+	4, // 7: saltbush.eks.v1.ClusterVersionService.DescribeClusterVersions:output_type -> saltbush.eks.v1.DescribeClusterVersionsResponse
+	7, // 8: saltbush.eks.v1.ClusterVersionService.UpdateClusterVersion:output_type -> saltbush.eks.v1.UpdateClusterVersionResponse
+	1, // 9: saltbush.eks.v1.ClusterVersionService.CancelUpdate:output_type -> saltbush.eks.v1.CancelUpdateResponse
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_eks_v1_version_proto_init() }
@@ -509,16 +689,17 @@ func file_saltbush_eks_v1_version_proto_init() {
 		return
 	}
 	file_saltbush_eks_v1_update_proto_init()
-	file_saltbush_eks_v1_version_proto_msgTypes[0].OneofWrappers = []any{}
 	file_saltbush_eks_v1_version_proto_msgTypes[2].OneofWrappers = []any{}
 	file_saltbush_eks_v1_version_proto_msgTypes[3].OneofWrappers = []any{}
+	file_saltbush_eks_v1_version_proto_msgTypes[5].OneofWrappers = []any{}
+	file_saltbush_eks_v1_version_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_eks_v1_version_proto_rawDesc), len(file_saltbush_eks_v1_version_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

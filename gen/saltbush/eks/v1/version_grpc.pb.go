@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ClusterVersionService_DescribeClusterVersions_FullMethodName = "/saltbush.eks.v1.ClusterVersionService/DescribeClusterVersions"
 	ClusterVersionService_UpdateClusterVersion_FullMethodName    = "/saltbush.eks.v1.ClusterVersionService/UpdateClusterVersion"
+	ClusterVersionService_CancelUpdate_FullMethodName            = "/saltbush.eks.v1.ClusterVersionService/CancelUpdate"
 )
 
 // ClusterVersionServiceClient is the client API for ClusterVersionService service.
@@ -28,8 +29,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // ClusterVersionService serves Kubernetes versions: which ones saltbush
-// offers, on what support calendar (server/version/calendar.go), and a
-// cluster's upgrade to the next minor version.
+// offers, on what support calendar (server/version/calendar.go), a
+// cluster's upgrade to the next minor version, its rollback to the
+// previous one, and the cancellation of a rollback.
 type ClusterVersionServiceClient interface {
 	// DescribeClusterVersions pages through the Kubernetes versions saltbush
 	// offers, oldest first, filtered. Without includeAll only versions that
@@ -42,7 +44,22 @@ type ClusterVersionServiceClient interface {
 	// which ends the update and makes the cluster ACTIVE again. As in AWS,
 	// add-ons that are not compatible with the new version do not block it:
 	// the upgrade insights (ListInsights) warn about them.
+	//
+	// A version one minor below the cluster's, when a successful VersionUpdate
+	// brought the cluster to its version, starts a VersionRollback instead:
+	// refused while an installed add-on's version is not compatible with the
+	// version rolled back to (the ROLLBACK_READINESS insight says which),
+	// unless force is set. rollbackConfig.timeoutMinutes (120 to 10080,
+	// 720 when not given) bounds how long the provisioner may take before it
+	// abandons the rollback.
 	UpdateClusterVersion(ctx context.Context, in *UpdateClusterVersionRequest, opts ...grpc.CallOption) (*UpdateClusterVersionResponse, error)
+	// CancelUpdate asks for an InProgress VersionRollback to be cancelled,
+	// on a best-effort basis as in AWS: the update's cancellation becomes
+	// InProgress, and the provisioner's report decides it (Successful when
+	// it stops the rollback, which ends the update Cancelled; Failed when
+	// the rollback completes or fails first). Other updates cannot be
+	// cancelled.
+	CancelUpdate(ctx context.Context, in *CancelUpdateRequest, opts ...grpc.CallOption) (*CancelUpdateResponse, error)
 }
 
 type clusterVersionServiceClient struct {
@@ -73,13 +90,24 @@ func (c *clusterVersionServiceClient) UpdateClusterVersion(ctx context.Context, 
 	return out, nil
 }
 
+func (c *clusterVersionServiceClient) CancelUpdate(ctx context.Context, in *CancelUpdateRequest, opts ...grpc.CallOption) (*CancelUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelUpdateResponse)
+	err := c.cc.Invoke(ctx, ClusterVersionService_CancelUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterVersionServiceServer is the server API for ClusterVersionService service.
 // All implementations must embed UnimplementedClusterVersionServiceServer
 // for forward compatibility.
 //
 // ClusterVersionService serves Kubernetes versions: which ones saltbush
-// offers, on what support calendar (server/version/calendar.go), and a
-// cluster's upgrade to the next minor version.
+// offers, on what support calendar (server/version/calendar.go), a
+// cluster's upgrade to the next minor version, its rollback to the
+// previous one, and the cancellation of a rollback.
 type ClusterVersionServiceServer interface {
 	// DescribeClusterVersions pages through the Kubernetes versions saltbush
 	// offers, oldest first, filtered. Without includeAll only versions that
@@ -92,7 +120,22 @@ type ClusterVersionServiceServer interface {
 	// which ends the update and makes the cluster ACTIVE again. As in AWS,
 	// add-ons that are not compatible with the new version do not block it:
 	// the upgrade insights (ListInsights) warn about them.
+	//
+	// A version one minor below the cluster's, when a successful VersionUpdate
+	// brought the cluster to its version, starts a VersionRollback instead:
+	// refused while an installed add-on's version is not compatible with the
+	// version rolled back to (the ROLLBACK_READINESS insight says which),
+	// unless force is set. rollbackConfig.timeoutMinutes (120 to 10080,
+	// 720 when not given) bounds how long the provisioner may take before it
+	// abandons the rollback.
 	UpdateClusterVersion(context.Context, *UpdateClusterVersionRequest) (*UpdateClusterVersionResponse, error)
+	// CancelUpdate asks for an InProgress VersionRollback to be cancelled,
+	// on a best-effort basis as in AWS: the update's cancellation becomes
+	// InProgress, and the provisioner's report decides it (Successful when
+	// it stops the rollback, which ends the update Cancelled; Failed when
+	// the rollback completes or fails first). Other updates cannot be
+	// cancelled.
+	CancelUpdate(context.Context, *CancelUpdateRequest) (*CancelUpdateResponse, error)
 	mustEmbedUnimplementedClusterVersionServiceServer()
 }
 
@@ -108,6 +151,9 @@ func (UnimplementedClusterVersionServiceServer) DescribeClusterVersions(context.
 }
 func (UnimplementedClusterVersionServiceServer) UpdateClusterVersion(context.Context, *UpdateClusterVersionRequest) (*UpdateClusterVersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateClusterVersion not implemented")
+}
+func (UnimplementedClusterVersionServiceServer) CancelUpdate(context.Context, *CancelUpdateRequest) (*CancelUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelUpdate not implemented")
 }
 func (UnimplementedClusterVersionServiceServer) mustEmbedUnimplementedClusterVersionServiceServer() {}
 func (UnimplementedClusterVersionServiceServer) testEmbeddedByValue()                               {}
@@ -166,6 +212,24 @@ func _ClusterVersionService_UpdateClusterVersion_Handler(srv interface{}, ctx co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterVersionService_CancelUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterVersionServiceServer).CancelUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterVersionService_CancelUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterVersionServiceServer).CancelUpdate(ctx, req.(*CancelUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterVersionService_ServiceDesc is the grpc.ServiceDesc for ClusterVersionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -180,6 +244,10 @@ var ClusterVersionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateClusterVersion",
 			Handler:    _ClusterVersionService_UpdateClusterVersion_Handler,
+		},
+		{
+			MethodName: "CancelUpdate",
+			Handler:    _ClusterVersionService_CancelUpdate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

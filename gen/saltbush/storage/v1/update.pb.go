@@ -78,6 +78,59 @@ func (UpdateStatus) EnumDescriptor() ([]byte, []int) {
 	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{0}
 }
 
+// CancellationStatus is the EKS cancellation status.
+type CancellationStatus int32
+
+const (
+	CancellationStatus_CANCELLATION_STATUS_UNSPECIFIED CancellationStatus = 0
+	CancellationStatus_CANCELLATION_STATUS_IN_PROGRESS CancellationStatus = 1
+	CancellationStatus_CANCELLATION_STATUS_FAILED      CancellationStatus = 2
+	CancellationStatus_CANCELLATION_STATUS_SUCCESSFUL  CancellationStatus = 3
+)
+
+// Enum value maps for CancellationStatus.
+var (
+	CancellationStatus_name = map[int32]string{
+		0: "CANCELLATION_STATUS_UNSPECIFIED",
+		1: "CANCELLATION_STATUS_IN_PROGRESS",
+		2: "CANCELLATION_STATUS_FAILED",
+		3: "CANCELLATION_STATUS_SUCCESSFUL",
+	}
+	CancellationStatus_value = map[string]int32{
+		"CANCELLATION_STATUS_UNSPECIFIED": 0,
+		"CANCELLATION_STATUS_IN_PROGRESS": 1,
+		"CANCELLATION_STATUS_FAILED":      2,
+		"CANCELLATION_STATUS_SUCCESSFUL":  3,
+	}
+)
+
+func (x CancellationStatus) Enum() *CancellationStatus {
+	p := new(CancellationStatus)
+	*p = x
+	return p
+}
+
+func (x CancellationStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CancellationStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_saltbush_storage_v1_update_proto_enumTypes[1].Descriptor()
+}
+
+func (CancellationStatus) Type() protoreflect.EnumType {
+	return &file_saltbush_storage_v1_update_proto_enumTypes[1]
+}
+
+func (x CancellationStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CancellationStatus.Descriptor instead.
+func (CancellationStatus) EnumDescriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{1}
+}
+
 // UpdateRecord is stored at clusters/{cluster-uid}/updates/addons/{addon}/{id}
 // for an add-on update, written in the same transaction as the add-on
 // generation it describes; its status follows that generation's observed
@@ -99,14 +152,18 @@ type UpdateRecord struct {
 	// The add-on generation this update produced.
 	Generation int64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	// AddonUpdate, or a cluster update type (AccessConfigUpdate, ...).
-	Type          string                 `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
-	Status        UpdateStatus           `protobuf:"varint,7,opt,name=status,proto3,enum=saltbush.storage.v1.UpdateStatus" json:"status,omitempty"`
-	Params        []*UpdateParam         `protobuf:"bytes,8,rep,name=params,proto3" json:"params,omitempty"`
-	Errors        []*UpdateError         `protobuf:"bytes,9,rep,name=errors,proto3" json:"errors,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	ModifiedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=modified_at,json=modifiedAt,proto3" json:"modified_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Type       string                 `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
+	Status     UpdateStatus           `protobuf:"varint,7,opt,name=status,proto3,enum=saltbush.storage.v1.UpdateStatus" json:"status,omitempty"`
+	Params     []*UpdateParam         `protobuf:"bytes,8,rep,name=params,proto3" json:"params,omitempty"`
+	Errors     []*UpdateError         `protobuf:"bytes,9,rep,name=errors,proto3" json:"errors,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ModifiedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=modified_at,json=modifiedAt,proto3" json:"modified_at,omitempty"`
+	// Set once CancelUpdate asked to cancel the update (a VersionRollback).
+	Cancellation *UpdateCancellation `protobuf:"bytes,12,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
+	// A VersionRollback's rollbackConfig.timeoutMinutes (720 when not given).
+	RollbackTimeoutMinutes int32 `protobuf:"varint,13,opt,name=rollback_timeout_minutes,json=rollbackTimeoutMinutes,proto3" json:"rollback_timeout_minutes,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *UpdateRecord) Reset() {
@@ -216,6 +273,81 @@ func (x *UpdateRecord) GetModifiedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *UpdateRecord) GetCancellation() *UpdateCancellation {
+	if x != nil {
+		return x.Cancellation
+	}
+	return nil
+}
+
+func (x *UpdateRecord) GetRollbackTimeoutMinutes() int32 {
+	if x != nil {
+		return x.RollbackTimeoutMinutes
+	}
+	return 0
+}
+
+// UpdateCancellation is an update's latest cancellation.
+type UpdateCancellation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        CancellationStatus     `protobuf:"varint,1,opt,name=status,proto3,enum=saltbush.storage.v1.CancellationStatus" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestedAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateCancellation) Reset() {
+	*x = UpdateCancellation{}
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateCancellation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateCancellation) ProtoMessage() {}
+
+func (x *UpdateCancellation) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateCancellation.ProtoReflect.Descriptor instead.
+func (*UpdateCancellation) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UpdateCancellation) GetStatus() CancellationStatus {
+	if x != nil {
+		return x.Status
+	}
+	return CancellationStatus_CANCELLATION_STATUS_UNSPECIFIED
+}
+
+func (x *UpdateCancellation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *UpdateCancellation) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
 // UpdateParam is one changed parameter.
 type UpdateParam struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -227,7 +359,7 @@ type UpdateParam struct {
 
 func (x *UpdateParam) Reset() {
 	*x = UpdateParam{}
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +371,7 @@ func (x *UpdateParam) String() string {
 func (*UpdateParam) ProtoMessage() {}
 
 func (x *UpdateParam) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +384,7 @@ func (x *UpdateParam) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateParam.ProtoReflect.Descriptor instead.
 func (*UpdateParam) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{1}
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *UpdateParam) GetType() string {
@@ -281,7 +413,7 @@ type UpdateError struct {
 
 func (x *UpdateError) Reset() {
 	*x = UpdateError{}
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -293,7 +425,7 @@ func (x *UpdateError) String() string {
 func (*UpdateError) ProtoMessage() {}
 
 func (x *UpdateError) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -306,7 +438,7 @@ func (x *UpdateError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateError.ProtoReflect.Descriptor instead.
 func (*UpdateError) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UpdateError) GetErrorCode() string {
@@ -334,7 +466,7 @@ var File_saltbush_storage_v1_update_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_update_proto_rawDesc = "" +
 	"\n" +
-	" saltbush/storage/v1/update.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x03\n" +
+	" saltbush/storage/v1/update.proto\x12\x13saltbush.storage.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x04\n" +
 	"\fUpdateRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vcluster_uid\x18\x02 \x01(\tR\n" +
@@ -353,7 +485,13 @@ const file_saltbush_storage_v1_update_proto_rawDesc = "" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vmodified_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"modifiedAt\"7\n" +
+	"modifiedAt\x12K\n" +
+	"\fcancellation\x18\f \x01(\v2'.saltbush.storage.v1.UpdateCancellationR\fcancellation\x128\n" +
+	"\x18rollback_timeout_minutes\x18\r \x01(\x05R\x16rollbackTimeoutMinutes\"\xac\x01\n" +
+	"\x12UpdateCancellation\x12?\n" +
+	"\x06status\x18\x01 \x01(\x0e2'.saltbush.storage.v1.CancellationStatusR\x06status\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12=\n" +
+	"\frequested_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\"7\n" +
 	"\vUpdateParam\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"t\n" +
@@ -367,7 +505,12 @@ const file_saltbush_storage_v1_update_proto_rawDesc = "" +
 	"\x19UPDATE_STATUS_IN_PROGRESS\x10\x01\x12\x18\n" +
 	"\x14UPDATE_STATUS_FAILED\x10\x02\x12\x1b\n" +
 	"\x17UPDATE_STATUS_CANCELLED\x10\x03\x12\x1c\n" +
-	"\x18UPDATE_STATUS_SUCCESSFUL\x10\x04B@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
+	"\x18UPDATE_STATUS_SUCCESSFUL\x10\x04*\xa2\x01\n" +
+	"\x12CancellationStatus\x12#\n" +
+	"\x1fCANCELLATION_STATUS_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fCANCELLATION_STATUS_IN_PROGRESS\x10\x01\x12\x1e\n" +
+	"\x1aCANCELLATION_STATUS_FAILED\x10\x02\x12\"\n" +
+	"\x1eCANCELLATION_STATUS_SUCCESSFUL\x10\x03B@Z>github.com/saltbush/saltbush/gen/saltbush/storage/v1;storagev1b\x06proto3"
 
 var (
 	file_saltbush_storage_v1_update_proto_rawDescOnce sync.Once
@@ -381,26 +524,31 @@ func file_saltbush_storage_v1_update_proto_rawDescGZIP() []byte {
 	return file_saltbush_storage_v1_update_proto_rawDescData
 }
 
-var file_saltbush_storage_v1_update_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_saltbush_storage_v1_update_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_saltbush_storage_v1_update_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_saltbush_storage_v1_update_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_saltbush_storage_v1_update_proto_goTypes = []any{
 	(UpdateStatus)(0),             // 0: saltbush.storage.v1.UpdateStatus
-	(*UpdateRecord)(nil),          // 1: saltbush.storage.v1.UpdateRecord
-	(*UpdateParam)(nil),           // 2: saltbush.storage.v1.UpdateParam
-	(*UpdateError)(nil),           // 3: saltbush.storage.v1.UpdateError
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(CancellationStatus)(0),       // 1: saltbush.storage.v1.CancellationStatus
+	(*UpdateRecord)(nil),          // 2: saltbush.storage.v1.UpdateRecord
+	(*UpdateCancellation)(nil),    // 3: saltbush.storage.v1.UpdateCancellation
+	(*UpdateParam)(nil),           // 4: saltbush.storage.v1.UpdateParam
+	(*UpdateError)(nil),           // 5: saltbush.storage.v1.UpdateError
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_update_proto_depIdxs = []int32{
 	0, // 0: saltbush.storage.v1.UpdateRecord.status:type_name -> saltbush.storage.v1.UpdateStatus
-	2, // 1: saltbush.storage.v1.UpdateRecord.params:type_name -> saltbush.storage.v1.UpdateParam
-	3, // 2: saltbush.storage.v1.UpdateRecord.errors:type_name -> saltbush.storage.v1.UpdateError
-	4, // 3: saltbush.storage.v1.UpdateRecord.created_at:type_name -> google.protobuf.Timestamp
-	4, // 4: saltbush.storage.v1.UpdateRecord.modified_at:type_name -> google.protobuf.Timestamp
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4, // 1: saltbush.storage.v1.UpdateRecord.params:type_name -> saltbush.storage.v1.UpdateParam
+	5, // 2: saltbush.storage.v1.UpdateRecord.errors:type_name -> saltbush.storage.v1.UpdateError
+	6, // 3: saltbush.storage.v1.UpdateRecord.created_at:type_name -> google.protobuf.Timestamp
+	6, // 4: saltbush.storage.v1.UpdateRecord.modified_at:type_name -> google.protobuf.Timestamp
+	3, // 5: saltbush.storage.v1.UpdateRecord.cancellation:type_name -> saltbush.storage.v1.UpdateCancellation
+	1, // 6: saltbush.storage.v1.UpdateCancellation.status:type_name -> saltbush.storage.v1.CancellationStatus
+	6, // 7: saltbush.storage.v1.UpdateCancellation.requested_at:type_name -> google.protobuf.Timestamp
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_saltbush_storage_v1_update_proto_init() }
@@ -413,8 +561,8 @@ func file_saltbush_storage_v1_update_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_update_proto_rawDesc), len(file_saltbush_storage_v1_update_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   3,
+			NumEnums:      2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
