@@ -50,11 +50,11 @@ const (
 
 // What eksctl prints in the identity steps (docs/clients.md).
 const (
-	oidcAssociated   = `IAM Open ID Connect provider is already associated with cluster %q in %q`
-	oidcCreated      = `created IAM Open ID Connect provider`
-	noOIDCProvider   = `no IAM OIDC provider associated with cluster`
-	noAgentAddon     = `Error: the "eks-pod-identity-agent" addon must be installed to create pod identity associations`
-	associationMade  = `created pod identity association for service account %q in namespace %q`
+	oidcAssociated  = `IAM Open ID Connect provider is already associated with cluster %q in %q`
+	oidcCreated     = `created IAM Open ID Connect provider`
+	noOIDCProvider  = `no IAM OIDC provider associated with cluster`
+	noAgentAddon    = `Error: the "eks-pod-identity-agent" addon must be installed to create pod identity associations`
+	associationMade = `created pod identity association for service account %q in namespace %q`
 	// Where the CloudFormation call ends the command; the rest of the
 	// line is the façade's refusal.
 	podIdentityStacks = `Error: error listing stack names for pod identity associations: listing stacks: describing CloudFormation stacks for %q: operation error CloudFormation: ListStacks, https response error StatusCode: 4`
