@@ -121,7 +121,7 @@ func TestReviewSessionTokenGoSDK(t *testing.T) {
 		if got := w.reviewToken(t, tok); !got.GetAuthenticated() {
 			t.Fatalf("fresh session token refused: %s", got.GetError())
 		}
-		w.clock.advance(901 * time.Second)
+		w.clock.Advance(901 * time.Second)
 		got := w.reviewToken(t, tok)
 		if got.GetAuthenticated() || !strings.Contains(got.GetError(), "expired") {
 			t.Errorf("expired session: authenticated %v, error %q; want refused as expired", got.GetAuthenticated(), got.GetError())

@@ -27,7 +27,7 @@ func TestSessionExpires(t *testing.T) {
 		t.Fatalf("ListClusters within the session: %v", err)
 	}
 	// The key store's clock passes the expiry; the signatures stay fresh.
-	w.clock.advance(901 * time.Second)
+	w.clock.Advance(901 * time.Second)
 	_, err := w.srv.EKSAs(t, sess, authOneAttempt).ListClusters(ctx, &eks.ListClustersInput{})
 	if _, msg := wanterr.AWS(t, err, errdefs.ExpiredTokenException, http.StatusForbidden); msg != "The security token included in the request is expired" {
 		t.Errorf("EKS message = %q", msg)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,24 +73,6 @@ const (
 	outsideARN = "arn:aws:iam::" + otherAcct + ":user/mallory"
 )
 
-// clock is the server's key-store clock, moved by tests (never slept on).
-type clock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
-}
-
 // world is a saltbush with a role ci/deployer that alice may assume (her
 // policy and the role's trust policy both say so), whose own policy lets
 // its sessions list and describe clusters and nothing else; bob has the
@@ -99,14 +80,14 @@ func (c *clock) advance(d time.Duration) {
 // account with a policy allowing everything.
 type world struct {
 	srv                 *servertest.Server
-	clock               *clock
+	clock               *servertest.Clock
 	alice, bob, mallory servertest.Creds
 	assumeRolePolicy    string
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	clk := &clock{}
+	clk := &servertest.Clock{}
 	srv := servertest.Start(t, servertest.WithConfig(func(c *server.Config) { c.Cluster.Now = clk.Now }))
 	ctx := ctxT(t)
 	w := &world{srv: srv, clock: clk}
