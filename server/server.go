@@ -481,7 +481,7 @@ func (s *Server) newDomain(keyCache *iam.Cache) (domain, error) {
 		"access-entry":      d.entries.Tagging(),
 		podidentity.ARNType: d.pods.Tagging(),
 	}, s.log.With("service", "tagging"))
-	if d.deliveries, err = s.newDelivery(d.clusters, d.addons); err != nil {
+	if d.deliveries, err = s.newDelivery(d.clusters, d.addons, d.versions); err != nil {
 		return domain{}, err
 	}
 	return d, nil
@@ -530,15 +530,15 @@ func (s *Server) newReviews(clusters *cluster.Service, keyCache *iam.Cache, entr
 	return review.NewService(clusters, keyCache, entries, view, s.tokens, policies, s.registry, s.log.With("service", "review"))
 }
 
-// newDelivery builds the add-on deadline sweeper and the delivery
-// service, both named for this replica.
-func (s *Server) newDelivery(clusters *cluster.Service, addons *addon.Service) (*delivery.Service, error) {
+// newDelivery builds the deadline sweeper (add-on deadlines, and rollback
+// timeouts) and the delivery service, both named for this replica.
+func (s *Server) newDelivery(clusters *cluster.Service, addons *addon.Service, versions *version.Service) (*delivery.Service, error) {
 	replica := s.cfg.ReplicaName
 	if replica == "" {
 		host, _ := os.Hostname()
 		replica = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
-	s.sweeper = addons.NewSweeper(replica)
+	s.sweeper = addons.NewSweeper(replica, versions.SweepRollbackDeadlines)
 	s.registry.MustRegister(sweeperLeaderGauge(s.sweeper))
 	deliveryCfg := s.cfg.Delivery
 	deliveryCfg.Replica = replica

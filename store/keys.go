@@ -127,8 +127,18 @@ func AddonDeadlineKey(deadline time.Time, clusterUID, addon string) string {
 	return fmt.Sprintf("%s%020d/%s/%s", AddonDeadlinesPrefix, deadline.UnixNano(), clusterUID, addon)
 }
 
-// AddonDeadlineOf returns the deadline an AddonDeadlineKey (relative to
-// AddonDeadlinesPrefix) encodes.
+// UpdateDeadlinesPrefix is the prefix of the cluster-update deadline
+// index: a VersionRollback's rollbackConfig.timeoutMinutes.
+const UpdateDeadlinesPrefix = "update-deadlines/"
+
+// UpdateDeadlineKey is the deadline index entry of one cluster update,
+// encoded as AddonDeadlineKey is (AddonDeadlineOf reads both).
+func UpdateDeadlineKey(deadline time.Time, clusterUID, updateID string) string {
+	return fmt.Sprintf("%s%020d/%s/%s", UpdateDeadlinesPrefix, deadline.UnixNano(), clusterUID, updateID)
+}
+
+// AddonDeadlineOf returns the deadline an AddonDeadlineKey or an
+// UpdateDeadlineKey (relative to its prefix) encodes.
 func AddonDeadlineOf(name string) (time.Time, error) {
 	ts, _, _ := strings.Cut(name, "/")
 	n, err := strconv.ParseInt(ts, 10, 64)

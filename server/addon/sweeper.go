@@ -31,15 +31,20 @@ const sessionTTL = 10
 
 // Sweeper is the elected deadline sweeper of one replica.
 type Sweeper struct {
-	svc    *Service
-	name   string
+	svc  *Service
+	name string
+	// also are the other deadline sweeps the leader runs on every tick,
+	// under the same fence (version.Service.SweepRollbackDeadlines): one
+	// election for every deadline index.
+	also   []func(ctx context.Context, fence func(*store.Txn)) error
 	leader atomic.Bool
 }
 
 // NewSweeper returns the sweeper of the replica called name (it is the
-// election value, for operators).
-func (s *Service) NewSweeper(name string) *Sweeper {
-	return &Sweeper{svc: s, name: name}
+// election value, for operators); also are further deadline sweeps its
+// leader runs beside the add-on deadlines.
+func (s *Service) NewSweeper(name string, also ...func(ctx context.Context, fence func(*store.Txn)) error) *Sweeper {
+	return &Sweeper{svc: s, name: name, also: also}
 }
 
 // Leader reports whether this replica currently holds the election.
@@ -85,6 +90,11 @@ func (w *Sweeper) lead(ctx context.Context) error {
 	for {
 		if _, err := w.svc.sweep(ctx, fence); err != nil && ctx.Err() == nil {
 			w.svc.log.WarnContext(ctx, "add-on deadline sweep failed", "err", err)
+		}
+		for _, sweep := range w.also {
+			if err := sweep(ctx, fence); err != nil && ctx.Err() == nil {
+				w.svc.log.WarnContext(ctx, "deadline sweep failed", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():

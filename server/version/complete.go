@@ -167,9 +167,13 @@ func (s *Service) completeOnce(ctx context.Context, req *controlv1.CompleteUpdat
 		c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_ACTIVE
 	}
 	c.ModifiedAt = now
-	if _, err := s.store.Commit(ctx, store.NewTxn().
+	txn := store.NewTxn().
 		Update(store.ClusterKey(c.GetAccountId(), name), c, crev).
-		Update(ukey, u, urev)); err != nil {
+		Update(ukey, u, urev)
+	if u.GetRollbackTimeoutMinutes() > 0 {
+		txn.Remove(rollbackDeadlineKey(u)) // the rollback ended: nothing to time out
+	}
+	if _, err := s.store.Commit(ctx, txn); err != nil {
 		return nil, nil, fmt.Errorf("complete update %s of cluster %q: %w", u.GetId(), name, err)
 	}
 	s.log.InfoContext(ctx, "cluster update completed", "account", c.GetAccountId(), "cluster", name,

@@ -2,8 +2,12 @@ package version
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
@@ -34,6 +38,93 @@ type RollbackReadiness interface {
 // called once while the server is wired, before it serves. Without one
 // every rollback is refused.
 func (s *Service) SetRollbackReadiness(r RollbackReadiness) { s.readiness = r }
+
+// rollbackDeadlineKey is the deadline index entry of a rollback: its
+// creation plus its timeout.
+func rollbackDeadlineKey(u *storagev1.UpdateRecord) string {
+	deadline := u.GetCreatedAt().AsTime().Add(time.Duration(u.GetRollbackTimeoutMinutes()) * time.Minute)
+	return store.UpdateDeadlineKey(deadline, u.GetClusterUid(), u.GetId())
+}
+
+// SweepRollbackDeadlines asks for the cancellation of every rollback whose
+// rollbackConfig.timeoutMinutes passed while it was still in progress, as
+// AWS cancels a rollback that outlives its timeout: the cancellation
+// becomes InProgress (reason: the timeout) and the provisioner's report
+// decides it, as after CancelUpdate. It reads the deadline index up to now;
+// each due hint is dropped in the transaction that judges it, guarded by
+// the update's revision and by fence (the elected sweeper's leadership).
+// It is one of the deadline sweeper's sweeps (addon.Service.NewSweeper).
+func (s *Service) SweepRollbackDeadlines(ctx context.Context, fence func(*store.Txn)) error {
+	now := s.cfg.Now()
+	token := ""
+	for {
+		page, err := s.store.List(ctx, store.ListOptions{Prefix: store.UpdateDeadlinesPrefix, Scope: "update-sweeper", Token: token})
+		if err != nil {
+			return fmt.Errorf("list update deadlines: %w", err)
+		}
+		for _, kv := range page.Items {
+			due, err := store.AddonDeadlineOf(kv.Name)
+			if err == nil && due.After(now) {
+				return nil // key order is deadline order: the rest are later
+			}
+			hint := &storagev1.UpdateDeadlineHint{}
+			if err == nil {
+				err = store.Decode(kv.Value, hint)
+			}
+			if err == nil {
+				err = s.timeOut(ctx, kv, hint, now, fence)
+			}
+			if err != nil {
+				if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+					return err
+				}
+				// One bad hint must not stop every later deadline.
+				s.log.WarnContext(ctx, "update deadline hint skipped", "key", kv.Key, "err", err)
+			}
+		}
+		if page.NextToken == "" {
+			return nil
+		}
+		token = page.NextToken
+	}
+}
+
+// timeOut judges one due hint: a rollback still in progress, without a
+// cancellation in progress, gets one; the hint goes either way.
+func (s *Service) timeOut(ctx context.Context, hint store.KV, h *storagev1.UpdateDeadlineHint, now time.Time, fence func(*store.Txn)) error {
+	key := store.ClusterUpdateKey(h.GetClusterUid(), h.GetUpdateId())
+	u := &storagev1.UpdateRecord{}
+	rev, err := s.store.Get(ctx, key, u)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("rollback deadline of %s: %w", key, err)
+	}
+	txn := store.NewTxn().Delete(hint.Key, hint.ModRev)
+	live := err == nil && u.GetStatus() == storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS &&
+		u.GetCancellation().GetStatus() != storagev1.CancellationStatus_CANCELLATION_STATUS_IN_PROGRESS
+	if live {
+		u.Cancellation = &storagev1.UpdateCancellation{
+			Status: storagev1.CancellationStatus_CANCELLATION_STATUS_IN_PROGRESS,
+			Reason: fmt.Sprintf("The rollback did not complete within rollbackConfig.timeoutMinutes (%d); cancellation requested.",
+				u.GetRollbackTimeoutMinutes()),
+			RequestedAt: timestamppb.New(now),
+		}
+		u.ModifiedAt = timestamppb.New(now)
+		txn.Update(key, u, rev)
+	}
+	if fence != nil {
+		fence(txn)
+	}
+	if _, err := s.store.Commit(ctx, txn); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil // the update changed meanwhile: the next sweep judges it again
+		}
+		return fmt.Errorf("rollback deadline of %s: %w", key, err)
+	}
+	if live {
+		s.log.InfoContext(ctx, "rollback timeout passed; cancellation requested", "cluster_uid", h.GetClusterUid(), "update", h.GetUpdateId())
+	}
+	return nil
+}
 
 // PreviousMinor is the minor version before v ("1.35" for "1.36"); ok is
 // false for a malformed version or a minor of 0.

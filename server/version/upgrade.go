@@ -118,6 +118,7 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 		}
 		if kind == TypeVersionRollback {
 			u.RollbackTimeoutMinutes = timeout
+			txn.Create(rollbackDeadlineKey(u), &storagev1.UpdateDeadlineHint{ClusterUid: u.GetClusterUid(), UpdateId: u.GetId()})
 		}
 		c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING
 		c.ModifiedAt = timestamppb.New(now)

@@ -4,13 +4,18 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
 	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
@@ -192,5 +197,67 @@ func TestVersionRollback(t *testing.T) {
 	var ipe *types.InvalidParameterException
 	if !errors.As(err, &ipe) {
 		t.Fatalf("rollback past the upgrade: %v, want InvalidParameterException", err)
+	}
+}
+
+// TestRollbackTimeout: a rollback still in progress when its
+// rollbackConfig.timeoutMinutes pass gets a cancellation from the elected
+// deadline sweeper, as CancelUpdate would ask for it; a rollback that
+// ended first gets none. The server's clock is moved past the timeout,
+// never slept on; the test waits for the sweeper's write with a deadline.
+func TestRollbackTimeout(t *testing.T) {
+	clk := &servertest.Clock{}
+	srv := servertest.Start(t, servertest.WithConfig(func(c *server.Config) {
+		c.Cluster.Now = clk.Now
+		c.Addon.SweepInterval = 50 * time.Millisecond
+	}))
+	h := newUpgradeHarnessOn(t, srv, "rb-timeout", "1.36")
+	h.upgradeTo(t, "1.37")
+	minutes := int32(120)
+
+	ended, err := h.rollback(t, "1.36", true, &minutes)
+	if err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	if _, err := h.complete(t, aws.ToString(ended.Id), controlv1.UpdateOutcome_UPDATE_OUTCOME_FAILED, ""); err != nil {
+		t.Fatalf("CompleteUpdate FAILED: %v", err)
+	}
+	late, err := h.rollback(t, "1.36", true, &minutes)
+	if err != nil {
+		t.Fatalf("second rollback: %v", err)
+	}
+	id := aws.ToString(late.Id)
+	// One deadline hint: the first rollback's went when it ended.
+	hints, err := srv.Etcd(t).Get(ctxT(t), srv.Store(t).Key(store.UpdateDeadlinesPrefix), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(hints.Kvs) != 1 || !strings.HasSuffix(string(hints.Kvs[0].Key), "/"+id) {
+		t.Fatalf("update deadline hints %v, %v; want the second rollback's alone", hints, err)
+	}
+
+	clk.Advance(121 * time.Minute)
+	ctx := ctxT(t)
+	for {
+		u := h.update(t, id)
+		if u.Cancellation != nil {
+			if u.Cancellation.Status != types.CancellationStatusInProgress || u.Status != types.UpdateStatusInProgress ||
+				!strings.Contains(aws.ToString(u.Cancellation.Reason), "timeoutMinutes (120)") {
+				t.Fatalf("after the timeout: %s, cancellation %+v; want InProgress asked for by the timeout", u.Status, u.Cancellation)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no cancellation %v after the timeout passed", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if u := h.update(t, aws.ToString(ended.Id)); u.Cancellation != nil {
+		t.Fatalf("a rollback that ended before its timeout got a cancellation: %+v", u.Cancellation)
+	}
+	// The provisioner stops it: Cancelled, as after CancelUpdate.
+	if _, err := h.complete(t, id, controlv1.UpdateOutcome_UPDATE_OUTCOME_CANCELLED, ""); err != nil {
+		t.Fatalf("CompleteUpdate CANCELLED: %v", err)
+	}
+	if u := h.update(t, id); u.Status != types.UpdateStatusCancelled || u.Cancellation.Status != types.CancellationStatusSuccessful {
+		t.Fatalf("after the provisioner stopped it: %s %+v", u.Status, u.Cancellation)
 	}
 }

@@ -32,7 +32,12 @@ type upgradeHarness struct {
 
 func newUpgradeHarness(t *testing.T, name, version string) *upgradeHarness {
 	t.Helper()
-	srv := servertest.Start(t)
+	return newUpgradeHarnessOn(t, servertest.Start(t), name, version)
+}
+
+// newUpgradeHarnessOn is newUpgradeHarness on a server the test started.
+func newUpgradeHarnessOn(t *testing.T, srv *servertest.Server, name, version string) *upgradeHarness {
+	t.Helper()
 	h := &upgradeHarness{
 		accessHarness: &accessHarness{srv: srv, eks: srv.EKS(t), cluster: name, account: srv.Config.DevAccount},
 		updates:       controlv1.NewClusterUpdateControlServiceClient(srv.GRPC(t)),

@@ -229,6 +229,15 @@ func (c *checker) checkRecords() {
 		}
 		c.deadlineHints[it.key] = r
 	})
+	decoded(c, famUpdateDeadline, func(it *item, r *storagev1.UpdateDeadlineHint) {
+		name := strings.TrimPrefix(it.key, store.UpdateDeadlinesPrefix)
+		if _, err := store.AddonDeadlineOf(name); err != nil {
+			c.violate(InvKey, it.key, "%v", err)
+		}
+		if r.GetClusterUid() != it.caps["uid"] || r.GetUpdateId() != it.caps["id"] {
+			c.violate(InvKey, it.key, "deadline hint names update %s of cluster %s", r.GetUpdateId(), r.GetClusterUid())
+		}
+	})
 	for _, it := range c.byFamily[famElection] {
 		if len(it.raw) == 0 {
 			c.violate(InvKey, it.key, "election key without its candidate's name")

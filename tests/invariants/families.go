@@ -42,6 +42,7 @@ const (
 	famAgentSession      = "agent-session"
 	famIdempotency       = "idempotency"
 	famAddonDeadline     = "addon-deadline"
+	famUpdateDeadline    = "update-deadline"
 	famElection          = "election"
 	famBootstrap         = "iam-bootstrap"
 	famAccount           = "iam-account"
@@ -75,6 +76,9 @@ var families = []family{
 	{name: famAgentSession, pattern: split("clusters/{uid}/sessions/{instance}"), record: rec[*storagev1.AgentSessionRecord], leased: true},
 	{name: famIdempotency, pattern: split("idempotency/{account}/{operation}/{hash}"), record: rec[*storagev1.IdempotencyRecord], leased: true},
 	{name: famAddonDeadline, pattern: split("addon-deadlines/{nanos}/{uid}/{addon}"), record: rec[*storagev1.AddonDeadlineHint]},
+	// A rollback's timeout (server/version/rollback.go); it may outlive its
+	// cluster until the deadline passes and the sweeper drops it.
+	{name: famUpdateDeadline, pattern: split("update-deadlines/{nanos}/{uid}/{id}"), record: rec[*storagev1.UpdateDeadlineHint]},
 	// concurrency.Election's keys: {prefix}/{lease id in hex}, the value
 	// the candidate's name (server/addon/sweeper.go).
 	{name: famElection, pattern: split("elections/addon-deadlines/{lease}"), leased: true},

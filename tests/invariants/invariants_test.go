@@ -166,6 +166,9 @@ func baseFixture() fixture {
 	f.leased(store.SessionKey(uidAlpha, "i-a"), &storagev1.AgentSessionRecord{InstanceId: "i-a", BootId: "boot-1", Replica: "replica-a"})
 	f.put(store.ClusterUpdateKey(uidAlpha, "c-1"), &storagev1.UpdateRecord{Id: "c-1", ClusterUid: uidAlpha, Type: "LoggingUpdate",
 		Status: storagev1.UpdateStatus_UPDATE_STATUS_SUCCESSFUL})
+	// A rollback timeout hint whose update has ended is allowed: the
+	// sweeper drops it when it is due.
+	f.put(store.UpdateDeadlineKey(deadline, uidAlpha, "c-1"), &storagev1.UpdateDeadlineHint{ClusterUid: uidAlpha, UpdateId: "c-1"})
 	f.put(store.InsightsRefreshKey(uidAlpha), &storagev1.InsightsRefreshRecord{Status: storagev1.InsightsRefreshStatus_INSIGHTS_REFRESH_STATUS_COMPLETED,
 		Message: "refreshed", StartedAt: now, EndedAt: now})
 
@@ -426,6 +429,13 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				edit(t, f, store.PodIdentityAssociationKey(uidAlpha, "a-vpccni0000000001"), func(r *storagev1.PodIdentityAssociationRecord) { r.OwnerArn = "" })
 			}},
 			want: []string{InvIndex}, detail: "not there as its own",
+		},
+		{
+			name: "update deadline hint naming another update",
+			history: []func(*testing.T, fixture){func(_ *testing.T, f fixture) {
+				f.put(store.UpdateDeadlineKey(deadline, uidAlpha, "c-9"), &storagev1.UpdateDeadlineHint{ClusterUid: uidAlpha, UpdateId: "c-1"})
+			}},
+			want: []string{InvKey}, detail: "deadline hint names update c-1",
 		},
 		{
 			name: "in-flight add-on without its deadline hint",

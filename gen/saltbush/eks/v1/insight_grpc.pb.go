@@ -35,7 +35,8 @@ const (
 // version compatibility": the UPGRADE_READINESS insight, whether every
 // add-on of the cluster has an installed version compatible with the next
 // minor Kubernetes version, and the ROLLBACK_READINESS insight, the same
-// for the previous minor version. Since insights are computed on every
+// for the version a rollback would return the cluster to (the previous
+// minor version, once an upgrade brought the cluster to its own). Since insights are computed on every
 // read, an insights refresh completes at once.
 type InsightServiceClient interface {
 	// ListInsights lists the cluster's insights, filtered, paged.
@@ -111,7 +112,8 @@ func (c *insightServiceClient) DescribeInsightsRefresh(ctx context.Context, in *
 // version compatibility": the UPGRADE_READINESS insight, whether every
 // add-on of the cluster has an installed version compatible with the next
 // minor Kubernetes version, and the ROLLBACK_READINESS insight, the same
-// for the previous minor version. Since insights are computed on every
+// for the version a rollback would return the cluster to (the previous
+// minor version, once an upgrade brought the cluster to its own). Since insights are computed on every
 // read, an insights refresh completes at once.
 type InsightServiceServer interface {
 	// ListInsights lists the cluster's insights, filtered, paged.

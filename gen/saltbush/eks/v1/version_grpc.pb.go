@@ -50,8 +50,8 @@ type ClusterVersionServiceClient interface {
 	// refused while an installed add-on's version is not compatible with the
 	// version rolled back to (the ROLLBACK_READINESS insight says which),
 	// unless force is set. rollbackConfig.timeoutMinutes (120 to 10080,
-	// 720 when not given) bounds how long the provisioner may take before it
-	// abandons the rollback.
+	// 720 when not given) bounds it: when they pass with the rollback still
+	// in progress, saltbush asks for its cancellation as CancelUpdate does.
 	UpdateClusterVersion(ctx context.Context, in *UpdateClusterVersionRequest, opts ...grpc.CallOption) (*UpdateClusterVersionResponse, error)
 	// CancelUpdate asks for an InProgress VersionRollback to be cancelled,
 	// on a best-effort basis as in AWS: the update's cancellation becomes
@@ -126,8 +126,8 @@ type ClusterVersionServiceServer interface {
 	// refused while an installed add-on's version is not compatible with the
 	// version rolled back to (the ROLLBACK_READINESS insight says which),
 	// unless force is set. rollbackConfig.timeoutMinutes (120 to 10080,
-	// 720 when not given) bounds how long the provisioner may take before it
-	// abandons the rollback.
+	// 720 when not given) bounds it: when they pass with the rollback still
+	// in progress, saltbush asks for its cancellation as CancelUpdate does.
 	UpdateClusterVersion(context.Context, *UpdateClusterVersionRequest) (*UpdateClusterVersionResponse, error)
 	// CancelUpdate asks for an InProgress VersionRollback to be cancelled,
 	// on a best-effort basis as in AWS: the update's cancellation becomes

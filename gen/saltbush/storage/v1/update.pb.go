@@ -160,7 +160,9 @@ type UpdateRecord struct {
 	ModifiedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=modified_at,json=modifiedAt,proto3" json:"modified_at,omitempty"`
 	// Set once CancelUpdate asked to cancel the update (a VersionRollback).
 	Cancellation *UpdateCancellation `protobuf:"bytes,12,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
-	// A VersionRollback's rollbackConfig.timeoutMinutes (720 when not given).
+	// A VersionRollback's rollbackConfig.timeoutMinutes (720 when not given):
+	// when it passes with the rollback still in progress, the deadline
+	// sweeper asks for its cancellation (UpdateDeadlineHint).
 	RollbackTimeoutMinutes int32 `protobuf:"varint,13,opt,name=rollback_timeout_minutes,json=rollbackTimeoutMinutes,proto3" json:"rollback_timeout_minutes,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
@@ -287,6 +289,62 @@ func (x *UpdateRecord) GetRollbackTimeoutMinutes() int32 {
 	return 0
 }
 
+// UpdateDeadlineHint is stored at update-deadlines/{deadline-nanos}/{cluster-uid}/{update-id}
+// beside an InProgress VersionRollback, in the transaction that writes it:
+// the deadline index the sweeper reads (key order is deadline order). The
+// update's end, or the sweeper, deletes it.
+type UpdateDeadlineHint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterUid    string                 `protobuf:"bytes,1,opt,name=cluster_uid,json=clusterUid,proto3" json:"cluster_uid,omitempty"`
+	UpdateId      string                 `protobuf:"bytes,2,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDeadlineHint) Reset() {
+	*x = UpdateDeadlineHint{}
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDeadlineHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDeadlineHint) ProtoMessage() {}
+
+func (x *UpdateDeadlineHint) ProtoReflect() protoreflect.Message {
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDeadlineHint.ProtoReflect.Descriptor instead.
+func (*UpdateDeadlineHint) Descriptor() ([]byte, []int) {
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UpdateDeadlineHint) GetClusterUid() string {
+	if x != nil {
+		return x.ClusterUid
+	}
+	return ""
+}
+
+func (x *UpdateDeadlineHint) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
 // UpdateCancellation is an update's latest cancellation.
 type UpdateCancellation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -299,7 +357,7 @@ type UpdateCancellation struct {
 
 func (x *UpdateCancellation) Reset() {
 	*x = UpdateCancellation{}
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +369,7 @@ func (x *UpdateCancellation) String() string {
 func (*UpdateCancellation) ProtoMessage() {}
 
 func (x *UpdateCancellation) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[1]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +382,7 @@ func (x *UpdateCancellation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCancellation.ProtoReflect.Descriptor instead.
 func (*UpdateCancellation) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{1}
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *UpdateCancellation) GetStatus() CancellationStatus {
@@ -359,7 +417,7 @@ type UpdateParam struct {
 
 func (x *UpdateParam) Reset() {
 	*x = UpdateParam{}
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +429,7 @@ func (x *UpdateParam) String() string {
 func (*UpdateParam) ProtoMessage() {}
 
 func (x *UpdateParam) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[2]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +442,7 @@ func (x *UpdateParam) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateParam.ProtoReflect.Descriptor instead.
 func (*UpdateParam) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{2}
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UpdateParam) GetType() string {
@@ -413,7 +471,7 @@ type UpdateError struct {
 
 func (x *UpdateError) Reset() {
 	*x = UpdateError{}
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[3]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +483,7 @@ func (x *UpdateError) String() string {
 func (*UpdateError) ProtoMessage() {}
 
 func (x *UpdateError) ProtoReflect() protoreflect.Message {
-	mi := &file_saltbush_storage_v1_update_proto_msgTypes[3]
+	mi := &file_saltbush_storage_v1_update_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +496,7 @@ func (x *UpdateError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateError.ProtoReflect.Descriptor instead.
 func (*UpdateError) Descriptor() ([]byte, []int) {
-	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{3}
+	return file_saltbush_storage_v1_update_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UpdateError) GetErrorCode() string {
@@ -487,7 +545,11 @@ const file_saltbush_storage_v1_update_proto_rawDesc = "" +
 	"\vmodified_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"modifiedAt\x12K\n" +
 	"\fcancellation\x18\f \x01(\v2'.saltbush.storage.v1.UpdateCancellationR\fcancellation\x128\n" +
-	"\x18rollback_timeout_minutes\x18\r \x01(\x05R\x16rollbackTimeoutMinutes\"\xac\x01\n" +
+	"\x18rollback_timeout_minutes\x18\r \x01(\x05R\x16rollbackTimeoutMinutes\"R\n" +
+	"\x12UpdateDeadlineHint\x12\x1f\n" +
+	"\vcluster_uid\x18\x01 \x01(\tR\n" +
+	"clusterUid\x12\x1b\n" +
+	"\tupdate_id\x18\x02 \x01(\tR\bupdateId\"\xac\x01\n" +
 	"\x12UpdateCancellation\x12?\n" +
 	"\x06status\x18\x01 \x01(\x0e2'.saltbush.storage.v1.CancellationStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12=\n" +
@@ -525,25 +587,26 @@ func file_saltbush_storage_v1_update_proto_rawDescGZIP() []byte {
 }
 
 var file_saltbush_storage_v1_update_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_saltbush_storage_v1_update_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_saltbush_storage_v1_update_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_saltbush_storage_v1_update_proto_goTypes = []any{
 	(UpdateStatus)(0),             // 0: saltbush.storage.v1.UpdateStatus
 	(CancellationStatus)(0),       // 1: saltbush.storage.v1.CancellationStatus
 	(*UpdateRecord)(nil),          // 2: saltbush.storage.v1.UpdateRecord
-	(*UpdateCancellation)(nil),    // 3: saltbush.storage.v1.UpdateCancellation
-	(*UpdateParam)(nil),           // 4: saltbush.storage.v1.UpdateParam
-	(*UpdateError)(nil),           // 5: saltbush.storage.v1.UpdateError
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*UpdateDeadlineHint)(nil),    // 3: saltbush.storage.v1.UpdateDeadlineHint
+	(*UpdateCancellation)(nil),    // 4: saltbush.storage.v1.UpdateCancellation
+	(*UpdateParam)(nil),           // 5: saltbush.storage.v1.UpdateParam
+	(*UpdateError)(nil),           // 6: saltbush.storage.v1.UpdateError
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_saltbush_storage_v1_update_proto_depIdxs = []int32{
 	0, // 0: saltbush.storage.v1.UpdateRecord.status:type_name -> saltbush.storage.v1.UpdateStatus
-	4, // 1: saltbush.storage.v1.UpdateRecord.params:type_name -> saltbush.storage.v1.UpdateParam
-	5, // 2: saltbush.storage.v1.UpdateRecord.errors:type_name -> saltbush.storage.v1.UpdateError
-	6, // 3: saltbush.storage.v1.UpdateRecord.created_at:type_name -> google.protobuf.Timestamp
-	6, // 4: saltbush.storage.v1.UpdateRecord.modified_at:type_name -> google.protobuf.Timestamp
-	3, // 5: saltbush.storage.v1.UpdateRecord.cancellation:type_name -> saltbush.storage.v1.UpdateCancellation
+	5, // 1: saltbush.storage.v1.UpdateRecord.params:type_name -> saltbush.storage.v1.UpdateParam
+	6, // 2: saltbush.storage.v1.UpdateRecord.errors:type_name -> saltbush.storage.v1.UpdateError
+	7, // 3: saltbush.storage.v1.UpdateRecord.created_at:type_name -> google.protobuf.Timestamp
+	7, // 4: saltbush.storage.v1.UpdateRecord.modified_at:type_name -> google.protobuf.Timestamp
+	4, // 5: saltbush.storage.v1.UpdateRecord.cancellation:type_name -> saltbush.storage.v1.UpdateCancellation
 	1, // 6: saltbush.storage.v1.UpdateCancellation.status:type_name -> saltbush.storage.v1.CancellationStatus
-	6, // 7: saltbush.storage.v1.UpdateCancellation.requested_at:type_name -> google.protobuf.Timestamp
+	7, // 7: saltbush.storage.v1.UpdateCancellation.requested_at:type_name -> google.protobuf.Timestamp
 	8, // [8:8] is the sub-list for method output_type
 	8, // [8:8] is the sub-list for method input_type
 	8, // [8:8] is the sub-list for extension type_name
@@ -562,7 +625,7 @@ func file_saltbush_storage_v1_update_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_saltbush_storage_v1_update_proto_rawDesc), len(file_saltbush_storage_v1_update_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
