@@ -46,32 +46,55 @@ func TestModelErrors(t *testing.T) {
 		allowed = append(allowed, model.validationExceptionOf(op))
 		t.Run(op, func(t *testing.T) {
 			b := &caseBuilder{m: model, cluster: h.cluster, msg: sm.desc.Input()}
-			base := map[string]any{}
-			for _, req := range in.Required {
-				base[req] = b.validValue(req, model.Shapes[in.Members[req].Shape], fieldMessage(b.msg, req))
-			}
+			base := b.requiredMembers(op)
 			for _, n := range names {
 				t.Run(n.name, func(t *testing.T) {
 					r := copyObject(base)
 					r[label] = n.value
-					method, path, body := encode(model, op, r)
-					resp := h.srv.Do(t, method, path, body)
-					defer func() { _ = resp.Body.Close() }()
-					raw, _ := io.ReadAll(resp.Body)
-					var out struct {
-						Message string `json:"message"`
+					a := sendModel(t, h, model, op, r)
+					if a.status < http.StatusBadRequest || a.status >= http.StatusInternalServerError {
+						t.Fatalf("%s: %d %s %q, want a refusal", a.call, a.status, a.exception, a.message)
 					}
-					_ = json.Unmarshal(raw, &out)
-					got := resp.Header.Get("X-Amzn-Errortype")
-					if resp.StatusCode < http.StatusBadRequest || resp.StatusCode >= http.StatusInternalServerError {
-						t.Fatalf("%s %s: %d %s %q, want a refusal", method, path, resp.StatusCode, got, out.Message)
-					}
-					if !slices.Contains(allowed, got) {
-						t.Errorf("%s %s: %s %q; the model of %s lists %v", method, path, got, out.Message, op, allowed)
+					if !slices.Contains(allowed, a.exception) {
+						t.Errorf("%s: %s %q; the model of %s lists %v", a.call, a.exception, a.message, op, allowed)
 					}
 				})
 			}
 		})
 	}
 	addonNoWrites(t, h, before)
+}
+
+// modelAnswer is what the façade answered a request the model-driven
+// tests built.
+type modelAnswer struct {
+	call               string // "METHOD path body", for messages
+	status             int
+	exception, message string
+}
+
+// sendModel sends request as AWS's SDKs would send op (encode) and reads
+// the answer.
+func sendModel(t *testing.T, h *addonHarness, model *eksModel, op string, request map[string]any) modelAnswer {
+	t.Helper()
+	method, path, body := encode(model, op, request)
+	resp := h.srv.Do(t, method, path, body)
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(raw, &out)
+	return modelAnswer{call: method + " " + path + " " + string(body), status: resp.StatusCode,
+		exception: resp.Header.Get("X-Amzn-Errortype"), message: out.Message}
+}
+
+// requiredMembers is a request for op with every required member valid.
+func (b *caseBuilder) requiredMembers(op string) map[string]any {
+	in := b.m.Shapes[b.m.Operations[op].Input.Shape]
+	out := map[string]any{}
+	for _, req := range in.Required {
+		out[req] = b.validValue(req, b.m.Shapes[in.Members[req].Shape], fieldMessage(b.msg, req))
+	}
+	return out
 }

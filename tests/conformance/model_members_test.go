@@ -1,8 +1,6 @@
 package conformance
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,30 +23,19 @@ func TestNewestMembersRefused(t *testing.T) {
 		op := string(sm.desc.Name())
 		in := model.Shapes[model.Operations[op].Input.Shape]
 		b := &caseBuilder{m: model, cluster: h.cluster, msg: sm.desc.Input()}
-		base := map[string]any{}
-		for _, req := range in.Required {
-			base[req] = b.validValue(req, model.Shapes[in.Members[req].Shape], fieldMessage(b.msg, req))
-		}
+		base := b.requiredMembers(op)
 		for _, miss := range missingMembers(model, in, sm.desc.Input(), "") {
 			tried++
 			t.Run(op+"/"+miss.path, func(t *testing.T) {
 				r := copyObject(base)
 				setPath(r, strings.Split(miss.path, "."), b.validValue(miss.name, miss.shape, nil))
-				method, path, body := encode(model, op, r)
-				resp := h.srv.Do(t, method, path, body)
-				defer func() { _ = resp.Body.Close() }()
-				raw, _ := io.ReadAll(resp.Body)
-				var out struct {
-					Message string `json:"message"`
-				}
-				_ = json.Unmarshal(raw, &out)
+				a := sendModel(t, h, model, op, r)
 				want := model.validationExceptionOf(op)
-				if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Amzn-Errortype") != want {
-					t.Fatalf("%s %s %s: %d %s %q, want 400 %s", method, path, body, resp.StatusCode,
-						resp.Header.Get("X-Amzn-Errortype"), out.Message, want)
+				if a.status != http.StatusBadRequest || a.exception != want {
+					t.Fatalf("%s: %d %s %q, want 400 %s", a.call, a.status, a.exception, a.message, want)
 				}
-				if wantMsg := "saltbush does not support " + miss.path + " in " + op; !strings.Contains(out.Message, wantMsg) {
-					t.Fatalf("message %q, want %q", out.Message, wantMsg)
+				if wantMsg := "saltbush does not support " + miss.path + " in " + op; !strings.Contains(a.message, wantMsg) {
+					t.Fatalf("message %q, want %q", a.message, wantMsg)
 				}
 			})
 		}

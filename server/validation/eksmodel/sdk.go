@@ -187,7 +187,7 @@ func (r *sdkReader) readMember(stmt ast.Stmt) error {
 	if !ok {
 		return fmt.Errorf("AddMember on %s, which is no shape", parent.Name)
 	}
-	member, err := strconv.Unquote(call.Args[0].(*ast.BasicLit).Value)
+	member, err := stringLiteral(call.Args[0])
 	if err != nil {
 		return fmt.Errorf("member of %s: %w", owner, err)
 	}
@@ -346,7 +346,7 @@ func (r *sdkReader) readRequired(f *ast.File, inputs map[string]string) error {
 			if !ok || selectorName(call.Fun) != "NewErrParamRequired" || len(call.Args) != 1 || err != nil {
 				return true
 			}
-			field, uerr := strconv.Unquote(call.Args[0].(*ast.BasicLit).Value)
+			field, uerr := stringLiteral(call.Args[0])
 			if uerr != nil {
 				err = uerr
 				return false
@@ -393,6 +393,15 @@ func traitLiteral(e ast.Expr) *ast.CompositeLit {
 	}
 	lit, _ := e.(*ast.CompositeLit)
 	return lit
+}
+
+// stringLiteral is the value of a string literal argument.
+func stringLiteral(e ast.Expr) (string, error) {
+	bl, ok := e.(*ast.BasicLit)
+	if !ok || bl.Kind != token.STRING {
+		return "", fmt.Errorf("a %T where a string literal belongs", e)
+	}
+	return strconv.Unquote(bl.Value)
 }
 
 // stringField is the string value of a keyed field of a literal.
