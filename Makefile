@@ -4,7 +4,7 @@
 GO        ?= go
 BUF       := $(GO) tool -modfile=tools/go.mod buf
 # golangci-lint and govulncheck share tools/go.mod with buf and the protoc
-# plugins: adding them left the build list of those tools unchanged, so gen/
+# plugins: adding them left the build list of those tools unchanged, so api/
 # and buf's checks are what they were.
 GOLANGCI_LINT := $(GO) tool -modfile=tools/go.mod golangci-lint
 GOVULNCHECK   := $(GO) tool -modfile=tools/go.mod govulncheck
@@ -14,8 +14,8 @@ GOVULNCHECK   := $(GO) tool -modfile=tools/go.mod govulncheck
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 VULNDB_SUM     := h1:mfngRv0Yoh0VApsXKEN82CjD99kl7mtparN3bs3JnqI=
 VULNDB         := $(CURDIR)/bin/vulndb/$(VULNDB_VERSION)
-# buf run from proto/ (module root) so --path and the baseline image agree.
-BUF_PROTO := $(GO) tool -modfile=../tools/go.mod buf
+# buf run from api/proto/ (module root) so --path and the baseline image agree.
+BUF_PROTO := $(GO) tool -modfile=../../tools/go.mod buf
 GOTEST    ?= $(GO) test
 # Every test runs under the race detector.
 TESTFLAGS ?= -count=1 -race -timeout=20m
@@ -34,16 +34,17 @@ run: build
 ## test: generated-code check, lint, breaking-change check, their self-test, all tests (race detector on).
 test: check-generated lint breaking contract-selftest vulndb-selftest images-verify examples-verify unit fuzz-short
 
-## generate: regenerate gen/ (Go, gRPC, gateway, OpenAPI) from proto/.
+## generate: regenerate the contracts module's code, api/saltbush and
+## api/openapi (Go, gRPC, gateway, OpenAPI), from api/proto/.
 generate:
-	rm -rf gen/saltbush gen/openapi/*.json
+	rm -rf api/saltbush api/openapi/*.json
 	$(BUF) generate
 
-## check-generated: fail if gen/ differs from what proto/ generates, or the
+## check-generated: fail if api/ differs from what api/proto/ generates, or the
 ## validation table from what the EKS model on this machine generates.
 check-generated: generate model-table
-	git add -N gen
-	git diff --exit-code --stat -- gen || { echo "gen/ is stale: run 'make generate' and commit the result" >&2; exit 1; }
+	git add -N api
+	git diff --exit-code --stat -- api || { echo "api/ is stale: run 'make generate' and commit the result" >&2; exit 1; }
 	git diff --exit-code --stat -- $(MODEL_TABLE) || { echo "$(MODEL_TABLE) is stale: run 'make model-table' and commit the result" >&2; exit 1; }
 
 ## model-table: regenerate server/validation's table of input constraints
@@ -68,8 +69,10 @@ lint: vulndb
 	@files=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$files" ]; then echo "gofmt needed:" $$files >&2; exit 1; fi
 	$(GO) vet ./...
+	cd api && $(GO) vet ./...
 	$(GO) test -count=1 ./tests/imports/
 	$(GOLANGCI_LINT) run --allow-serial-runners ./...
+	cd api && $(GO) tool -modfile=$(CURDIR)/tools/go.mod golangci-lint run --allow-serial-runners ./...
 	cd tools && $(GO) tool golangci-lint run --allow-serial-runners ./vulndb/
 	$(GOVULNCHECK) -db file://$(VULNDB) -format json ./... > bin/govulncheck.json
 	cd tools && $(GO) run ./vulndb check -accept vulndb/accepted.txt $(CURDIR)/bin/govulncheck.json
@@ -86,22 +89,22 @@ $(VULNDB)/index/db.json:
 vulndb-selftest: vulndb
 	GO=$(GO) bash scripts/vulndb-selftest.sh $(VULNDB)
 
-## breaking: compare proto/ with the committed baseline image of the last
+## breaking: compare api/proto/ with the committed baseline image of the last
 ## released contract, with the rule set each package promises (docs/contracts.md).
 breaking:
-	cd proto && $(BUF_PROTO) breaking . --against baseline.binpb --path saltbush/eks \
+	cd api/proto && $(BUF_PROTO) breaking . --against baseline.binpb --path saltbush/eks \
 		--config '{"version":"v1","breaking":{"use":["WIRE_JSON"]}}'
-	cd proto && $(BUF_PROTO) breaking . --against baseline.binpb --path saltbush/storage \
+	cd api/proto && $(BUF_PROTO) breaking . --against baseline.binpb --path saltbush/storage \
 		--config '{"version":"v1","breaking":{"use":["WIRE"]}}'
-	cd proto && $(BUF_PROTO) breaking . --against baseline.binpb --path saltbush/control \
+	cd api/proto && $(BUF_PROTO) breaking . --against baseline.binpb --path saltbush/control \
 		--config '{"version":"v1","breaking":{"use":["FILE"]}}'
-	@if [ -d proto/saltbush/delivery ]; then cd proto && $(BUF_PROTO) breaking . --against baseline.binpb \
+	@if [ -d api/proto/saltbush/delivery ]; then cd api/proto && $(BUF_PROTO) breaking . --against baseline.binpb \
 		--path saltbush/delivery --config '{"version":"v1","breaking":{"use":["WIRE"]}}'; fi
 
-## baseline: refresh proto/baseline.binpb. A deliberate act: it needs an ADR
+## baseline: refresh api/proto/baseline.binpb. A deliberate act: it needs an ADR
 ## in docs/adr/ (see docs/adr/0001-additive-contract-evolution.md).
 baseline:
-	$(BUF) build proto --exclude-source-info -o proto/baseline.binpb
+	$(BUF) build api/proto --exclude-source-info -o api/proto/baseline.binpb
 
 ## contract-selftest: prove check-generated and breaking fail when they should.
 contract-selftest:
@@ -185,6 +188,7 @@ $(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum)
 
 unit: kube eksctl node
 	SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) $(GOTEST) $(TESTFLAGS) ./...
+	cd api && $(GOTEST) $(TESTFLAGS) ./...
 
 ## fuzz-short: explore briefly every parser that takes outside bytes, one
 ## target after another (package:target): SigV4 requests, policy documents,

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 )
 
 // The façade writes every response through a plan of its message type: the

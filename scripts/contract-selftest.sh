@@ -35,8 +35,8 @@ fresh
 expect pass "unchanged tree" breaking
 
 fresh
-sed -i 's/^message Cluster {$/message Cluster {\n  string selftest_added = 99;/' "$scratch/tree/proto/saltbush/eks/v1/cluster.proto"
-expect fail "proto changed, gen/ not regenerated" check-generated
+sed -i 's/^message Cluster {$/message Cluster {\n  string selftest_added = 99;/' "$scratch/tree/api/proto/saltbush/eks/v1/cluster.proto"
+expect fail "proto changed, api/ not regenerated" check-generated
 
 fresh
 sed -i 's/"ListClustersRequestMaxResults": *{kind: kindInteger, min: ptr(1), max: ptr(100)}/"ListClustersRequestMaxResults": {kind: kindInteger, min: ptr(1), max: ptr(1000)}/' \
@@ -47,19 +47,19 @@ grep -q "max: ptr(1000)" "$scratch/tree/server/validation/model_gen.go"
 expect fail "validation table differs from the EKS model" check-generated
 
 fresh
-sed -i 's/  string role_arn = 3;/  string role_arn_renamed = 3;/' "$scratch/tree/proto/saltbush/eks/v1/cluster.proto"
-grep -q role_arn_renamed "$scratch/tree/proto/saltbush/eks/v1/cluster.proto"
+sed -i 's/  string role_arn = 3;/  string role_arn_renamed = 3;/' "$scratch/tree/api/proto/saltbush/eks/v1/cluster.proto"
+grep -q role_arn_renamed "$scratch/tree/api/proto/saltbush/eks/v1/cluster.proto"
 expect fail "eks/v1 JSON name changed" breaking
 
 fresh
-sed -i 's/  string kubernetes_version = 5;/  string kubernetes_version = 55;/' "$scratch/tree/proto/saltbush/storage/v1/cluster.proto"
-grep -q "kubernetes_version = 55" "$scratch/tree/proto/saltbush/storage/v1/cluster.proto"
+sed -i 's/  string kubernetes_version = 5;/  string kubernetes_version = 55;/' "$scratch/tree/api/proto/saltbush/storage/v1/cluster.proto"
+grep -q "kubernetes_version = 55" "$scratch/tree/api/proto/saltbush/storage/v1/cluster.proto"
 expect fail "storage/v1 field renumbered" breaking
 
 fresh
-sed -i '/rpc FinalizeDeletion(FinalizeDeletionRequest)/d' "$scratch/tree/proto/saltbush/control/v1/cluster_control.proto"
+sed -i '/rpc FinalizeDeletion(FinalizeDeletionRequest)/d' "$scratch/tree/api/proto/saltbush/control/v1/cluster_control.proto"
 expect fail "control/v1 RPC removed" breaking
 
 fresh
-sed -i 's/^message Cluster {$/message Cluster {\n  optional string selftest_added = 99;/' "$scratch/tree/proto/saltbush/eks/v1/cluster.proto"
+sed -i 's/^message Cluster {$/message Cluster {\n  optional string selftest_added = 99;/' "$scratch/tree/api/proto/saltbush/eks/v1/cluster.proto"
 expect pass "eks/v1 additive optional field" breaking

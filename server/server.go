@@ -33,7 +33,7 @@ import (
 
 	"github.com/saltbush/saltbush/gateway"
 	"github.com/saltbush/saltbush/gateway/sigv4"
-	"github.com/saltbush/saltbush/gen/openapi"
+	"github.com/saltbush/saltbush/api/openapi"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/accesspolicy"
 	"github.com/saltbush/saltbush/server/addon"

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 )
 
 // newAdminCompleteUpdateCommand is `saltbush admin cluster complete-update`:

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/guest/config"
 	"github.com/saltbush/saltbush/guest/grant"
 	"github.com/saltbush/saltbush/guest/hostlink"

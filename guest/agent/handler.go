@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // linkHandler is the agent's side of the stream, called on the link's

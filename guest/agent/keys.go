@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/guest/issuer"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/guest/apply"
 	"github.com/saltbush/saltbush/guest/grant"
 	"github.com/saltbush/saltbush/guest/inventory"

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/guest/hostlink"
 	"github.com/saltbush/saltbush/guest/podwebhook"
 	"github.com/saltbush/saltbush/guest/webhook"

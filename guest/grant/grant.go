@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // ErrNoGrant is returned by Hold when the agent may not write.

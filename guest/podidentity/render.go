@@ -14,7 +14,7 @@ import (
 	"maps"
 	"slices"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // FieldManager owns the label and annotations the agent records. It is not

@@ -16,7 +16,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // FileName is the state file inside the state directory.

@@ -20,7 +20,7 @@ import (
 	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 func TestEnsurePKI(t *testing.T) {

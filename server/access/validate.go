@@ -3,7 +3,7 @@ package access
 import (
 	"strings"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 // entryTypes maps AWS's type names to the stored enum.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 func TestParsePrincipal(t *testing.T) {

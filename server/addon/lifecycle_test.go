@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 // TestApplyReportTable walks the lifecycle table of docs/architecture.md, "Add-ons", for

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/saltbush/saltbush/errdefs"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/saltbush/saltbush/errdefs"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/podidentity"

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/saltbush/saltbush/errdefs"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/saltbush/saltbush/errdefs"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 )
 

@@ -5,9 +5,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 // specFromRequest keeps the configuration saltbush echoes but does not act

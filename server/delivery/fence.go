@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // An ending is why a stream ends. The sender's steps return one as their

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/oidc"
 	"github.com/saltbush/saltbush/store"
 )

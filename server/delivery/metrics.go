@@ -1,7 +1,7 @@
 package delivery
 
 import (
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // observe sets a cluster's metrics from its watch's latest snapshot, if

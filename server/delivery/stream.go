@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/saltbush/saltbush/errdefs"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/server/identity"
 )
 

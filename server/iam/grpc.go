@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/saltbush/saltbush/errdefs"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server/identity"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 )
 
 func TestFingerprintIgnoresOnlyTheToken(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
 )
 

@@ -3,7 +3,7 @@ package insight
 import (
 	"context"
 
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/validation"

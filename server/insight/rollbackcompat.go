@@ -3,7 +3,7 @@ package insight
 import (
 	"context"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 // The rollback check: the add-on compatibility check of addoncompat.go

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 )

@@ -4,8 +4,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 // epochSeconds is AWS's timestamp: epoch seconds with a millisecond fraction.

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/saltbush/saltbush/errdefs"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/accesspolicy"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/access"
 )
 

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/saltbush/saltbush/errdefs"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // Server serves saltbush.delivery.v1.AccessReviewService; errors are

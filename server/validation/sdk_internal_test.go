@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	_ "github.com/saltbush/saltbush/gen/saltbush/eks/v1" // registers the served operations
+	_ "github.com/saltbush/saltbush/api/saltbush/eks/v1" // registers the served operations
 )
 
 // TestTableKeepsUpWithSDK: the table must not lag the newest client. For

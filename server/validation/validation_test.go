@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/saltbush/saltbush/errdefs"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 )
 
 func TestCheck(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 )
 
 func TestVersionStatus(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/saltbush/saltbush/errdefs"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 // TestUpgradable: the rules UpdateClusterVersion applies to a cluster

@@ -28,7 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/guest/agent"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/guest/agent"
 	"github.com/saltbush/saltbush/tests/kubetest"
 	"github.com/saltbush/saltbush/tests/netproxy"

@@ -16,7 +16,7 @@ import (
 	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/tests/fakeagent"
 )
 

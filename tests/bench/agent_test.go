@@ -25,7 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/tests/agentproc"
 	"github.com/saltbush/saltbush/tests/kubetest"

@@ -16,8 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 )
 

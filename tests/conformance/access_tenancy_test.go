@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/saltbush/saltbush/errdefs"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 )
 
 // concurrently runs f n times at once and returns the results in order.

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"github.com/google/uuid"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 )
 
 var podIdentityIDPattern = regexp.MustCompile(`^a-[a-z0-9]{17}$`)

@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"google.golang.org/grpc/codes"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"

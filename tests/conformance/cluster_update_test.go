@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"google.golang.org/grpc/codes"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )

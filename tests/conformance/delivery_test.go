@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"

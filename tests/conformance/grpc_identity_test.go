@@ -39,8 +39,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/saltbush/saltbush/errdefs"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	eksv1 "github.com/saltbush/saltbush/gen/saltbush/eks/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"

@@ -1,6 +1,6 @@
 package fakeagent
 
-import deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+import deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 
 // HelloMsg is the first message of a stream.
 func HelloMsg(h *deliveryv1.Hello) *deliveryv1.AgentMessage {

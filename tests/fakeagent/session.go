@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // Applied is the desired set an agent last applied. It outlives streams:

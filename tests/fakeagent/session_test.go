@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 func assignment(role deliveryv1.Role, epoch int64, executor string) *deliveryv1.HostMessage {

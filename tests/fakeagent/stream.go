@@ -23,7 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 )
 
 // Heartbeats is how a Stream keeps the host hearing from it: saltbush ends

@@ -20,9 +20,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"

@@ -30,8 +30,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/saltbush/saltbush/errdefs"
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"

@@ -15,8 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	controlv1 "github.com/saltbush/saltbush/gen/saltbush/control/v1"
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
 )
 

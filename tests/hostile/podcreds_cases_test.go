@@ -15,7 +15,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/oidc"
 	"github.com/saltbush/saltbush/store"
 )

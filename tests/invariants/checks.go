@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/oidc"

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	storagev1 "github.com/saltbush/saltbush/gen/saltbush/storage/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 )
 
 // Snapshot is what one Check saw of the records that must only move

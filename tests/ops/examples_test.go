@@ -40,7 +40,7 @@ import (
 	grpccreds "google.golang.org/grpc/credentials"
 	"sigs.k8s.io/yaml"
 
-	deliveryv1 "github.com/saltbush/saltbush/gen/saltbush/delivery/v1"
+	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tests/agentproc"
 	"github.com/saltbush/saltbush/tests/etcdtls"
