@@ -31,9 +31,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/saltbush/saltbush/api/openapi"
 	"github.com/saltbush/saltbush/gateway"
 	"github.com/saltbush/saltbush/gateway/sigv4"
-	"github.com/saltbush/saltbush/api/openapi"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/accesspolicy"
 	"github.com/saltbush/saltbush/server/addon"

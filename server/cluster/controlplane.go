@@ -9,9 +9,9 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 )
 
 // What a provisioner may report about a cluster's control plane

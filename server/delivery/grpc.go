@@ -6,9 +6,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/errdefs"
 )
 
 // The gRPC shells: each method calls the domain and converts its error to

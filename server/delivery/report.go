@@ -8,9 +8,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/addon"
 	"github.com/saltbush/saltbush/store"
 )

@@ -23,8 +23,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/saltbush/saltbush/errdefs"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/iam"

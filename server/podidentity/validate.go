@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"regexp"
 
-	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/policy"
 	"github.com/saltbush/saltbush/server/tagging"
 )

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/accesspolicy"
 )

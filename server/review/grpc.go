@@ -4,8 +4,8 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/saltbush/saltbush/errdefs"
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/errdefs"
 )
 
 // Server serves saltbush.delivery.v1.AccessReviewService; errors are

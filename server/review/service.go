@@ -32,10 +32,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/accesspolicy"
 	"github.com/saltbush/saltbush/server/iam"

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 )
 
 // TestUpgradable: the rules UpdateClusterVersion applies to a cluster

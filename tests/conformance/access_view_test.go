@@ -12,9 +12,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"google.golang.org/grpc/codes"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"
