@@ -49,6 +49,7 @@ import (
 	"github.com/saltbush/saltbush/server/oidc"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/podidentity"
+	"github.com/saltbush/saltbush/server/published"
 	"github.com/saltbush/saltbush/server/review"
 	"github.com/saltbush/saltbush/server/sts"
 	"github.com/saltbush/saltbush/server/tagging"
@@ -445,7 +446,7 @@ func (s *Server) openAudit() (audit.Sink, error) {
 func (s *Server) newDomain(keyCache *iam.Cache) (domain, error) {
 	d := domain{keys: s.keys, ca: s.ca}
 	var err error
-	if d.clusters, d.addons, err = s.newClustersAndAddons(keyCache); err != nil {
+	if d.clusters, d.addons, d.published, err = s.newClustersAndAddons(keyCache); err != nil {
 		return domain{}, err
 	}
 	d.updates = update.NewService(s.store, d.clusters, s.log.With("service", "update"))
@@ -488,25 +489,27 @@ func (s *Server) newDomain(keyCache *iam.Cache) (domain, error) {
 }
 
 // newClustersAndAddons builds the cluster service and the add-on service
-// over the configured (or embedded) catalogue.
-func (s *Server) newClustersAndAddons(keyCache *iam.Cache) (*cluster.Service, *addon.Service, error) {
+// over the configured (or embedded) catalogue and the versions operators
+// published beside it.
+func (s *Server) newClustersAndAddons(keyCache *iam.Cache) (*cluster.Service, *addon.Service, *published.Service, error) {
 	clusterCfg := s.cfg.Cluster
 	clusterCfg.RoleOfSession = keyCache.EffectivePrincipal
 	clusters, err := cluster.NewService(s.store, clusterCfg, s.log.With("service", "cluster"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cat := s.cfg.Catalog
 	if cat == nil {
 		if cat, err = catalog.Load(); err != nil {
-			return nil, nil, fmt.Errorf("add-on catalogue: %w", err)
+			return nil, nil, nil, fmt.Errorf("add-on catalogue: %w", err)
 		}
 	}
-	addons, err := addon.NewService(s.store, clusters, cat, s.cfg.Addon, s.registry, s.log.With("service", "addon"))
+	pub := published.New(s.store, cat, s.cfg.Cluster.Now, s.log.With("service", "published"))
+	addons, err := addon.NewService(s.store, clusters, pub, s.cfg.Addon, s.registry, s.log.With("service", "addon"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return clusters, addons, nil
+	return clusters, addons, pub, nil
 }
 
 // newReviews builds the token and access reviews guest agents ask for.

@@ -27,6 +27,7 @@ import (
 	"github.com/saltbush/saltbush/server/insight"
 	"github.com/saltbush/saltbush/server/pki"
 	"github.com/saltbush/saltbush/server/podidentity"
+	"github.com/saltbush/saltbush/server/published"
 	"github.com/saltbush/saltbush/server/review"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/server/update"
@@ -68,6 +69,7 @@ type domain struct {
 	ca         *pki.Authority
 	versions   *version.Service
 	insights   *insight.Service
+	published  *published.Service
 }
 
 // serviceTable is every service the gRPC port serves, in registration
@@ -189,6 +191,16 @@ func serviceTable(d domain, authorizer *authz.Authorizer, health *health.Server,
 			register: func(r grpc.ServiceRegistrar) {
 				controlv1.RegisterAddonControlServiceServer(r, addon.NewControlServer(d.addons))
 			},
+			class: classServiceControl,
+		},
+		{
+			desc: &controlv1.CatalogControlService_ServiceDesc,
+			register: func(r grpc.ServiceRegistrar) {
+				controlv1.RegisterCatalogControlServiceServer(r, published.NewControlServer(d.published))
+			},
+			// Publishing changes what every account may install: only a
+			// service whose policy allows saltbush:PublishAddonVersion (and
+			// so on) may, which the operators' admin service does.
 			class: classServiceControl,
 		},
 		{

@@ -106,6 +106,18 @@ func InsightsRefreshKey(clusterUID string) string {
 	return ClusterChildrenPrefix(clusterUID) + "insights/refresh"
 }
 
+// PublishedAddonsPrefix holds the add-on versions operators published:
+// catalog/addons/{addon-name}/{version}.
+const PublishedAddonsPrefix = "catalog/addons/"
+
+// PublishedAddonPrefix holds one add-on's published versions.
+func PublishedAddonPrefix(addon string) string { return PublishedAddonsPrefix + addon + "/" }
+
+// PublishedAddonVersionKey is one published add-on version.
+func PublishedAddonVersionKey(addon, version string) string {
+	return PublishedAddonPrefix(addon) + version
+}
+
 // ExecutorKey is where a cluster incarnation's delivery executor
 // {instance, epoch} lives.
 func ExecutorKey(clusterUID string) string { return ClusterChildrenPrefix(clusterUID) + "executor" }

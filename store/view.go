@@ -60,8 +60,9 @@ const ViewFreshness = time.Second
 const viewListPage = 1000
 
 // viewPrefixes are the relative prefixes the view holds: the cluster
-// records of every account, and every cluster incarnation's children.
-var viewPrefixes = [...]string{"accounts/", "clusters/"}
+// records of every account, every cluster incarnation's children, and the
+// add-on versions operators published (read on every catalogue lookup).
+var viewPrefixes = [...]string{"accounts/", "clusters/", PublishedAddonsPrefix}
 
 // ViewOptions configure a View.
 type ViewOptions struct {
@@ -606,6 +607,12 @@ func (s *Store) viewFor(ctx context.Context, key string) *viewState {
 	}
 	return v.await(ctx, s.seen.Load())
 }
+
+// Observe records that etcd answered a request made around the store (a
+// caller's own transaction on Client) at revision rev: a later view read
+// waits until the view has it, so what the view answers is no older than
+// what the caller read.
+func (s *Store) Observe(rev int64) { s.observe(rev) }
 
 // observe records that etcd answered at revision rev: a later view read
 // waits until the view has it.

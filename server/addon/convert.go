@@ -1,6 +1,7 @@
 package addon
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/identity"
 )
 
 // StatusName is the EKS name of an add-on status (CREATING, ...).
@@ -26,7 +28,7 @@ func epochSeconds(t *timestamppb.Timestamp) float64 {
 }
 
 // ToAPI renders an add-on record in AWS's shape.
-func (s *Service) ToAPI(rec *storagev1.AddonRecord) *eksv1.Addon {
+func (s *Service) ToAPI(ctx context.Context, rec *storagev1.AddonRecord) *eksv1.Addon {
 	out := &eksv1.Addon{
 		AddonName:             rec.GetName(),
 		ClusterName:           rec.GetClusterName(),
@@ -41,7 +43,11 @@ func (s *Service) ToAPI(rec *storagev1.AddonRecord) *eksv1.Addon {
 	}
 	out.CreatedAt = epochSeconds(rec.GetCreatedAt())
 	out.ModifiedAt = epochSeconds(rec.GetModifiedAt())
-	if a, ok := s.catalog.Addon(rec.GetName()); ok {
+	// The owning account's view: a private add-on's publisher is the
+	// operator's. A failed lookup leaves them out rather than failing a
+	// change that already happened.
+	who, _ := identity.FromContext(ctx)
+	if a, ok, err := s.catalog.Lookup(ctx, who.AccountID, rec.GetName()); err == nil && ok {
 		out.Publisher, out.Owner = a.Publisher, a.Owner
 	}
 	for _, i := range rec.GetIssues() {

@@ -8,9 +8,9 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/tagging"
@@ -54,7 +54,7 @@ func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*s
 				return err
 			}
 		}
-		if rec, err = s.newRecord(who, c, req); err != nil {
+		if rec, err = s.newRecord(ctx, who, c, req); err != nil {
 			if tok.Present() {
 				// A retry of a create that happened answers with its
 				// add-on even if its request no longer validates.
@@ -125,13 +125,13 @@ func (s *Service) replayCreate(ctx context.Context, tok idempotency.Token, c *st
 
 // newRecord validates a CreateAddon request against the catalogue and the
 // cluster and builds the record it creates.
-func (s *Service) newRecord(who identity.Caller, c *storagev1.ClusterRecord, req *eksv1.CreateAddonRequest) (*storagev1.AddonRecord, error) {
+func (s *Service) newRecord(ctx context.Context, who identity.Caller, c *storagev1.ClusterRecord, req *eksv1.CreateAddonRequest) (*storagev1.AddonRecord, error) {
 	cn, name := c.GetName(), req.GetAddonName()
-	a, err := s.lookupAddon(cn, name)
+	a, err := s.lookupAddon(ctx, c, name)
 	if err != nil {
 		return nil, err
 	}
-	v, err := lookupVersion(c, a, req.GetAddonVersion())
+	v, err := lookupVersion(c, a, req.GetAddonVersion(), "")
 	if err != nil {
 		return nil, err
 	}

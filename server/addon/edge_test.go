@@ -11,10 +11,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/cluster"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/identity"

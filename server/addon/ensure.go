@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/store"
 )
@@ -56,7 +56,7 @@ func (s *Service) ensureOnce(ctx context.Context, req *controlv1.EnsureAddonRequ
 	if err != nil {
 		return nil, false, err
 	}
-	a, err := s.lookupAddon(c.GetName(), req.GetAddonName())
+	a, err := s.lookupAddon(ctx, c, req.GetAddonName())
 	if err != nil {
 		return nil, false, err
 	}
@@ -97,7 +97,7 @@ func (s *Service) ensureOnce(ctx context.Context, req *controlv1.EnsureAddonRequ
 // createForReference creates an absent add-on for a reference, marked as
 // created for references (so that releasing the last one deletes it).
 func (s *Service) createForReference(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, a *catalog.Addon, req *controlv1.EnsureAddonRequest) (*storagev1.AddonRecord, bool, error) {
-	v, err := lookupVersion(c, a, req.GetAddonVersion())
+	v, err := lookupVersion(c, a, req.GetAddonVersion(), "")
 	if err != nil {
 		return nil, false, err
 	}
@@ -248,7 +248,7 @@ func (s *Service) ensureSpec(c *storagev1.ClusterRecord, a *catalog.Addon, cur *
 	if req.GetConfigurationValues() != "" {
 		want.ConfigurationValues = req.GetConfigurationValues()
 	}
-	v, err := lookupVersion(c, a, want.GetVersion())
+	v, err := lookupVersion(c, a, want.GetVersion(), cur.GetSpec().GetVersion())
 	if err != nil {
 		return nil, err
 	}

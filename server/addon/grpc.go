@@ -3,10 +3,10 @@ package addon
 import (
 	"context"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
@@ -87,7 +87,7 @@ func (s *EKSServer) CreateAddon(ctx context.Context, req *eksv1.CreateAddonReque
 	if err != nil {
 		return nil, s.svc.wire(ctx, "CreateAddon", err)
 	}
-	return &eksv1.CreateAddonResponse{Addon: s.svc.ToAPI(rec)}, nil
+	return &eksv1.CreateAddonResponse{Addon: s.svc.ToAPI(ctx, rec)}, nil
 }
 
 // DescribeAddon implements eksv1.AddonServiceServer.
@@ -102,7 +102,7 @@ func (s *EKSServer) DescribeAddon(ctx context.Context, req *eksv1.DescribeAddonR
 	if err != nil {
 		return nil, s.svc.wire(ctx, "DescribeAddon", err)
 	}
-	return &eksv1.DescribeAddonResponse{Addon: s.svc.ToAPI(rec)}, nil
+	return &eksv1.DescribeAddonResponse{Addon: s.svc.ToAPI(ctx, rec)}, nil
 }
 
 // ListAddons implements eksv1.AddonServiceServer.
@@ -157,7 +157,7 @@ func (s *EKSServer) DeleteAddon(ctx context.Context, req *eksv1.DeleteAddonReque
 	if err != nil {
 		return nil, s.svc.wire(ctx, "DeleteAddon", err)
 	}
-	return &eksv1.DeleteAddonResponse{Addon: s.svc.ToAPI(rec)}, nil
+	return &eksv1.DeleteAddonResponse{Addon: s.svc.ToAPI(ctx, rec)}, nil
 }
 
 // DescribeAddonVersions implements eksv1.AddonServiceServer.

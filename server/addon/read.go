@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/saltbush/saltbush/errdefs"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )

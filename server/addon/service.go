@@ -17,9 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/saltbush/saltbush/errdefs"
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/podidentity"
@@ -86,7 +86,7 @@ type Clusters interface {
 type Service struct {
 	store       *store.Store
 	clusters    Clusters
-	catalog     *catalog.Catalog
+	catalog     catalog.Source
 	pods        *podidentity.Owner
 	cfg         Config
 	log         *slog.Logger
@@ -96,7 +96,7 @@ type Service struct {
 }
 
 // NewService returns the add-on service. Its metrics are registered on reg.
-func NewService(st *store.Store, clusters Clusters, cat *catalog.Catalog, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+func NewService(st *store.Store, clusters Clusters, cat catalog.Source, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -129,8 +129,9 @@ func NewService(st *store.Store, clusters Clusters, cat *catalog.Catalog, cfg Co
 	return s, nil
 }
 
-// Catalog returns the add-on catalogue the service validates against.
-func (s *Service) Catalog() *catalog.Catalog { return s.catalog }
+// Catalog returns the add-on catalogue the service validates against: the
+// embedded one with the published versions, when the server has them.
+func (s *Service) Catalog() catalog.Source { return s.catalog }
 
 // ClusterARN is the ARN of a cluster of account.
 func (s *Service) ClusterARN(account, cluster string) string {

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/identity"
@@ -49,7 +49,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 		if !namePattern.MatchString(req.GetAddonName()) {
 			return addonNotFound(c.GetName(), req.GetAddonName())
 		}
-		a, err := s.lookupAddon(c.GetName(), req.GetAddonName())
+		a, err := s.lookupAddon(ctx, c, req.GetAddonName())
 		if err != nil {
 			return addonNotFound(c.GetName(), req.GetAddonName())
 		}
@@ -239,7 +239,7 @@ func updatable(cn string, r *storagev1.AddonRecord) error {
 func updatedVersion(c *storagev1.ClusterRecord, a *catalog.Addon, name, current string, req *eksv1.UpdateAddonRequest) (*catalog.Version, bool, error) {
 	cn := c.GetName()
 	changesVersion := req.AddonVersion != nil && req.GetAddonVersion() != current
-	target, err := lookupVersion(c, a, current)
+	target, err := lookupVersion(c, a, current, current)
 	if err != nil && !changesVersion {
 		// The current version is no longer compatible (the cluster was
 		// upgraded) or no longer offered; an update that keeps it cannot
@@ -252,7 +252,7 @@ func updatedVersion(c *storagev1.ClusterRecord, a *catalog.Addon, name, current 
 	if req.GetAddonVersion() == "" {
 		return nil, false, invalid(cn, name, "addonVersion must not be empty.")
 	}
-	if target, err = lookupVersion(c, a, req.GetAddonVersion()); err != nil {
+	if target, err = lookupVersion(c, a, req.GetAddonVersion(), current); err != nil {
 		return nil, false, err
 	}
 	// No downgrades, as in AWS. A current version the catalogue no

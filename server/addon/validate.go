@@ -1,15 +1,16 @@
 package addon
 
 import (
+	"context"
 	"regexp"
 	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster"
 )
@@ -37,15 +38,20 @@ func invalid(clusterName, addonName, format string, args ...any) *errdefs.Error 
 	return e
 }
 
-// lookupAddon finds a catalogue add-on; hidden ones are creatable by name.
-func (s *Service) lookupAddon(clusterName, name string) (*catalog.Addon, error) {
+// lookupAddon finds a catalogue add-on as the cluster's account sees it
+// (published versions included); hidden ones are creatable by name.
+func (s *Service) lookupAddon(ctx context.Context, c *storagev1.ClusterRecord, name string) (*catalog.Addon, error) {
+	clusterName := c.GetName()
 	if name == "" {
 		return nil, invalid(clusterName, "", "addonName is required.")
 	}
 	if !namePattern.MatchString(name) {
 		return nil, invalid(clusterName, name, "Addon %q specified is not supported.", name)
 	}
-	a, ok := s.catalog.Addon(name)
+	a, ok, err := s.catalog.Lookup(ctx, c.GetAccountId(), name)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, invalid(clusterName, name, "Addon %s specified is not supported.", name)
 	}
@@ -53,8 +59,9 @@ func (s *Service) lookupAddon(clusterName, name string) (*catalog.Addon, error) 
 }
 
 // lookupVersion resolves a requested version (or the default for the
-// cluster's Kubernetes version) and checks compatibility.
-func lookupVersion(c *storagev1.ClusterRecord, a *catalog.Addon, version string) (*catalog.Version, error) {
+// cluster's Kubernetes version) and checks compatibility. A retired
+// version is refused unless it is current, the version the add-on is on.
+func lookupVersion(c *storagev1.ClusterRecord, a *catalog.Addon, version, current string) (*catalog.Version, error) {
 	k8s := c.GetKubernetesVersion()
 	if version == "" {
 		v, ok := a.DefaultVersion(k8s)
@@ -67,6 +74,9 @@ func lookupVersion(c *storagev1.ClusterRecord, a *catalog.Addon, version string)
 	v, ok := a.Version(version)
 	if !ok {
 		return nil, invalid(c.GetName(), a.Name, "Addon version %s specified is not supported for addon %s.", version, a.Name)
+	}
+	if v.Retired && version != current {
+		return nil, invalid(c.GetName(), a.Name, "Addon version %s of %s is retired; choose another version.", version, a.Name)
 	}
 	if !v.Compatible(k8s) {
 		return nil, invalid(c.GetName(), a.Name,

@@ -4,8 +4,8 @@ import (
 	"context"
 	"slices"
 
-	"github.com/saltbush/saltbush/errdefs"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"
@@ -16,7 +16,8 @@ import (
 // unlisted add-ons). With kubernetesVersion only compatible versions are
 // listed, each with that Kubernetes version's compatibility only.
 func (s *Service) DescribeVersions(ctx context.Context, req *eksv1.DescribeAddonVersionsRequest) ([]*eksv1.AddonInfo, string, error) {
-	if _, err := identity.AccountCaller(ctx); err != nil {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
 		return nil, "", err
 	}
 	limit, err := paging.Limit(req.MaxResults)
@@ -31,7 +32,11 @@ func (s *Service) DescribeVersions(ctx context.Context, req *eksv1.DescribeAddon
 		}
 	}
 	out := []*eksv1.AddonInfo{}
-	for _, a := range s.catalog.Addons() {
+	addons, err := s.catalog.List(ctx, who.AccountID)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, a := range addons {
 		if a.Name <= after || !matches(a, req) {
 			continue
 		}
@@ -67,7 +72,7 @@ func addonInfo(a *catalog.Addon, kubernetesVersion string) *eksv1.AddonInfo {
 		AddonVersions: []*eksv1.AddonVersionInfo{},
 	}
 	for _, v := range a.Versions {
-		if kubernetesVersion != "" && !v.Compatible(kubernetesVersion) {
+		if v.Retired || (kubernetesVersion != "" && !v.Compatible(kubernetesVersion)) {
 			continue
 		}
 		vi := &eksv1.AddonVersionInfo{
@@ -99,7 +104,8 @@ func ptr[T any](v T) *T { return &v }
 // DescribeConfiguration returns a version's configuration schema and pod
 // identity configuration.
 func (s *Service) DescribeConfiguration(ctx context.Context, addonName, version string) (*eksv1.DescribeAddonConfigurationResponse, error) {
-	if _, err := identity.AccountCaller(ctx); err != nil {
+	who, err := identity.AccountCaller(ctx)
+	if err != nil {
 		return nil, err
 	}
 	switch {
@@ -108,7 +114,10 @@ func (s *Service) DescribeConfiguration(ctx context.Context, addonName, version 
 	case version == "":
 		return nil, errdefs.InvalidParameter("addonVersion is required.").WithField("addonName", addonName)
 	}
-	a, ok := s.catalog.Addon(addonName)
+	a, ok, err := s.catalog.Lookup(ctx, who.AccountID, addonName)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, errdefs.NotFound("Addon %s specified is not supported.", addonName).WithField("addonName", addonName)
 	}

@@ -84,18 +84,33 @@ func (a *Addon) Version(v string) (*Version, bool) {
 	return ver, ok
 }
 
-// DefaultVersion returns the version flagged default for kubernetesVersion
-// (for example "1.33"): the one CreateAddon picks when no addonVersion is
-// given. Load guarantees at most one per Kubernetes version.
+// DefaultVersion returns the version CreateAddon picks for
+// kubernetesVersion (for example "1.33") when no addonVersion is given: the
+// newest version flagged default for it that is not retired. Load
+// guarantees exactly one flagged version per Kubernetes version in the
+// embedded catalogue; a published version flagged default is newer than it
+// or not picked. An add-on with no flagged version for kubernetesVersion
+// (a published one may have none) defaults to its newest compatible
+// version.
 func (a *Addon) DefaultVersion(kubernetesVersion string) (*Version, bool) {
-	for _, v := range a.Versions {
+	var newest *Version
+	for _, v := range a.Versions { // newest first
+		if v.Retired {
+			continue
+		}
 		for _, c := range v.Compatibilities {
-			if c.ClusterVersion == kubernetesVersion && c.Default {
+			if c.ClusterVersion != kubernetesVersion {
+				continue
+			}
+			if c.Default {
 				return v, true
+			}
+			if newest == nil {
+				newest = v
 			}
 		}
 	}
-	return nil, false
+	return newest, newest != nil
 }
 
 // Version is one version of an add-on: the AddonVersionInfo on the wire, plus
@@ -123,6 +138,13 @@ type Version struct {
 	// Schema is the JSON Schema text for configurationValues, exactly as
 	// DescribeAddonConfiguration returns it.
 	Schema string
+	// Published marks a version an operator published (ParsePublished)
+	// rather than one embedded in the binary.
+	Published bool
+	// Retired marks a published version an operator retired: it is no
+	// longer listed or offered to new add-ons, and add-ons on it keep
+	// rendering.
+	Retired bool
 
 	schema *jsonschema.Schema
 	bundle *template.Template

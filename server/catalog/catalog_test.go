@@ -162,7 +162,7 @@ func TestVersions_NewestFirst(t *testing.T) {
 	for _, a := range c.Addons() {
 		t.Run(a.Name, func(t *testing.T) {
 			for i := 1; i < len(a.Versions); i++ {
-				if compareVersions(a.Versions[i-1].Version, a.Versions[i].Version) <= 0 {
+				if CompareVersions(a.Versions[i-1].Version, a.Versions[i].Version) <= 0 {
 					t.Errorf("%s listed before %s", a.Versions[i-1].Version, a.Versions[i].Version)
 				}
 			}
@@ -203,8 +203,8 @@ func TestCompareVersions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := compareVersions(tc.a, tc.b); got != tc.want {
-				t.Fatalf("compareVersions(%s, %s) = %d, want %d", tc.a, tc.b, got, tc.want)
+			if got := CompareVersions(tc.a, tc.b); got != tc.want {
+				t.Fatalf("CompareVersions(%s, %s) = %d, want %d", tc.a, tc.b, got, tc.want)
 			}
 		})
 	}
@@ -231,7 +231,7 @@ func TestKubeProxy_VersionSkew(t *testing.T) {
 				if parts[0] != 1 || clusterMinor-parts[1] > 3 {
 					t.Fatalf("kube-proxy %s is more than three minor versions older than Kubernetes %s", own, comp.ClusterVersion)
 				}
-				if d, _ := a.DefaultVersion(comp.ClusterVersion); compareVersions(d.Version, v.Version) < 0 {
+				if d, _ := a.DefaultVersion(comp.ClusterVersion); CompareVersions(d.Version, v.Version) < 0 {
 					t.Fatalf("default for %s is %s, older than %s", comp.ClusterVersion, d.Version, v.Version)
 				}
 			})

@@ -119,31 +119,15 @@ func loadAddon(fsys fs.FS, dir string) (*Addon, error) {
 	if err != nil {
 		return nil, fail("%v", err)
 	}
-	// YAML to JSON first, then a strict JSON decode: yaml.Unmarshal would
-	// coerce an unquoted clusterVersion 1.30 into the string "1.3", and an
-	// unknown or duplicated key is a typo that would otherwise fall back to a
-	// zero value (requiresConfiguration: false).
-	var f addonFile
-	j, err := yaml.YAMLToJSONStrict(raw)
+	f, err := decodeAddonFile(raw)
 	if err != nil {
-		return nil, fail("%s: %v", addonFileName, err)
+		return nil, fail("%v", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return nil, fail("%s: %v", addonFileName, err)
-	}
-	switch {
-	case f.Name != dir:
+	if f.Name != dir {
 		return nil, fail("%s names the add-on %q, its directory says %q", addonFileName, f.Name, dir)
-	case !addonNameRE.MatchString(f.Name):
-		return nil, fail("name %q is not a valid add-on name", f.Name)
-	case f.Type == "" || f.Publisher == "" || f.Owner == "":
-		return nil, fail("type, publisher and owner are required")
-	case !dnsLabelRE.MatchString(f.DefaultNamespace):
-		return nil, fail("defaultNamespace %q is not a valid namespace name", f.DefaultNamespace)
-	case len(f.Versions) == 0:
-		return nil, fail("no versions")
+	}
+	if err := checkAddonFile(f); err != nil {
+		return nil, fail("%v", err)
 	}
 	a := &Addon{
 		Name:             f.Name,
@@ -165,7 +149,7 @@ func loadAddon(fsys fs.FS, dir string) (*Addon, error) {
 		a.Versions = append(a.Versions, v)
 		a.byVersion[v.Version] = v
 	}
-	slices.SortFunc(a.Versions, func(x, y *Version) int { return compareVersions(y.Version, x.Version) })
+	slices.SortFunc(a.Versions, func(x, y *Version) int { return CompareVersions(y.Version, x.Version) })
 
 	// Every version directory must be listed: an unlisted one is either a
 	// forgotten entry or a leftover, and neither should ship silently.
@@ -205,6 +189,40 @@ func loadAddon(fsys fs.FS, dir string) (*Addon, error) {
 		}
 	}
 	return a, nil
+}
+
+// decodeAddonFile decodes addon.yaml strictly.
+func decodeAddonFile(raw []byte) (addonFile, error) {
+	// YAML to JSON first, then a strict JSON decode: yaml.Unmarshal would
+	// coerce an unquoted clusterVersion 1.30 into the string "1.3", and an
+	// unknown or duplicated key is a typo that would otherwise fall back to a
+	// zero value (requiresConfiguration: false).
+	var f addonFile
+	j, err := yaml.YAMLToJSONStrict(raw)
+	if err != nil {
+		return f, fmt.Errorf("%s: %v", addonFileName, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return f, fmt.Errorf("%s: %v", addonFileName, err)
+	}
+	return f, nil
+}
+
+// checkAddonFile checks addon.yaml's add-on level fields.
+func checkAddonFile(f addonFile) error {
+	switch {
+	case !addonNameRE.MatchString(f.Name):
+		return fmt.Errorf("name %q is not a valid add-on name", f.Name)
+	case f.Type == "" || f.Publisher == "" || f.Owner == "":
+		return errors.New("type, publisher and owner are required")
+	case !dnsLabelRE.MatchString(f.DefaultNamespace):
+		return fmt.Errorf("defaultNamespace %q is not a valid namespace name", f.DefaultNamespace)
+	case len(f.Versions) == 0:
+		return errors.New("no versions")
+	}
+	return nil
 }
 
 func loadVersion(fsys fs.FS, a *Addon, f versionFile) (*Version, error) {
@@ -308,6 +326,9 @@ func loadSchema(fsys fs.FS, dir string, v *Version) error {
 	if err != nil {
 		return err
 	}
+	if err := checkNoRegistryHost(schemaFileName, raw); err != nil {
+		return err
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return fmt.Errorf("%s: %v", schemaFileName, err)
@@ -359,6 +380,9 @@ func loadBundle(fsys fs.FS, dir string, v *Version) error {
 		}
 		raw, err := fs.ReadFile(fsys, path.Join(bdir, e.Name()))
 		if err != nil {
+			return err
+		}
+		if err := checkNoRegistryHost(bundleDirName+"/"+e.Name(), raw); err != nil {
 			return err
 		}
 		if _, err := root.New(e.Name()).Parse(string(raw)); err != nil {

@@ -177,6 +177,9 @@ func (v *Version) render(p RenderParams) ([]byte, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s document %d: %v", name, i, err)
 			}
+			if err := checkImages(obj); err != nil {
+				return nil, fmt.Errorf("%s document %d: %v", name, i, err)
+			}
 			if seen[id] {
 				return nil, fmt.Errorf("%s document %d: %s is rendered twice", name, i, id)
 			}

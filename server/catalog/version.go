@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// compareVersions orders two add-on versions that match addonVersionRE:
+// CompareVersions orders two add-on versions that match addonVersionRE:
 // major, minor, patch, then eksbuild number (absent counts as 0). Strings are
 // compared numerically because "v1.10.0" is newer than "v1.9.0".
-func compareVersions(a, b string) int {
+func CompareVersions(a, b string) int {
 	pa, pb := versionParts(a), versionParts(b)
 	for i := range pa {
 		if c := cmp.Compare(pa[i], pb[i]); c != 0 {

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -42,7 +43,7 @@ import (
 // (associations, read in the same transaction), so that a created,
 // updated or deleted association is a new set: the executor records them
 // on the service accounts they name (docs/agent.md, "Pod identity").
-func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs, associations []*mvccpb.KeyValue, rev int64,
+func (s *Service) desiredSet(ctx context.Context, c *storagev1.ClusterRecord, kvs, associations []*mvccpb.KeyValue, rev int64,
 	previous *deliveryv1.DesiredSet, previousCluster *storagev1.ClusterRecord) (*deliveryv1.DesiredSet, time.Time, error) {
 	var lastReport time.Time
 	set := &deliveryv1.DesiredSet{Version: rev, Addons: make([]*deliveryv1.DesiredAddon, 0, len(kvs))}
@@ -67,7 +68,7 @@ func (s *Service) desiredSet(c *storagev1.ClusterRecord, kvs, associations []*mv
 			set.Addons = append(set.Addons, a)
 			continue
 		}
-		a, err := s.desiredAddon(facts, rec)
+		a, err := s.desiredAddon(ctx, c.GetAccountId(), facts, rec)
 		var missing *catalog.MissingFactError
 		if errors.As(err, &missing) {
 			s.log.Info("add-on waits for a cluster fact; left out of the desired set", "cluster_uid", c.GetUid(),
@@ -134,7 +135,7 @@ func arnRegion(arn string) string {
 	return a.Region
 }
 
-func (s *Service) desiredAddon(facts clusterFacts, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {
+func (s *Service) desiredAddon(ctx context.Context, account string, facts clusterFacts, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {
 	spec := rec.GetSpec()
 	a := &deliveryv1.DesiredAddon{
 		Name: rec.GetName(), Uid: rec.GetUid(), Generation: rec.GetGeneration(), Version: spec.GetVersion(),
@@ -144,7 +145,10 @@ func (s *Service) desiredAddon(facts clusterFacts, rec *storagev1.AddonRecord) (
 	if a.Deleting {
 		return a, nil
 	}
-	cat, ok := s.catalog.Addon(rec.GetName())
+	cat, ok, err := s.catalog.Lookup(ctx, account, rec.GetName())
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, fmt.Errorf("add-on %q is not in the catalogue", rec.GetName())
 	}

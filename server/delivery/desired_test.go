@@ -39,8 +39,8 @@ func addonKV(t *testing.T, rec *storagev1.AddonRecord) *mvccpb.KeyValue {
 
 func noopRecord(t *testing.T, generation int64, values string) *storagev1.AddonRecord {
 	t.Helper()
-	a, ok := testService(t).catalog.Addon("saltbush-noop")
-	if !ok || len(a.Versions) == 0 {
+	a, ok, err := testService(t).catalog.Lookup(t.Context(), "111122223333", "saltbush-noop")
+	if err != nil || !ok || len(a.Versions) == 0 {
 		t.Fatal("saltbush-noop is not in the catalogue")
 	}
 	return &storagev1.AddonRecord{Name: "saltbush-noop", Uid: "addon-uid-1", Generation: generation,
@@ -55,14 +55,14 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	cluster := &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod"}
 	rec := noopRecord(t, 1, "")
 
-	first, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, rec)}, nil, 10, nil, nil)
+	first, _, err := s.desiredSet(t.Context(), cluster, []*mvccpb.KeyValue{addonKV(t, rec)}, nil, 10, nil, nil)
 	if err != nil || len(first.GetAddons()) != 1 || first.GetDigest() == "" {
 		t.Fatalf("first set: %v %v", first, err)
 	}
 
 	reported := noopRecord(t, 1, "")
 	reported.Observed = &storagev1.AddonObserved{Generation: 1, Phase: storagev1.AddonPhase_ADDON_PHASE_READY}
-	same, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, reported)}, nil, 11, first, cluster)
+	same, _, err := s.desiredSet(t.Context(), cluster, []*mvccpb.KeyValue{addonKV(t, reported)}, nil, 11, first, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, first, cluster)
+			got, _, err := s.desiredSet(t.Context(), cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, first, cluster)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 			}
 			tc.want(t, got)
 			// The digest is the content's: computed from scratch it is the same.
-			fresh, _, err := s.desiredSet(cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, nil, nil)
+			fresh, _, err := s.desiredSet(t.Context(), cluster, []*mvccpb.KeyValue{addonKV(t, tc.rec)}, nil, 12, nil, nil)
 			if err != nil || fresh.GetDigest() != got.GetDigest() {
 				t.Errorf("digest %s with a previous set, %s without (%v)", got.GetDigest(), fresh.GetDigest(), err)
 			}
@@ -122,7 +122,7 @@ func TestDesiredSetRendersOnlyChangedAddons(t *testing.T) {
 	}
 
 	// Removing the add-on (REMOVED accepted, record purged) empties the set.
-	empty, _, err := s.desiredSet(cluster, nil, nil, 13, first, cluster)
+	empty, _, err := s.desiredSet(t.Context(), cluster, nil, nil, 13, first, cluster)
 	if err != nil || len(empty.GetAddons()) != 0 || empty.GetDigest() == first.GetDigest() {
 		t.Errorf("set without add-ons: %v %v", empty, err)
 	}
@@ -179,7 +179,7 @@ func TestDesiredSetRendersWithTheClusterFacts(t *testing.T) {
 	creating := &storagev1.ClusterRecord{Uid: "uid-1", Name: "prod", Status: storagev1.ClusterStatus_CLUSTER_STATUS_CREATING,
 		Spec: &storagev1.ClusterSpec{NetworkConfig: &storagev1.ClusterNetworkConfig{ServiceIpv4Cidr: "10.43.0.0/16"}}}
 
-	early, _, err := s.desiredSet(creating, kvs, nil, 10, nil, nil)
+	early, _, err := s.desiredSet(t.Context(), creating, kvs, nil, 10, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestDesiredSetRendersWithTheClusterFacts(t *testing.T) {
 	}
 
 	active := activeCluster("https://10.0.0.1:6443")
-	first, _, err := s.desiredSet(active, kvs, nil, 11, early, creating)
+	first, _, err := s.desiredSet(t.Context(), active, kvs, nil, 11, early, creating)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestDesiredSetRendersWithTheClusterFacts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := s.desiredSet(tc.cluster, kvs, nil, 12, first, active)
+			got, _, err := s.desiredSet(t.Context(), tc.cluster, kvs, nil, 12, first, active)
 			if err != nil || len(got.GetAddons()) != 2 {
 				t.Fatalf("set %v, %v", got, err)
 			}
@@ -284,11 +284,11 @@ func TestDesiredSetCarriesPodIdentityAssociations(t *testing.T) {
 	owned := association("a-00000000000000001", "noop", "arn:aws:iam::111122223333:role/noop", addon.Arn)
 	standalone := association("a-00000000000000002", "app", "arn:aws:iam::111122223333:role/app", "")
 
-	without, _, err := s.desiredSet(cluster, addons, nil, 10, nil, nil)
+	without, _, err := s.desiredSet(t.Context(), cluster, addons, nil, 10, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, _, err := s.desiredSet(cluster, addons, []*mvccpb.KeyValue{associationKV(t, owned), associationKV(t, standalone)}, 11, without, cluster)
+	base, _, err := s.desiredSet(t.Context(), cluster, addons, []*mvccpb.KeyValue{associationKV(t, owned), associationKV(t, standalone)}, 11, without, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,14 +328,14 @@ func TestDesiredSetCarriesPodIdentityAssociations(t *testing.T) {
 			for _, r := range tc.associations {
 				kvs = append(kvs, associationKV(t, r))
 			}
-			next, _, err := s.desiredSet(cluster, addons, kvs, 12, base, cluster)
+			next, _, err := s.desiredSet(t.Context(), cluster, addons, kvs, 12, base, cluster)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if (next.GetDigest() == base.GetDigest()) != tc.sameDigest {
 				t.Errorf("digest %s after %s, %s before; want same %v", next.GetDigest(), tc.name, base.GetDigest(), tc.sameDigest)
 			}
-			fresh, _, err := s.desiredSet(cluster, addons, kvs, 12, nil, nil)
+			fresh, _, err := s.desiredSet(t.Context(), cluster, addons, kvs, 12, nil, nil)
 			if err != nil || fresh.GetDigest() != next.GetDigest() {
 				t.Errorf("digest %s with a previous set, %s without (%v)", next.GetDigest(), fresh.GetDigest(), err)
 			}

@@ -101,7 +101,7 @@ type Service struct {
 	client   *clientv3.Client
 	clusters Clusters
 	addons   *addon.Service
-	catalog  *catalog.Catalog
+	catalog  catalog.Source
 	cfg      Config
 	log      *slog.Logger
 

@@ -418,7 +418,11 @@ func (s *Service) readRecords(ctx context.Context, uid, account, name string, pr
 		if prev != nil {
 			previous, previousCluster = prev.desired, prev.cluster
 		}
-		if sn.desired, sn.lastReport, err = s.desiredSet(sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(),
+		// The catalogue is read through the read view (published
+		// add-on versions); it must be no older than the add-on records
+		// of this snapshot.
+		s.store.Observe(sn.revision)
+		if sn.desired, sn.lastReport, err = s.desiredSet(ctx, sn.cluster, resp.Responses[3].GetResponseRange().GetKvs(),
 			resp.Responses[4].GetResponseRange().GetKvs(), sn.revision, previous, previousCluster); err != nil {
 			return nil, nil, err
 		}

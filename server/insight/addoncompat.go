@@ -9,6 +9,7 @@ import (
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -74,7 +75,11 @@ func (s *Service) compatibility(ctx context.Context, c *storagev1.ClusterRecord,
 	if err != nil || !ok {
 		return nil, err
 	}
-	return render(c, check, target, s.verdicts(addons, target), now, lastChange(c, addons)), nil
+	verdicts, err := s.verdicts(ctx, c, addons, target)
+	if err != nil {
+		return nil, err
+	}
+	return render(c, check, target, verdicts, now, lastChange(c, addons)), nil
 }
 
 // lastChange is the latest modification of the cluster record or any of
@@ -90,30 +95,38 @@ func lastChange(c *storagev1.ClusterRecord, addons []*storagev1.AddonRecord) tim
 }
 
 // verdicts judges every installed add-on, those being deleted left out,
-// against the target Kubernetes version.
-func (s *Service) verdicts(addons []*storagev1.AddonRecord, target string) []addonVerdict {
+// against the target Kubernetes version, with the catalogue as the
+// cluster's account sees it.
+func (s *Service) verdicts(ctx context.Context, c *storagev1.ClusterRecord, addons []*storagev1.AddonRecord, target string) ([]addonVerdict, error) {
 	var out []addonVerdict
 	for _, a := range addons {
 		if a.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETING {
 			continue
 		}
-		out = append(out, s.verdict(a, target))
+		entry, ok, err := s.catalog.Lookup(ctx, c.GetAccountId(), a.GetName())
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			entry = nil
+		}
+		out = append(out, verdict(entry, a, target))
 	}
-	return out
+	return out, nil
 }
 
-// verdict judges one add-on against the target Kubernetes version.
-func (s *Service) verdict(a *storagev1.AddonRecord, target string) addonVerdict {
+// verdict judges one add-on against the target Kubernetes version; entry
+// is its catalogue entry, nil when the catalogue has none.
+func verdict(entry *catalog.Addon, a *storagev1.AddonRecord, target string) addonVerdict {
 	v := addonVerdict{rec: a, versions: []string{}}
-	entry, ok := s.catalog.Addon(a.GetName())
-	if !ok {
+	if entry == nil {
 		return v
 	}
 	if cur, ok := entry.Version(a.GetSpec().GetVersion()); ok && cur.Compatible(target) {
 		v.compatible = true
 	}
 	for _, ver := range entry.Versions {
-		if ver.Compatible(target) {
+		if !ver.Retired && ver.Compatible(target) {
 			v.versions = append(v.versions, ver.Version)
 		}
 	}

@@ -38,7 +38,14 @@ func TestVerdict(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := s.verdict(addonRecord(tt.addon, tt.version), tt.next)
+			entry, ok, err := s.catalog.Lookup(t.Context(), "111122223333", tt.addon)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				entry = nil
+			}
+			v := verdict(entry, addonRecord(tt.addon, tt.version), tt.next)
 			if v.compatible != tt.compatible || !slices.Equal(v.versions, tt.versions) {
 				t.Fatalf("verdict = %t %v, want %t %v", v.compatible, v.versions, tt.compatible, tt.versions)
 			}

@@ -44,5 +44,9 @@ func (s *Service) RollbackBlockers(ctx context.Context, c *storagev1.ClusterReco
 	if err != nil {
 		return nil, err
 	}
-	return incompatible(s.verdicts(addons, target)), nil
+	verdicts, err := s.verdicts(ctx, c, addons, target)
+	if err != nil {
+		return nil, err
+	}
+	return incompatible(verdicts), nil
 }

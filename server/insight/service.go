@@ -69,14 +69,14 @@ type Service struct {
 	store    *store.Store
 	clusters Clusters
 	versions Versions
-	catalog  *catalog.Catalog
+	catalog  catalog.Source
 	now      func() time.Time
 	log      *slog.Logger
 }
 
 // NewService returns the insight service; now is the clock (time.Now when
 // nil).
-func NewService(st *store.Store, clusters Clusters, versions Versions, cat *catalog.Catalog, now func() time.Time, log *slog.Logger) *Service {
+func NewService(st *store.Store, clusters Clusters, versions Versions, cat catalog.Source, now func() time.Time, log *slog.Logger) *Service {
 	if now == nil {
 		now = time.Now
 	}
