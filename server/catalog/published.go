@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -15,10 +16,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// MaxPublishedBytes bounds the files of one published version. etcd keeps
-// a value below 1.5 MiB by default, and a bundle is manifests and a
-// schema, not images: the largest embedded version is far below this.
-const MaxPublishedBytes = 1 << 20
+// MaxPublishedBytes bounds the files of one published version. They
+// travel in one request to saltbush's gRPC port, which takes at most 1 MiB
+// per message, and are stored as one etcd value; a bundle is manifests and
+// a schema, not images, and the largest embedded version holds about 30
+// KiB.
+const MaxPublishedBytes = 768 << 10
 
 // Published is one add-on version an operator published, parsed and
 // validated exactly as the embedded catalogue is.
@@ -257,4 +260,68 @@ func Merge(embedded *Addon, offers []Offer, account string) (*Addon, bool) {
 	}
 	slices.SortFunc(a.Versions, func(x, y *Version) int { return CompareVersions(y.Version, x.Version) })
 	return &a, true
+}
+
+// ListedVersions returns the versions an addon.yaml lists, in its order.
+func ListedVersions(addonYAML []byte) ([]string, error) {
+	f, err := decodeAddonFile(addonYAML)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(f.Versions))
+	for _, v := range f.Versions {
+		out = append(out, v.Version)
+	}
+	return out, nil
+}
+
+// ReadVersion reads what publishing one version of an add-on directory
+// sends: addon.yaml and every regular file under the version's directory,
+// by slash path. It stops at the first file that would take the total past
+// MaxPublishedBytes, naming it, so that a directory holding something
+// large is refused before it is read whole.
+func ReadVersion(fsys fs.FS, version string) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	total := int64(0)
+	add := func(name string, d fs.DirEntry) error {
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s: not a regular file", name)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if total += info.Size(); total > MaxPublishedBytes {
+			return fmt.Errorf("%s: a published version may hold at most %d bytes, and with this file it holds %d", name, MaxPublishedBytes, total)
+		}
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return err
+		}
+		files[name] = b
+		return nil
+	}
+	info, err := fs.Stat(fsys, addonFileName)
+	if err != nil {
+		return nil, err
+	}
+	if err := add(addonFileName, fs.FileInfoToDirEntry(info)); err != nil {
+		return nil, err
+	}
+	if !fsValidPath(version) || strings.Contains(version, "/") {
+		return nil, fmt.Errorf("version %q is not a directory name", version)
+	}
+	err = fs.WalkDir(fsys, version, func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		return add(name, d)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return files, nil
 }

@@ -281,7 +281,8 @@ func (s *Service) SetRetired(ctx context.Context, addon, version string, retired
 	}
 	key := store.PublishedAddonVersionKey(addon, version)
 	var out *storagev1.PublishedAddonVersionRecord
-	_, err := store.Update(ctx, s.store, key, &storagev1.PublishedAddonVersionRecord{}, func(cur *storagev1.PublishedAddonVersionRecord, txn *store.Txn) error {
+	// Update writes cur back, guarded by its revision, when it changed.
+	_, err := store.Update(ctx, s.store, key, &storagev1.PublishedAddonVersionRecord{}, func(cur *storagev1.PublishedAddonVersionRecord, _ *store.Txn) error {
 		out = cur
 		if cur.GetRetired() == retired {
 			return nil // already so: nothing to write
@@ -291,7 +292,6 @@ func (s *Service) SetRetired(ctx context.Context, addon, version string, retired
 		if retired {
 			cur.RetiredAt = timestamppb.New(s.now())
 		}
-		txn.Put(key, cur)
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
