@@ -11,6 +11,7 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server/access"
+	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/oidc"
 	"github.com/saltbush/saltbush/store"
@@ -236,6 +237,21 @@ func (c *checker) checkRecords() {
 		}
 		if r.GetClusterUid() != it.caps["uid"] || r.GetUpdateId() != it.caps["id"] {
 			c.violate(InvKey, it.key, "deadline hint names update %s of cluster %s", r.GetUpdateId(), r.GetClusterUid())
+		}
+	})
+	decoded(c, famPublishedAddon, func(it *item, r *storagev1.PublishedAddonVersionRecord) {
+		p, err := catalog.ParseStored(r.GetFiles())
+		switch {
+		case r.GetAddonName() != it.caps["addon"] || r.GetVersion() != it.caps["version"]:
+			c.violate(InvKey, it.key, "published record of add-on %s version %s", r.GetAddonName(), r.GetVersion())
+		case err != nil:
+			c.violate(InvKey, it.key, "published files do not load: %v", err)
+		case p.Version.Addon.Name != r.GetAddonName() || p.Version.Version != r.GetVersion():
+			c.violate(InvKey, it.key, "published files are add-on %s version %s", p.Version.Addon.Name, p.Version.Version)
+		case r.GetDigest() != catalog.FilesDigest(r.GetFiles()):
+			c.violate(InvKey, it.key, "digest %s is not the files' %s", r.GetDigest(), catalog.FilesDigest(r.GetFiles()))
+		case r.GetRetired() != (r.GetRetiredAt() != nil) || r.GetPublishedAt() == nil:
+			c.violate(InvKey, it.key, "published %v, retired %t at %v", r.GetPublishedAt(), r.GetRetired(), r.GetRetiredAt())
 		}
 	})
 	for _, it := range c.byFamily[famElection] {

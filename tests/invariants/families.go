@@ -58,6 +58,7 @@ const (
 	famIssuedCertificate = "pki-issued"
 	famRevokedCert       = "pki-revoked"
 	famStoreMeta         = "store-meta"
+	famPublishedAddon    = "published-addon-version"
 )
 
 // families is every key family saltbush writes. A key that matches none
@@ -99,6 +100,8 @@ var families = []family{
 	{name: famIssuedCertificate, pattern: split("pki/issued/{serial}"), record: rec[*storagev1.IssuedCertificateRecord]},
 	{name: famRevokedCert, pattern: split("pki/revoked/{serial}"), record: rec[*storagev1.RevokedCertificateRecord]},
 	{name: famStoreMeta, pattern: split("meta/store"), record: rec[*storagev1.StoreMeta]},
+	// An add-on version an operator published (server/published).
+	{name: famPublishedAddon, pattern: split("catalog/addons/{addon}/{version}"), record: rec[*storagev1.PublishedAddonVersionRecord]},
 }
 
 func split(pattern string) []string { return strings.Split(pattern, "/") }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
 )
@@ -88,10 +90,26 @@ func assocARN(cluster, id string) string {
 
 var entryARN = "arn:aws:eks:" + region + ":" + acct + ":access-entry/alpha/role/" + acct + "/deployer/" + uidEntry
 
+// publishedRecord is the example private add-on's v1.1.0 as
+// PublishAddonVersion stores it.
+func publishedRecord() *storagev1.PublishedAddonVersionRecord {
+	files, err := catalog.ReadVersion(os.DirFS("../../docs/examples/private-addon/acme-agent"), "v1.1.0")
+	if err != nil {
+		panic(err)
+	}
+	p, err := catalog.ParsePublished(files, "v1.1.0")
+	if err != nil {
+		panic(err)
+	}
+	return &storagev1.PublishedAddonVersionRecord{AddonName: "acme-agent", Version: "v1.1.0", Files: p.Files, Digest: p.Digest,
+		PublishedAt: timestamppb.New(time.Unix(1_700_000_000, 0)), PublishedBy: "spiffe://saltbush/service/admin"}
+}
+
 func baseFixture() fixture {
 	now := timestamppb.New(time.Unix(1_800_000_000, 0))
 	f := fixture{}
 	f.put("meta/store", &storagev1.StoreMeta{TokenSigningKey: make([]byte, 32), CreatedAt: now})
+	f.put(store.PublishedAddonVersionKey("acme-agent", "v1.1.0"), publishedRecord())
 	// Identity.
 	f.put("iam/bootstrap", &storagev1.AccountRecord{AccountId: acct, Name: "bootstrap", CreatedAt: now})
 	f.put("iam/accounts/"+acct, &storagev1.AccountRecord{AccountId: acct, Name: "dev", CreatedAt: now})
@@ -323,6 +341,22 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				f[alphaAddon("kube-proxy")] = value{raw: encoded(t, f[store.ClusterKey(acct, "alpha")].rec)}
 			}},
 			want: []string{InvDecode}, detail: "fields unknown",
+		},
+		{
+			name: "a published version whose files are not what its digest says",
+			history: []func(*testing.T, fixture){func(_ *testing.T, f fixture) {
+				r := publishedRecord()
+				r.Files["v1.1.0/bundle/10-config.yaml"] = append([]byte("# changed\n"), r.Files["v1.1.0/bundle/10-config.yaml"]...)
+				f[store.PublishedAddonVersionKey("acme-agent", "v1.1.0")] = value{rec: r}
+			}},
+			want: []string{InvKey}, detail: "is not the files'",
+		},
+		{
+			name: "a published version under another version's key",
+			history: []func(*testing.T, fixture){func(_ *testing.T, f fixture) {
+				f[store.PublishedAddonVersionKey("acme-agent", "v1.2.0")] = value{rec: publishedRecord()}
+			}},
+			want: []string{InvKey}, detail: "published record of add-on acme-agent version v1.1.0",
 		},
 		{
 			name:    "bytes that are no protobuf",
