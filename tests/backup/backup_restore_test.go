@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,6 +33,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
@@ -383,6 +385,20 @@ func (e *env) ref(name string) *controlv1.ClusterRef {
 	return &controlv1.ClusterRef{AccountId: account, Name: name}
 }
 
+// publish publishes a version of the example private add-on
+// (docs/operators.md) through srv.
+func publish(t *testing.T, ctx context.Context, srv *servertest.Server, version string) {
+	t.Helper()
+	files, err := catalog.ReadVersion(os.DirFS("../../docs/examples/private-addon/acme-agent"), version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlv1.NewCatalogControlServiceClient(srv.GRPC(t)).PublishAddonVersion(ctx,
+		&controlv1.PublishAddonVersionRequest{Files: files, Version: version}); err != nil {
+		t.Fatalf("publish acme-agent %s: %v", version, err)
+	}
+}
+
 func corednsInput() *eks.CreateAddonInput {
 	return &eks.CreateAddonInput{ClusterName: aws.String(prod), AddonName: aws.String("coredns"),
 		ClientRequestToken: aws.String(corednsToken)}
@@ -406,6 +422,7 @@ func (e *env) populate(srv *servertest.Server, api *eks.Client) string {
 		}
 	}
 	admin := srv.GRPC(t)
+	publish(t, ctx, srv, "v1.1.0")
 	cc := controlv1.NewClusterControlServiceClient(admin)
 	if _, err := cc.SetStatus(ctx, &controlv1.SetStatusRequest{Cluster: e.ref(prod), Status: controlv1.ClusterStatus_CLUSTER_STATUS_ACTIVE,
 		Endpoint: "https://10.0.0.1:6443", PlatformVersion: "eks.1", CertificateAuthorityData: clustertest.CertificateAuthorityData(t)}); err != nil {
@@ -468,6 +485,7 @@ func (e *env) changeAfterSnapshot(srv *servertest.Server, api *eks.Client) {
 	if _, err := api.CreateAddon(ctx, &eks.CreateAddonInput{ClusterName: aws.String(prod), AddonName: aws.String("kube-proxy")}); err != nil {
 		t.Fatalf("CreateAddon kube-proxy: %v", err)
 	}
+	publish(t, ctx, srv, "v1.0.0")
 	list, err := api.ListPodIdentityAssociations(ctx, &eks.ListPodIdentityAssociationsInput{ClusterName: aws.String(prod)})
 	if err != nil || len(list.Associations) != 1 {
 		t.Fatalf("ListPodIdentityAssociations: %v, %v", list, err)
@@ -686,6 +704,8 @@ func describeAll(t *testing.T, ctx context.Context, api *eks.Client) map[string]
 	}
 	lc, err := api.ListClusters(ctx, &eks.ListClustersInput{})
 	put("clusters", lc.Clusters, err)
+	pv, err := api.DescribeAddonVersions(ctx, &eks.DescribeAddonVersionsInput{AddonName: aws.String("acme-agent")})
+	put("published add-on acme-agent", pv.Addons, err)
 	la, err := api.ListAddons(ctx, &eks.ListAddonsInput{ClusterName: aws.String(prod)})
 	put("add-ons", la.Addons, err)
 	for _, name := range la.Addons {
