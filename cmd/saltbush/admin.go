@@ -7,13 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
@@ -29,17 +29,32 @@ type adminFlags struct {
 	// tlsDir holds ca.crt, admin.crt and admin.key (saltbush serve writes
 	// them to DATA_DIR/pki); cacert, cert and key override single files.
 	tlsDir, cacert, cert, key, serverName string
+	// output is -o: table, json, yaml, or "" to choose by the terminal
+	// (outputFormat).
+	output string
 }
 
 func newAdminCommand() *cobra.Command {
 	af := &adminFlags{}
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "admin",
 		Short: "Operate a running saltbush over its gRPC API",
+		Long: "Operate a running saltbush over its gRPC API. Answers are printed as a table on a terminal and as " +
+			"JSON otherwise; -o table|json|yaml chooses. A server error is one line naming the AWS exception " +
+			"(docs/operators.md, \"The admin CLI\").",
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return bindEnv(cmd)
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			if af.output != "" && !slices.Contains(outputForms(), af.output) {
+				return fmt.Errorf("--output %q: want one of %s", af.output, strings.Join(outputForms(), ", "))
+			}
+			argsChecked(cmd)
+			return nil
 		},
-	}
+	})
+	cmd.PersistentFlags().StringVarP(&af.output, "output", "o", "", "output form: table, json or yaml (default: table on a terminal, json otherwise)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputForms(), cobra.ShellCompDirectiveNoFileComp))
 	cmd.PersistentFlags().StringVar(&af.addr, "grpc-addr", "127.0.0.1:9090", "saltbush gRPC address")
 	cmd.PersistentFlags().StringVar(&af.account, "account", "000000000000", "account that owns the cluster")
 	cmd.PersistentFlags().DurationVar(&af.timeout, "timeout", 10*time.Second, "request timeout")
@@ -50,8 +65,38 @@ func newAdminCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&af.serverName, "server-name", "", "name to verify the server certificate against (default: the host of --grpc-addr)")
 	cmd.AddCommand(newAdminClusterCommand(af), newAdminAddonCommand(af),
 		newAdminAccountCommand(af), newAdminServiceCommand(af), newAdminCertCommand(af), newAdminDeliveryCommand(af),
-		newAdminEtcdCommand())
+		newAdminEtcdCommand(af))
 	return cmd
+}
+
+// argIn checks that positional argument i, when given, is one of values
+// (in any case), so that a value outside them is a usage error found
+// before anything is dialled. name names the argument in the error.
+func argIn(i int, name string, values ...string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if i >= len(args) {
+			return nil
+		}
+		for _, v := range values {
+			if strings.EqualFold(args[i], v) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s %q: want one of %s", name, args[i], strings.Join(values, ", "))
+	}
+}
+
+// completeArg completes positional argument i with values, and nothing
+// else: the other arguments name clusters, add-ons and ARNs, never files.
+// (cobra's ValidArgs completes only the first argument; the fixed values
+// of these commands come later.)
+func completeArg(i int, values ...string) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) == i {
+			return values, cobra.ShellCompDirectiveNoFileComp
+		}
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
 }
 
 func (af *adminFlags) dial() (*grpc.ClientConn, error) {
@@ -84,18 +129,8 @@ func (af *adminFlags) dial() (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-func printJSON(m proto.Message) error {
-	// Zero values are printed too: an operator must see "accepted": false.
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(os.Stdout, string(b))
-	return err
-}
-
 func newAdminClusterCommand(af *adminFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "cluster", Short: "Cluster membership and lifecycle (the provisioner's API)"}
+	cmd := group(&cobra.Command{Use: "cluster", Short: "Cluster membership and lifecycle (the provisioner's API)"})
 	var uid string
 	cmd.PersistentFlags().StringVar(&uid, "uid", "", "act only on this incarnation of the cluster")
 
@@ -113,7 +148,7 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(resp)
+			return af.print(cmd, resp)
 		}
 	}
 
@@ -121,7 +156,9 @@ func newAdminClusterCommand(af *adminFlags) *cobra.Command {
 	var subnetIDs, securityGroupIDs, healthIssues []string
 	var clearHealthIssues bool
 	setStatus := &cobra.Command{
-		Use: "set-status CLUSTER ACTIVE|FAILED [REASON]", Short: "Mark a cluster ACTIVE or FAILED", Args: cobra.RangeArgs(2, 3),
+		Use: "set-status CLUSTER ACTIVE|FAILED [REASON]", Short: "Mark a cluster ACTIVE or FAILED",
+		Args:              cobra.MatchAll(cobra.RangeArgs(2, 3), argIn(1, "status", "ACTIVE", "FAILED")),
+		ValidArgsFunction: completeArg(1, "ACTIVE", "FAILED"),
 		RunE: run(func(ctx context.Context, c controlv1.ClusterControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error) {
 			st, ok := controlv1.ClusterStatus_value["CLUSTER_STATUS_"+strings.ToUpper(args[0])]
 			if !ok {

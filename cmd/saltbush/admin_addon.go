@@ -16,7 +16,7 @@ import (
 // delivery path lands it is how an operator (or the README's quickstart)
 // settles an add-on.
 func newAdminAddonCommand(af *adminFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "addon", Short: "Add-on internals: get, report (as the guest agent), ensure, release"}
+	cmd := group(&cobra.Command{Use: "addon", Short: "Add-on internals: get, report (as the guest agent), ensure, release"})
 
 	run := func(call func(ctx context.Context, c controlv1.AddonControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error)) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
@@ -32,7 +32,7 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := printJSON(resp); err != nil {
+			if err := af.print(cmd, resp); err != nil {
 				return err
 			}
 			// A report the server refused (stale generation, ...) is a
@@ -55,14 +55,16 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 
 	var generation int64
 	var issueCode, issueMessage string
+	phases := addonPhases()
 	report := &cobra.Command{
-		Use:   "report CLUSTER ADDON APPLIED|READY|FAILED|REMOVED",
-		Short: "Apply a guest report for the add-on's current generation (or --generation)",
-		Args:  cobra.ExactArgs(3),
+		Use:               "report CLUSTER ADDON " + strings.Join(phases, "|"),
+		Short:             "Apply a guest report for the add-on's current generation (or --generation)",
+		Args:              cobra.MatchAll(cobra.ExactArgs(3), argIn(2, "phase", phases...)),
+		ValidArgsFunction: completeArg(2, phases...),
 		RunE: run(func(ctx context.Context, c controlv1.AddonControlServiceClient, ref *controlv1.ClusterRef, args []string) (proto.Message, error) {
 			phase, ok := controlv1.AddonPhase_value["ADDON_PHASE_"+strings.ToUpper(args[1])]
 			if !ok || phase == 0 {
-				return nil, fmt.Errorf("phase %q: want APPLIED, READY, FAILED or REMOVED", args[1])
+				return nil, fmt.Errorf("phase %q: want one of %s", args[1], strings.Join(phases, ", "))
 			}
 			got, err := c.GetAddon(ctx, &controlv1.GetAddonRequest{Cluster: ref, AddonName: args[0]})
 			if err != nil {
@@ -115,4 +117,18 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 		}),
 	})
 	return cmd
+}
+
+// addonPhases are the phases a report may name: AddonPhase's values but
+// UNSPECIFIED, as the output prints them (APPLIED, READY, ...), read from
+// the enum so that a new phase is offered without a change here.
+func addonPhases() []string {
+	values := controlv1.AddonPhase(0).Descriptor().Values()
+	var phases []string
+	for i := range values.Len() {
+		if v := values.Get(i); v.Number() != 0 {
+			phases = append(phases, enumValueName(v))
+		}
+	}
+	return phases
 }

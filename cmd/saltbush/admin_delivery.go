@@ -12,7 +12,7 @@ import (
 // newAdminDeliveryCommand shows and steers a cluster's add-on delivery
 // (docs/delivery-protocol.md).
 func newAdminDeliveryCommand(af *adminFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "delivery", Short: "Add-on delivery: status, drain-executor"}
+	cmd := group(&cobra.Command{Use: "delivery", Short: "Add-on delivery: status, drain-executor"})
 	run := func(call func(ctx context.Context, c controlv1.DeliveryControlServiceClient, ref *controlv1.ClusterRef) (proto.Message, error)) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			conn, err := af.dial()
@@ -26,7 +26,7 @@ func newAdminDeliveryCommand(af *adminFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(resp)
+			return af.print(cmd, resp)
 		}
 	}
 	cmd.AddCommand(&cobra.Command{

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,9 +37,9 @@ const (
 // it (docs/operations.md, "Backup and restore").
 const defaultRevisionBump = 1_000_000_000
 
-func newAdminEtcdCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "etcd", Short: "Back up and restore saltbush's etcd (docs/operations.md, \"Backup and restore\")"}
-	snap := &cobra.Command{Use: "snapshot", Short: "etcd snapshots: save from a running etcd, inspect, restore into an embedded data directory"}
+func newAdminEtcdCommand(af *adminFlags) *cobra.Command {
+	cmd := group(&cobra.Command{Use: "etcd", Short: "Back up and restore saltbush's etcd (docs/operations.md, \"Backup and restore\")"})
+	snap := group(&cobra.Command{Use: "snapshot", Short: "etcd snapshots: save from a running etcd, inspect, restore into an embedded data directory"})
 	cmd.AddCommand(snap)
 
 	var dataDir, cacert, cert, key, username, password string
@@ -78,7 +78,7 @@ func newAdminEtcdCommand() *cobra.Command {
 			if _, err := mgr.Save(cmd.Context(), cfg, args[0]); err != nil {
 				return fmt.Errorf("snapshot %s: %w", eps[0], err)
 			}
-			return printSnapshotStatus(cmd, mgr, args[0])
+			return printSnapshotStatus(cmd, af, mgr, args[0])
 		},
 	}
 	f := save.Flags()
@@ -95,7 +95,7 @@ func newAdminEtcdCommand() *cobra.Command {
 		Short: "Print a snapshot file's revision, key count, size and hash (checking its integrity)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return printSnapshotStatus(cmd, snapshot.NewV3(zap.NewNop()), args[0])
+			return printSnapshotStatus(cmd, af, snapshot.NewV3(zap.NewNop()), args[0])
 		},
 	}
 
@@ -141,18 +141,23 @@ func newAdminEtcdCommand() *cobra.Command {
 	return cmd
 }
 
-func printSnapshotStatus(cmd *cobra.Command, mgr snapshot.Manager, path string) error {
+// printSnapshotStatus prints a snapshot file's status (reading it checks
+// its integrity) in the form -o chooses.
+func printSnapshotStatus(cmd *cobra.Command, af *adminFlags, mgr snapshot.Manager, path string) error {
 	st, err := mgr.Status(path)
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", path, err)
 	}
-	b, err := json.MarshalIndent(map[string]any{
+	hash := fmt.Sprintf("%08x", st.Hash)
+	return af.printDoc(cmd, map[string]any{
 		"file": path, "revision": st.Revision, "totalKeys": st.TotalKey, "totalSize": st.TotalSize,
-		"hash": fmt.Sprintf("%08x", st.Hash), "storageVersion": st.Version,
-	}, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
-	return err
+		"hash": hash, "storageVersion": st.Version,
+	}, []table{record("",
+		field{"File", path},
+		field{"Revision", strconv.FormatInt(st.Revision, 10)},
+		field{"Total keys", strconv.Itoa(st.TotalKey)},
+		field{"Total size", strconv.FormatInt(st.TotalSize, 10) + " bytes"},
+		field{"Hash", hash},
+		field{"Storage version", st.Version},
+	)})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,24 +14,22 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
-	"github.com/spf13/cobra"
 
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
-// runAdmin runs `saltbush admin ARGS...` in process and returns what it
-// printed.
+// runAdmin runs `saltbush admin ARGS...` in process as main does and
+// returns what it printed (JSON: the output is not a terminal), and an
+// error carrying stderr when it failed.
 func runAdmin(t *testing.T, ctx context.Context, args ...string) (string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "saltbush", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newAdminCommand())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs(append([]string{"admin"}, args...))
-	err := root.ExecuteContext(ctx)
-	return out.String(), err
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, append([]string{"admin"}, args...), &stdout, &stderr); code != exitOK {
+		return stdout.String(), fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
 // TestAdminEtcdSnapshot is the embedded-etcd procedure of

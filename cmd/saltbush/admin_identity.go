@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -35,7 +34,7 @@ func identityRun(af *adminFlags, call func(ctx context.Context, c controlv1.Iden
 		if err != nil {
 			return err
 		}
-		return printJSON(resp)
+		return af.print(cmd, resp)
 	}
 }
 
@@ -57,7 +56,7 @@ func readDocument(path string) (string, error) {
 // newAdminAccountCommand manages accounts, their principals, policies and
 // access keys: the identities the façade's SigV4 callers sign as.
 func newAdminAccountCommand(af *adminFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "account", Short: "Accounts, IAM users and roles, policies and access keys"}
+	cmd := group(&cobra.Command{Use: "account", Short: "Accounts, IAM users and roles, policies and access keys"})
 	cmd.AddCommand(&cobra.Command{
 		Use: "create ACCOUNT_ID [NAME]", Short: "Record a 12-digit account", Args: cobra.RangeArgs(1, 2),
 		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
@@ -93,6 +92,9 @@ func newAdminAccountCommand(af *adminFlags) *cobra.Command {
 		}),
 	}, &cobra.Command{
 		Use: "set-key-status ACCESS_KEY_ID Active|Inactive", Short: "Activate or deactivate an access key", Args: cobra.ExactArgs(2),
+		// The server checks the status (its message is AWS's); the shell
+		// offers the two it takes.
+		ValidArgsFunction: completeArg(1, "Active", "Inactive"),
 		RunE: identityRun(af, func(ctx context.Context, c controlv1.IdentityControlServiceClient, args []string) (proto.Message, error) {
 			return c.UpdateAccessKey(ctx, &controlv1.UpdateAccessKeyRequest{AccessKeyId: args[0], Status: args[1]})
 		}),
@@ -105,7 +107,7 @@ func newAdminAccountCommand(af *adminFlags) *cobra.Command {
 // Identity), how long its sessions last, and revoking the sessions issued
 // so far.
 func newAdminRoleCommand(af *adminFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "role", Short: "A role's trust policy, maximum session duration and sessions"}
+	cmd := group(&cobra.Command{Use: "role", Short: "A role's trust policy, maximum session duration and sessions"})
 	var trustFile string
 	var maxSession time.Duration
 	update := &cobra.Command{
@@ -154,7 +156,7 @@ func newAdminRoleCommand(af *adminFlags) *cobra.Command {
 
 // newAdminServiceCommand manages what service identities may do.
 func newAdminServiceCommand(af *adminFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "service", Short: "Service identities (spiffe://saltbush/service/NAME) and their policies"}
+	cmd := group(&cobra.Command{Use: "service", Short: "Service identities (spiffe://saltbush/service/NAME) and their policies"})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "put-policy NAME FILE|-",
 		Short: "Set a service's policy (saltbush:ActForAccount on arn:aws:iam::ACCOUNT:root delegates an account; saltbush:METHOD allows a control RPC)",
@@ -173,7 +175,7 @@ func newAdminServiceCommand(af *adminFlags) *cobra.Command {
 // newAdminCertCommand issues and revokes gRPC client certificates and
 // rotates the CA.
 func newAdminCertCommand(af *adminFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "cert", Short: "Certificates of the gRPC port: issue, revoke, rotate the CA"}
+	cmd := group(&cobra.Command{Use: "cert", Short: "Certificates of the gRPC port: issue, revoke, rotate the CA"})
 	var service, agent, outDir string
 	var ttl time.Duration
 	issue := &cobra.Command{
@@ -243,12 +245,7 @@ func newAdminCertCommand(af *adminFlags) *cobra.Command {
 					return err
 				}
 			}
-			b, err := json.MarshalIndent(out, "", "  ")
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintln(os.Stdout, string(b))
-			return err
+			return af.printDoc(cmd, out.doc(), out.tables())
 		},
 	}
 	issue.Flags().StringVar(&service, "service", "", "service name")
@@ -302,14 +299,29 @@ func newAdminCertCommand(af *adminFlags) *cobra.Command {
 // uses them. (Printing the RPC answer with its PEM fields blanked showed
 // "caBundlePem": "" beside a CA file that was not empty.)
 type issuedCertificate struct {
-	Serial   string `json:"serial"`
-	SpiffeID string `json:"spiffeId"`
-	// A JSON string, as protojson prints an int64 and as this command
-	// printed it before.
-	NotAfterEpochSeconds int64  `json:"notAfterEpochSeconds,string"`
-	KeyFile              string `json:"keyFile"`
-	CertificateFile      string `json:"certificateFile"`
-	CABundleFile         string `json:"caBundleFile"`
+	Serial, SpiffeID                       string
+	NotAfterEpochSeconds                   int64
+	KeyFile, CertificateFile, CABundleFile string
+}
+
+// doc is the JSON and YAML form, named as a response's fields would be.
+func (c issuedCertificate) doc() map[string]any {
+	return map[string]any{
+		"serial": c.Serial, "spiffeId": c.SpiffeID, "notAfterEpochSeconds": c.NotAfterEpochSeconds,
+		"keyFile": c.KeyFile, "certificateFile": c.CertificateFile, "caBundleFile": c.CABundleFile,
+	}
+}
+
+// tables is the table form.
+func (c issuedCertificate) tables() []table {
+	return []table{record("",
+		field{"Serial", c.Serial},
+		field{"SPIFFE ID", c.SpiffeID},
+		field{"Not after", epochCell(c.NotAfterEpochSeconds)},
+		field{"Key file", c.KeyFile},
+		field{"Certificate file", c.CertificateFile},
+		field{"CA bundle file", c.CABundleFile},
+	)}
 }
 
 // saveBundle replaces the CA bundle this CLI trusts.

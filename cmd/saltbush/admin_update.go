@@ -23,7 +23,8 @@ func newAdminCompleteUpdateCommand(af *adminFlags, uid *string) *cobra.Command {
 		Long: "Ends an InProgress cluster update: Successful moves the cluster to the update's Kubernetes version, " +
 			"Failed keeps it, Cancelled (a rollback whose cancellation CancelUpdate asked for) keeps it and cancels " +
 			"the update; either way the cluster is ACTIVE again.",
-		Args: cobra.ExactArgs(3),
+		Args:              cobra.MatchAll(cobra.ExactArgs(3), argIn(2, "outcome", updateOutcomes()...)),
+		ValidArgsFunction: completeArg(2, updateOutcomes()...),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &controlv1.CompleteUpdateRequest{
 				Cluster:         &controlv1.ClusterRef{AccountId: af.account, Name: args[0], Uid: *uid},
@@ -62,10 +63,14 @@ func newAdminCompleteUpdateCommand(af *adminFlags, uid *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(resp)
+			return af.print(cmd, resp)
 		},
 	}
 	cmd.Flags().StringVar(&platformVersion, "platform-version", "", "platform version after a successful update (eks.N; default the update's)")
 	cmd.Flags().StringArrayVar(&errs, "error", nil, "why it failed, CODE:MESSAGE[:RESOURCE,...] with an AWS ErrorCode (repeatable; Failed only)")
 	return cmd
 }
+
+// updateOutcomes are complete-update's outcomes, spelled as AWS spells an
+// update's status (DescribeUpdate).
+func updateOutcomes() []string { return []string{"Successful", "Failed", "Cancelled"} }

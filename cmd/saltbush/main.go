@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,26 +20,116 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 )
 
+// The exit codes (docs/operators.md, "The admin CLI").
+const (
+	exitOK = 0
+	// exitError: the command ran and failed (the server refused it, a file
+	// could not be read, a report was not accepted).
+	exitError = 1
+	// exitUsage: the command line is wrong (an unknown command or flag, a
+	// missing argument, a value outside the fixed ones); usage is shown.
+	exitUsage = 2
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	root := &cobra.Command{
-		Use:           "saltbush",
-		Short:         "EKS-compatible control plane for managed add-ons and access entries",
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the command line args with stdout and stderr and returns the
+// exit code. Tests run it in process as main does.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	return reportError(stderr, cmd, err)
+}
+
+func newRootCommand() *cobra.Command {
+	root := group(&cobra.Command{
+		Use:   "saltbush",
+		Short: "EKS-compatible control plane for managed add-ons and access entries",
+		// Errors are printed by reportError, once and on one line; cobra
+		// would print them and the usage to standard output.
 		SilenceUsage:  true,
 		SilenceErrors: true,
-	}
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			argsChecked(cmd)
+			return nil
+		},
+	})
+	// cobra adds `completion bash|zsh|fish|powershell` when it executes
+	// (docs/operators.md has the install lines), writing to SetOut's writer.
 	root.AddCommand(newServeCommand(), newAdminCommand())
-	if err := root.ExecuteContext(ctx); err != nil {
-		// A server error names its AWS exception (the ErrorInfo reason),
-		// as the AWS CLI does.
-		if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
-			fmt.Fprintf(os.Stderr, "saltbush: %s: %v\n", errdefs.FromGRPC(st).Exception, err)
-		} else {
-			fmt.Fprintln(os.Stderr, "saltbush:", err)
+	return root
+}
+
+// argsChecked marks that cmd's flags and arguments were accepted: an error
+// from now on is the command's, not the command line's, and comes without
+// the usage. Every PersistentPreRunE calls it last (cobra runs only the
+// nearest one).
+func argsChecked(cmd *cobra.Command) {
+	cmd.SilenceUsage = true
+}
+
+// reportError prints err on one line and returns the exit code. A server
+// error is printed as the AWS CLI names it, "ResourceNotFoundException: No
+// cluster found for name: x.", decoded from the gRPC status as the façade
+// decodes it (errdefs.FromGRPC: the ErrorInfo reason, or the code's
+// exception). An error of the command line is followed by cmd's usage.
+func reportError(w io.Writer, cmd *cobra.Command, err error) int {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		if st := se.GRPCStatus(); st.Code() != codes.OK {
+			e := errdefs.FromGRPC(st)
+			_, _ = fmt.Fprintf(w, "%s: %s\n", e.Exception, oneLine(e.Message))
+			return exitError
 		}
-		os.Exit(1)
 	}
+	_, _ = fmt.Fprintf(w, "saltbush: %s\n", oneLine(err.Error()))
+	// The root command is never past its checks (it only holds commands):
+	// its error is always an unknown command or flag.
+	if cmd != nil && (!cmd.SilenceUsage || !cmd.HasParent()) {
+		_, _ = fmt.Fprint(w, cmd.UsageString())
+		return exitUsage
+	}
+	return exitError
+}
+
+// oneLine keeps a message on one line, so that stderr has one line per
+// error for a log or a script.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// group finishes a command that only holds subcommands. Alone it shows its
+// help; with an unknown subcommand it fails with a usage error (cobra would
+// show the help and exit 0, and `admin clsuter get` would look like it
+// worked).
+func group(cmd *cobra.Command) *cobra.Command {
+	// cobra's own default, which only its root-command check applies.
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += fmt.Sprintf("; did you mean %q?", s[0])
+		}
+		return errors.New(msg)
+	}
+	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	return cmd
 }
 
 // bindEnv lets every flag of cmd be set from SALTBUSH_<FLAG_NAME> (dashes
