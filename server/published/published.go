@@ -48,11 +48,18 @@ type Service struct {
 
 // shelf is the published versions as of one listing of the prefix.
 type shelf struct {
-	// revs is every key under the prefix with its modification revision:
-	// a listing that finds the same is answered from this shelf.
-	revs map[string]int64
+	// entries are by key, each with the modification revision it was read
+	// at: a listing that finds the same keys at the same revisions is
+	// answered from this shelf, and a changed key is the only one re-read.
+	entries map[string]entry
 	// offers are by add-on name.
 	offers map[string][]catalog.Offer
+}
+
+type entry struct {
+	modRev int64
+	addon  string
+	offer  catalog.Offer
 }
 
 // New returns the service over st, serving embedded beside the published
@@ -62,7 +69,7 @@ func New(st *store.Store, embedded *catalog.Catalog, now func() time.Time, log *
 		now = time.Now
 	}
 	return &Service{store: st, embedded: embedded, now: now, log: log,
-		shelf: &shelf{revs: map[string]int64{}, offers: map[string][]catalog.Offer{}}, parsed: map[string]*catalog.Published{}}
+		shelf: &shelf{entries: map[string]entry{}, offers: map[string][]catalog.Offer{}}, parsed: map[string]*catalog.Published{}}
 }
 
 // Embedded returns the catalogue built into the binary.
@@ -126,41 +133,31 @@ func (s *Service) current(ctx context.Context) (*shelf, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sameRevs(s.shelf.revs, revs) {
+	if s.shelf.same(revs) {
 		return s.shelf, nil
 	}
-	next := &shelf{revs: revs, offers: map[string][]catalog.Offer{}}
-	for key := range revs {
-		rec := &storagev1.PublishedAddonVersionRecord{}
-		if _, err := s.store.Read(ctx, key, rec); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				continue // removed since the listing (a restore); the next lookup relists
-			}
-			return nil, fmt.Errorf("read %s: %w", key, err)
-		}
-		p, ok := s.parsed[rec.GetDigest()]
-		if !ok {
+	next := &shelf{entries: make(map[string]entry, len(revs)), offers: map[string][]catalog.Offer{}}
+	for key, modRev := range revs {
+		e, ok := s.shelf.entries[key]
+		if !ok || e.modRev != modRev {
 			var err error
-			if p, err = catalog.ParseStored(rec.GetFiles()); err != nil {
-				// Stored versions were validated when published; one that
-				// no longer parses (a newer loader is stricter) is left
-				// out, loudly, rather than failing every lookup.
-				s.log.Error("published add-on version does not load; not served", "key", key, "err", err)
+			if e, ok, err = s.load(ctx, key); err != nil {
+				return nil, err
+			}
+			if !ok {
 				continue
 			}
-			s.parsed[rec.GetDigest()] = p
 		}
-		if _, shadowed := s.embeddedVersion(rec.GetAddonName(), rec.GetVersion()); shadowed {
-			s.log.Warn("published add-on version is also embedded; the embedded one is served", "key", key)
+		next.entries[key] = e
+		if e.offer.Published != nil {
+			next.offers[e.addon] = append(next.offers[e.addon], e.offer)
 		}
-		name := rec.GetAddonName()
-		next.offers[name] = append(next.offers[name], catalog.Offer{Published: p, Accounts: rec.GetAccountIds(), Retired: rec.GetRetired()})
 	}
 	// Forget parsed versions no record names any more.
 	live := map[string]bool{}
-	for _, offers := range next.offers {
-		for _, o := range offers {
-			live[o.Published.Digest] = true
+	for _, e := range next.entries {
+		if e.offer.Published != nil {
+			live[e.offer.Published.Digest] = true
 		}
 	}
 	for d := range s.parsed {
@@ -172,12 +169,45 @@ func (s *Service) current(ctx context.Context) (*shelf, error) {
 	return next, nil
 }
 
-func sameRevs(a, b map[string]int64) bool {
-	if len(a) != len(b) {
+// load reads and parses one record for the shelf: false when it is gone,
+// an entry without an offer when it does not load. The caller holds s.mu.
+func (s *Service) load(ctx context.Context, key string) (entry, bool, error) {
+	rec := &storagev1.PublishedAddonVersionRecord{}
+	modRev, err := s.store.Read(ctx, key, rec)
+	if errors.Is(err, store.ErrNotFound) {
+		return entry{}, false, nil // removed since the listing (a restore); the next lookup relists
+	}
+	if err != nil {
+		return entry{}, false, fmt.Errorf("read %s: %w", key, err)
+	}
+	p, ok := s.parsed[rec.GetDigest()]
+	if !ok {
+		if p, err = catalog.ParseStored(rec.GetFiles()); err != nil {
+			// Stored versions were validated when published; one that no
+			// longer loads (a newer loader is stricter) is left out, loudly,
+			// rather than failing every lookup.
+			// Kept without an offer, so that it is not read again until
+			// it changes.
+			s.log.Error("published add-on version does not load; not served", "key", key, "err", err)
+			return entry{modRev: modRev, addon: rec.GetAddonName()}, true, nil
+		}
+		s.parsed[rec.GetDigest()] = p
+	}
+	if _, shadowed := s.embeddedVersion(rec.GetAddonName(), rec.GetVersion()); shadowed {
+		s.log.Warn("published add-on version is also embedded; the embedded one is served", "key", key)
+	}
+	return entry{modRev: modRev, addon: rec.GetAddonName(),
+		offer: catalog.Offer{Published: p, Accounts: rec.GetAccountIds(), Retired: rec.GetRetired()}}, true, nil
+}
+
+// same reports whether a listing found exactly the shelf's keys at the
+// shelf's revisions.
+func (sh *shelf) same(revs map[string]int64) bool {
+	if len(sh.entries) != len(revs) {
 		return false
 	}
-	for k, v := range a {
-		if b[k] != v {
+	for k, e := range sh.entries {
+		if revs[k] != e.modRev {
 			return false
 		}
 	}
