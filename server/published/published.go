@@ -337,7 +337,7 @@ func (s *Service) SetRetired(ctx context.Context, addon, version string, retired
 	return toAPI(out, p), nil
 }
 
-// List lists the published versions (ListPublishedAddonVersions).
+// ListPublished lists the published versions (ListPublishedAddonVersions).
 func (s *Service) ListPublished(ctx context.Context, addon string) ([]*controlv1.PublishedAddonVersion, error) {
 	recs, err := s.records(ctx, addon)
 	if err != nil {
