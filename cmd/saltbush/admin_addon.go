@@ -116,6 +116,7 @@ func newAdminAddonCommand(af *adminFlags) *cobra.Command {
 			return c.ReleaseAddon(ctx, &controlv1.ReleaseAddonRequest{Cluster: ref, AddonName: args[0], Reference: args[1]})
 		}),
 	})
+	cmd.AddCommand(newAdminPublishCommands(af)...)
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -447,6 +448,21 @@ func TestAdminGolden(t *testing.T) {
 		})
 	}
 
+	// Publishing: the example private add-on under a name of its own per
+	// form (published versions are immutable), both versions, one retired
+	// and unretired, the listing.
+	for _, form := range forms {
+		t.Run("catalog/"+form, func(t *testing.T) {
+			name := "acme-agent-" + form
+			dir := privateAddon(t, name)
+			g.know(dir, "<dir>")
+			g.golden(t, ctx, form, "addon-publish", "addon", "publish", dir)
+			g.golden(t, ctx, form, "addon-retire", "addon", "retire", name, "v1.0.0")
+			g.golden(t, ctx, form, "addon-unretire", "addon", "unretire", name, "v1.0.0")
+			g.golden(t, ctx, form, "addon-list-published", "addon", "list-published", name)
+		})
+	}
+
 	for i, form := range forms {
 		t.Run("identity/"+form, func(t *testing.T) {
 			account := fmt.Sprintf("10000000000%d", i+1)
@@ -507,6 +523,34 @@ func TestAdminGolden(t *testing.T) {
 	}
 }
 
+// privateAddon copies docs/examples/private-addon/acme-agent into a
+// temporary directory as the add-on name.
+func privateAddon(t *testing.T, name string) string {
+	t.Helper()
+	src := os.DirFS(filepath.Join("..", "..", "docs", "examples", "private-addon", "acme-agent"))
+	dir := t.TempDir()
+	err := fs.WalkDir(src, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dir, p), 0o750)
+		}
+		b, err := fs.ReadFile(src, p)
+		if err != nil {
+			return err
+		}
+		if p == "addon.yaml" {
+			b = []byte(strings.Replace(string(b), "name: acme-agent\n", "name: "+name+"\n", 1))
+		}
+		return os.WriteFile(filepath.Join(dir, p), b, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
@@ -530,6 +574,14 @@ func TestAdminErrors(t *testing.T) {
 	}
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.db")
+	// The example private add-on with a schema that refuses its own example.
+	brokenAddon := privateAddon(t, "acme-agent")
+	schema := filepath.Join(brokenAddon, "v1.1.0", "schema.json")
+	b, err := os.ReadFile(schema) //nolint:gosec // G304: the test's own copy
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, schema, strings.Replace(string(b), `"logLevel": "debug"`, `"logLevel": "verbose"`, 1))
 	policy := filepath.Join(dir, "policy.json")
 	writeFile(t, policy, `{"Version":"2012-10-17","Statement":[]}`)
 	for _, tt := range []struct {
@@ -554,6 +606,10 @@ func TestAdminErrors(t *testing.T) {
 			"saltbush: policy document: open " + missing + ": no such file or directory", false},
 		{"cert", []string{"cert", "revoke", "not-hex"}, exitError,
 			`InvalidParameterException: Certificate serial "not-hex" is not lower-case hex.`, false},
+		{"addon publish: a version the directory breaks", []string{"addon", "publish", brokenAddon}, exitError,
+			"saltbush: " + brokenAddon + ": addon acme-agent version v1.1.0: schema.json: examples[0] does not satisfy the schema", false},
+		{"addon retire", []string{"addon", "retire", "acme-agent", "v9.0.0"}, exitError,
+			"ResourceNotFoundException: No published version v9.0.0 of addon acme-agent.", false},
 		{"etcd", []string{"etcd", "snapshot", "status", missing}, exitError,
 			"saltbush: snapshot " + missing + ": ", false},
 		{"missing argument", []string{"cluster", "get"}, exitUsage,

@@ -135,6 +135,9 @@ func tableRenderers() map[protoreflect.FullName]renderer {
 			return append([]table{record("", field{"Deleting", yesNo(r.GetDeleting())})}, addonTables(r.GetAddon())...)
 		}),
 
+		// addon publish, retire, unretire, list-published (admin_catalog.go)
+		nameOf[*controlv1.ListPublishedAddonVersionsResponse](): typed(publishedTables),
+
 		// delivery
 		nameOf[*controlv1.GetDeliveryStatusResponse](): typed(deliveryTables),
 		nameOf[*controlv1.DrainExecutorResponse](): typed(func(r *controlv1.DrainExecutorResponse) []table {
