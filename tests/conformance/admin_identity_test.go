@@ -81,7 +81,9 @@ func (c *aidCLI) ok(t *testing.T, stdin string, args ...string) map[string]any {
 }
 
 // fails runs a command that must fail: non-zero exit, nothing on stdout,
-// and on stderr the gRPC code and the AWS-style message the server gave.
+// and on stderr one line: the AWS exception the server's gRPC code carries
+// and its message ("ResourceNotFoundException: …"), or "saltbush: …" for a
+// failure before any call (code OK).
 func (c *aidCLI) fails(t *testing.T, stdin string, code codes.Code, msg string, args ...string) {
 	t.Helper()
 	stdout, stderr, err := c.run(t, stdin, args...)
@@ -93,9 +95,19 @@ func (c *aidCLI) fails(t *testing.T, stdin string, code codes.Code, msg string, 
 	if strings.TrimSpace(stdout) != "" {
 		t.Errorf("saltbush admin %s failed but printed %q", strings.Join(args, " "), stdout)
 	}
-	if !strings.HasPrefix(stderr, "saltbush: ") || !strings.Contains(stderr, msg) ||
-		(code != codes.OK && !strings.Contains(stderr, "code = "+code.String()+" ")) {
-		t.Errorf("saltbush admin %s: stderr %q, want code %s and %q", strings.Join(args, " "), stderr, code, msg)
+	prefix := map[codes.Code]string{
+		codes.OK:               "saltbush: ",
+		codes.InvalidArgument:  errdefs.InvalidParameterException + ": ",
+		codes.NotFound:         errdefs.ResourceNotFoundException + ": ",
+		codes.AlreadyExists:    errdefs.ResourceInUseException + ": ",
+		codes.PermissionDenied: errdefs.AccessDeniedException + ": ",
+		codes.Unavailable:      errdefs.ServiceUnavailableException + ": ",
+	}[code]
+	if prefix == "" {
+		t.Fatalf("fails: no exception for code %s", code)
+	}
+	if !strings.HasPrefix(stderr, prefix) || !strings.Contains(stderr, msg) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("saltbush admin %s: stderr %q, want one line starting %q with %q", strings.Join(args, " "), stderr, prefix, msg)
 	}
 }
 
