@@ -241,6 +241,19 @@ func insightsRefreshRecordV1() proto.Message {
 	}
 }
 
+func publishedAddonVersionRecordV1() proto.Message {
+	return &storagev1.PublishedAddonVersionRecord{
+		AddonName: "acme-agent", Version: "v1.1.0",
+		Files: map[string][]byte{
+			"addon.yaml":                   []byte("name: acme-agent\n"),
+			"v1.1.0/schema.json":           []byte(`{"type":"object"}`),
+			"v1.1.0/bundle/10-config.yaml": []byte("apiVersion: v1\nkind: ConfigMap\n"),
+		},
+		AccountIds: []string{"111122223333"}, Digest: "sha256:0d5b8362d8dc5333d32bbd026ba735aeb72b1a1a4064b5243225fc7a7b9899a7",
+		PublishedAt: goldenT, PublishedBy: "spiffe://saltbush/service/admin", Retired: true, RetiredAt: goldenT,
+	}
+}
+
 func TestStorageGoldenEncodings(t *testing.T) {
 	tests := []struct {
 		file   string
@@ -272,6 +285,7 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"OpenIDConnectProviderRecord.v1.binpb", openIDConnectProviderRecordV1},
 		{"ServiceAccountIssuerRecord.v1.binpb", serviceAccountIssuerRecordV1},
 		{"InsightsRefreshRecord.v1.binpb", insightsRefreshRecordV1},
+		{"PublishedAddonVersionRecord.v1.binpb", publishedAddonVersionRecordV1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
