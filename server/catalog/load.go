@@ -129,15 +129,7 @@ func loadAddon(fsys fs.FS, dir string) (*Addon, error) {
 	if err := checkAddonFile(f); err != nil {
 		return nil, fail("%v", err)
 	}
-	a := &Addon{
-		Name:             f.Name,
-		Type:             f.Type,
-		Publisher:        f.Publisher,
-		Owner:            f.Owner,
-		DefaultNamespace: f.DefaultNamespace,
-		Hidden:           f.Hidden,
-		byVersion:        map[string]*Version{},
-	}
+	a := newAddon(f)
 	for _, vf := range f.Versions {
 		if _, dup := a.byVersion[vf.Version]; dup {
 			return nil, fail("version %s is listed twice", vf.Version)
@@ -208,6 +200,19 @@ func decodeAddonFile(raw []byte) (addonFile, error) {
 		return f, fmt.Errorf("%s: %v", addonFileName, err)
 	}
 	return f, nil
+}
+
+// newAddon is the add-on addon.yaml describes, without versions yet.
+func newAddon(f addonFile) *Addon {
+	return &Addon{
+		Name:             f.Name,
+		Type:             f.Type,
+		Publisher:        f.Publisher,
+		Owner:            f.Owner,
+		DefaultNamespace: f.DefaultNamespace,
+		Hidden:           f.Hidden,
+		byVersion:        map[string]*Version{},
+	}
 }
 
 // checkAddonFile checks addon.yaml's add-on level fields.

@@ -130,15 +130,7 @@ func parsePublished(files map[string][]byte) (*Published, error) {
 	for name, b := range files {
 		fsys[path.Join(f.Name, name)] = &fstest.MapFile{Data: b}
 	}
-	a := &Addon{
-		Name:             f.Name,
-		Type:             f.Type,
-		Publisher:        f.Publisher,
-		Owner:            f.Owner,
-		DefaultNamespace: f.DefaultNamespace,
-		Hidden:           f.Hidden,
-		byVersion:        map[string]*Version{},
-	}
+	a := newAddon(f)
 	v, err := loadVersion(fsys, a, f.Versions[0])
 	if err != nil {
 		// loadVersion names the add-on and version; the files are
