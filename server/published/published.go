@@ -72,9 +72,6 @@ func New(st *store.Store, embedded *catalog.Catalog, now func() time.Time, log *
 		shelf: &shelf{entries: map[string]entry{}, offers: map[string][]catalog.Offer{}}, parsed: map[string]*catalog.Published{}}
 }
 
-// Embedded returns the catalogue built into the binary.
-func (s *Service) Embedded() *catalog.Catalog { return s.embedded }
-
 var _ catalog.Source = (*Service)(nil)
 
 // Lookup implements catalog.Source.
