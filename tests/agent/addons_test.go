@@ -24,10 +24,18 @@ import (
 
 // Bounds of the waits (never timings under test: a busy machine may be
 // slow, the outcome must be the same).
+//
+// waitDeleted is longer: an add-on with CRDs is gone only when the
+// kube-apiserver's CRD finalizer has emptied them, and on a saturated
+// machine the first attempts can find the new CRD's watch cache still
+// initializing ("could not list instances: storage is (re)initializing").
+// The finalizer's work queue then backs off exponentially (5 ms doubling,
+// up to 1000 s), so a deletion that hit a few such attempts completes
+// minutes later, not never.
 const (
 	waitActive  = 3 * time.Minute
 	waitChange  = 3 * time.Minute
-	waitDeleted = 3 * time.Minute
+	waitDeleted = 8 * time.Minute
 )
 
 // createAddon creates an add-on through the SDK.
