@@ -270,7 +270,7 @@ func testDeleteAddon(t *testing.T, e *env) {
 		o.MinDelay, o.MaxDelay = 200*time.Millisecond, time.Second
 	})
 	in := &eks.DescribeAddonInput{ClusterName: aws.String(e.cluster), AddonName: aws.String(addonName)}
-	if err := w.Wait(e.ctx(waitTimeout), in, waitTimeout); err != nil {
+	if err := w.Wait(e.ctx(deleteTimeout), in, deleteTimeout); err != nil {
 		t.Fatalf("add-on not deleted: %v", err)
 	}
 	_, err := e.k8s.AppsV1().Deployments(addonNamespace).Get(e.ctx(30*time.Second), addonDeployment, metav1.GetOptions{})

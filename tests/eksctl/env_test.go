@@ -37,9 +37,15 @@ const (
 
 // commandTimeout bounds one eksctl command; waitTimeout is what --wait
 // commands are given (eksctl's own --timeout), below it.
+//
+// deleteTimeout bounds the wait for the deleted add-on (argocd, with CRDs)
+// to be gone: on a saturated machine the kube-apiserver's CRD finalizer can
+// find a new CRD's watch cache still initializing and back off
+// exponentially, so the CRDs go minutes later (tests/agent waits as long).
 const (
 	commandTimeout = 5 * time.Minute
 	waitTimeout    = 4 * time.Minute
+	deleteTimeout  = 8 * time.Minute
 )
 
 // env is the test's world: saltbush, one ACTIVE cluster on the shared
