@@ -69,6 +69,12 @@ func (s *Service) desiredSet(ctx context.Context, c *storagev1.ClusterRecord, kv
 			continue
 		}
 		a, err := s.desiredAddon(ctx, c.GetAccountId(), facts, rec)
+		var unread *catalogueReadError
+		if errors.As(err, &unread) {
+			// The store did not answer: this snapshot fails and is read
+			// again, rather than leaving the add-on out of the set.
+			return nil, time.Time{}, err
+		}
 		var missing *catalog.MissingFactError
 		if errors.As(err, &missing) {
 			s.log.Info("add-on waits for a cluster fact; left out of the desired set", "cluster_uid", c.GetUid(),
@@ -135,6 +141,14 @@ func arnRegion(arn string) string {
 	return a.Region
 }
 
+// catalogueReadError is a catalogue lookup that failed in the store
+// (published versions are read from etcd), as opposed to an add-on the
+// catalogue cannot render.
+type catalogueReadError struct{ err error }
+
+func (e *catalogueReadError) Error() string { return "read the add-on catalogue: " + e.err.Error() }
+func (e *catalogueReadError) Unwrap() error { return e.err }
+
 func (s *Service) desiredAddon(ctx context.Context, account string, facts clusterFacts, rec *storagev1.AddonRecord) (*deliveryv1.DesiredAddon, error) {
 	spec := rec.GetSpec()
 	a := &deliveryv1.DesiredAddon{
@@ -147,7 +161,7 @@ func (s *Service) desiredAddon(ctx context.Context, account string, facts cluste
 	}
 	cat, ok, err := s.catalog.Lookup(ctx, account, rec.GetName())
 	if err != nil {
-		return nil, err
+		return nil, &catalogueReadError{err: err}
 	}
 	if !ok {
 		return nil, fmt.Errorf("add-on %q is not in the catalogue", rec.GetName())
