@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/saltbush/saltbush/audit"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/gateway/sigv4"
-	"github.com/saltbush/saltbush/server/audit"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/validation"
 )
 

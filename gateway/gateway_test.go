@@ -8,7 +8,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 )
 
 // rootOf authenticates every request as one account's root: this test is

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/pki"
 )
 

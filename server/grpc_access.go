@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/saltbush/saltbush/audit"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/audit"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/throttle"
 )
 

@@ -11,8 +11,8 @@ import (
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/idempotency"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/store"
 )

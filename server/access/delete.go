@@ -3,7 +3,7 @@ package access
 import (
 	"context"
 
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/store"
 )
 

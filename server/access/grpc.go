@@ -7,8 +7,8 @@ import (
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/validation"
 	"github.com/saltbush/saltbush/store"
 )

@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )

@@ -11,7 +11,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 )
 
 // StatusName is the EKS name of an add-on status (CREATING, ...).

@@ -6,8 +6,8 @@ import (
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/catalog"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/paging"
 )
 

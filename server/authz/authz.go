@@ -12,9 +12,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/saltbush/saltbush/audit"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/audit"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/policy"
 )
 

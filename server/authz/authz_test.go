@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltbush/saltbush/audit"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/audit"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store/storetest"
 )
 

@@ -13,7 +13,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/store"
 )
 

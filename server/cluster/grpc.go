@@ -6,8 +6,8 @@ import (
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/server/validation"
 )

@@ -14,7 +14,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/store"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 )
 
 // agentStream is one admitted stream. As in etcd's watch server, two

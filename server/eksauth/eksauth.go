@@ -25,10 +25,10 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/oidc"
 	"github.com/saltbush/saltbush/store"
 )

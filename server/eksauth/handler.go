@@ -14,10 +14,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/saltbush/saltbush/audit"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/gateway"
-	"github.com/saltbush/saltbush/server/audit"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 )
 
 // path is the operation's route; the cluster name is matched loosely here

@@ -8,7 +8,7 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 )
 
 // Certificates is the gRPC port's certificate authority (server/pki).

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/validation"
 )
 

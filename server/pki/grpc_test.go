@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/store/storetest"
 	"github.com/saltbush/saltbush/tlsclient"
 )

@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/storetest"
 	"github.com/saltbush/saltbush/tlsclient"

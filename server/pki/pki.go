@@ -5,7 +5,7 @@
 // (pki/revoked/{serial}). Each replica keeps the trust bundle and the
 // revocation list in memory from a watch, and the gRPC server's TLS config
 // and interceptors here turn a verified client certificate into the caller's
-// identity (server/identity). Nothing is taken from request metadata.
+// identity (identity). Nothing is taken from request metadata.
 //
 // Rotation adds a CA and makes it the issuer in one compare-and-swap; the
 // old CAs stay in the bundle, so certificates they issued keep working until

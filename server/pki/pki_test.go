@@ -20,7 +20,7 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/storetest"
 	"github.com/saltbush/saltbush/tlsclient"

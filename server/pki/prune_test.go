@@ -6,7 +6,7 @@ import (
 	"time"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/store"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )

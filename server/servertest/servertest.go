@@ -33,10 +33,10 @@ import (
 	grpccreds "google.golang.org/grpc/credentials"
 
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/tlsclient"
 )

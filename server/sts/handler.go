@@ -32,12 +32,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/saltbush/saltbush/audit"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/gateway"
-	"github.com/saltbush/saltbush/server/audit"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/oidc"
 )
 

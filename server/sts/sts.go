@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/policy"
 )
 

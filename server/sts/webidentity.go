@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/oidc"
 )
 

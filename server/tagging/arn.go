@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 )
 
 // ARN is a parsed EKS resource ARN:

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 )
 
 // Resource is one taggable resource type. Implementations return

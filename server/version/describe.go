@@ -6,7 +6,7 @@ import (
 	"time"
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/paging"
 )
 

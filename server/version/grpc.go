@@ -5,9 +5,9 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
 	"github.com/saltbush/saltbush/server/cluster"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/server/validation"
 )

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/saltbush/saltbush/guest/agent"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 )
 

@@ -19,8 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 )
 

@@ -39,7 +39,7 @@ import (
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/tests/fakeagent"

@@ -22,7 +22,7 @@ import (
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/guest/hostlink"
-	"github.com/saltbush/saltbush/server/identity"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/tests/fakeagent"

@@ -30,11 +30,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tlsclient"
 )

@@ -25,8 +25,8 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/catalog"
-	"github.com/saltbush/saltbush/server/identity"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/tlsclient"
