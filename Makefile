@@ -2,6 +2,10 @@
 # pinned tools (tools/go.mod) themselves; nothing needs installing first.
 
 GO        ?= go
+# The project builds with go1.27.3, which the go command fetches through the
+# Go module proxy on first use: the machines' own Go is older and lacks
+# security fixes of the standard library (tools/vulndb/accepted.txt).
+export GOTOOLCHAIN := go1.27.3
 BUF       := $(GO) tool -modfile=tools/go.mod buf
 # golangci-lint and govulncheck share tools/go.mod with buf and the protoc
 # plugins: adding them left the build list of those tools unchanged, so api/
