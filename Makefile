@@ -24,7 +24,7 @@ GOTEST    ?= $(GO) test
 # Every test runs under the race detector.
 TESTFLAGS ?= -count=1 -race -timeout=20m
 
-.PHONY: all build run test generate check-generated lint vulndb vulndb-selftest breaking baseline contract-selftest unit fuzz-short fuzz bench kube eksctl node images-verify examples-verify demo
+.PHONY: all build run test checks generate check-generated lint vulndb vulndb-selftest breaking baseline contract-selftest unit fuzz-short fuzz bench kube eksctl node images-verify examples-verify demo
 
 all: build
 
@@ -36,7 +36,24 @@ run: build
 	./bin/saltbush serve
 
 ## test: generated-code check, lint, breaking-change check, their self-test, all tests (race detector on).
-test: check-generated lint breaking contract-selftest vulndb-selftest images-verify examples-verify unit fuzz-short
+## check-generated runs first: it rewrites api/, which everything else
+## builds. Then three chains run side by side: unit, fuzz-short, and the
+## other checks one after another. unit is the longest and mostly waits on
+## real processes (etcd, kube-apiserver, the node's pods, timeouts the
+## tests wait out): its user+sys time is a fraction of its wall time, and
+## the CPU-bound checks and fuzzing use the cores it leaves idle.
+test: check-generated
+	$(MAKE) --no-print-directory -j3 unit fuzz-short checks
+
+## checks: every check of `make test` beside check-generated and the tests,
+## one after another.
+checks:
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory breaking
+	$(MAKE) --no-print-directory contract-selftest
+	$(MAKE) --no-print-directory vulndb-selftest
+	$(MAKE) --no-print-directory images-verify
+	$(MAKE) --no-print-directory examples-verify
 
 ## generate: regenerate the contracts module's code, api/saltbush and
 ## api/openapi (Go, gRPC, gateway, OpenAPI), from api/proto/.
@@ -190,8 +207,16 @@ $(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum)
 	done
 	touch $@
 
+## unit: every test of both modules. go test starts packages in the order
+## it is given them, -p at a time: the longest are named first so that
+## they do not start last and set the run's length alone. Most packages
+## wait on real processes far more than they compute, so UNIT_P runs more
+## of them at once than the machine has cores.
+SLOW_PACKAGES := ./tests/faults ./tests/addons ./tests/eksctl ./tests/agent ./tests/access \
+	./tests/nodetest ./tests/conformance ./tests/clients ./server/delivery
+UNIT_P ?= 4
 unit: kube eksctl node
-	SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) $(GOTEST) $(TESTFLAGS) ./...
+	SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) $(GOTEST) $(TESTFLAGS) -p $(UNIT_P) $(SLOW_PACKAGES) ./...
 	cd api && $(GOTEST) $(TESTFLAGS) ./...
 
 ## fuzz-short: explore briefly every parser that takes outside bytes, one
