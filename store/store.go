@@ -1,11 +1,3 @@
-// Package store is saltbush's etcd layer: record codecs, exclusive creates,
-// read-modify-CAS updates, multi-op transactions, paged listing with signed
-// continuation tokens, and resumable watches. Every key it takes is relative
-// to the configured root prefix (default /saltbush/); keys.go says where each
-// resource lives.
-//
-// Errors are mapped to the sentinels below once, here; callers wrap them
-// with resource names and never look at etcd's own errors.
 package store
 
 import (

@@ -55,6 +55,12 @@ type op struct {
 	value []byte
 	ttl   time.Duration
 	lease clientv3.LeaseID
+	// keepLease writes the value on the lease the key is on (etcd's
+	// ignore_lease): a read-modify-write of a record that lives on a lease
+	// (an agent's session) must not detach it and make it immortal. The
+	// put fails unless the key exists, which the mod revision compare
+	// that always comes with it guarantees.
+	keepLease bool
 }
 
 // NewTxn returns an empty transaction.
@@ -95,6 +101,14 @@ func (t *Txn) CreateWithTTL(key string, rec proto.Message, ttl time.Duration) *T
 func (t *Txn) Update(key string, rec proto.Message, modRev int64) *Txn {
 	t.cmps = append(t.cmps, cmp{kind: cmpModRev, key: key, rev: modRev})
 	t.ops = append(t.ops, op{kind: opPut, key: key, value: t.encode(rec)})
+	return t
+}
+
+// updateKeepingLease is Update on the lease the key is on: GuaranteedUpdate
+// changes a record's value, never its lifetime.
+func (t *Txn) updateKeepingLease(key string, rec proto.Message, modRev int64) *Txn {
+	t.Update(key, rec, modRev)
+	t.ops[len(t.ops)-1].keepLease = true
 	return t
 }
 
@@ -208,6 +222,9 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 			var opts []clientv3.OpOption
 			if o.lease != 0 {
 				opts = append(opts, clientv3.WithLease(o.lease))
+			}
+			if o.keepLease {
+				opts = append(opts, clientv3.WithIgnoreLease())
 			}
 			if o.ttl > 0 {
 				lease, err := s.leases.get(ctx, o.ttl)

@@ -23,8 +23,10 @@ type UpdateFunc func(cur proto.Message, txn *Txn) error
 // lost race the transaction's Else branch returns the winning value, and the
 // loop retries from it without another read. If update leaves the record
 // unchanged and adds no writes, nothing is written (its guards, if it added
-// any, are still checked in a transaction without writes). The final record
-// is left in into; the returned revision is its mod revision.
+// any, are still checked in a transaction without writes). The record is
+// written back on the lease it is on, if any: an update changes a record's
+// value, never its lifetime. The final record is left in into; the returned
+// revision is its mod revision.
 //
 // If a guard added by update fails while the record itself is unchanged, the
 // guard is what stopped the write: ErrConflict is returned, not retried (and
@@ -78,7 +80,7 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Mes
 			// in a transaction without writes.
 			txn.RequireModRevision(key, modRev)
 		} else {
-			txn.Update(key, cur, modRev)
+			txn.updateKeepingLease(key, cur, modRev)
 		}
 
 		res, elseResp, err := s.commit(ctx, txn, []clientv3.Op{clientv3.OpGet(s.Key(key))})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
@@ -532,5 +533,78 @@ func TestConflictBackoffGrows(t *testing.T) {
 	}
 	if store.ConflictBackoffBound(5) <= store.ConflictBackoffBound(2) {
 		t.Error("the bound does not grow with lost races")
+	}
+}
+
+// GuaranteedUpdate changes a record's value, never its lifetime: a record
+// on a lease (an agent's session) stays on it, also when the update is
+// retried after a lost race, and a record on none is not put on one.
+func TestGuaranteedUpdateKeepsLease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		leased   bool
+		raceOnce bool // another writer moves the record during the first attempt
+	}{
+		{name: "NoLease"},
+		{name: "NoLeaseAfterLostRace", raceOnce: true},
+		{name: "OnLease", leased: true},
+		{name: "OnLeaseAfterLostRace", leased: true, raceOnce: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			ctx := testContext(t)
+			var lease clientv3.LeaseID
+			txn := store.NewTxn()
+			if tc.leased {
+				g, err := s.Client().Grant(ctx, 600)
+				if err != nil {
+					t.Fatalf("Grant: %v", err)
+				}
+				lease = g.ID
+				t.Cleanup(func() { _, _ = s.Client().Revoke(context.Background(), lease) })
+				txn.PutWithLease("c", cluster("c"), lease)
+			} else {
+				txn.Put("c", cluster("c"))
+			}
+			mustCommit(t, s, txn)
+
+			var attempts atomic.Int32
+			_, err := store.Update(ctx, s, "c", &storagev1.ClusterRecord{}, func(rec *storagev1.ClusterRecord, _ *store.Txn) error {
+				if attempts.Add(1) == 1 && tc.raceOnce {
+					// The rival keeps the record's lease, as an Ack does.
+					rival := store.NewTxn()
+					if tc.leased {
+						rival.PutWithLease("c", cluster("rival"), lease)
+					} else {
+						rival.Put("c", cluster("rival"))
+					}
+					mustCommit(t, s, rival)
+				}
+				rec.KubernetesVersion = "1.35"
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("Update: %v", err)
+			}
+			wantAttempts := int32(1)
+			if tc.raceOnce {
+				wantAttempts = 2
+			}
+			if got := attempts.Load(); got != wantAttempts {
+				t.Errorf("update ran %d times, want %d", got, wantAttempts)
+			}
+			resp, err := s.Client().Get(ctx, s.Key("c"))
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("Get: %v (%d keys)", err, len(resp.Kvs))
+			}
+			if got := clientv3.LeaseID(resp.Kvs[0].Lease); got != lease {
+				t.Errorf("record on lease %x, want %x", got, lease)
+			}
+			if got, _ := getCluster(t, s, "c"); got.GetKubernetesVersion() != "1.35" {
+				t.Errorf("stored %v, want the update applied", got)
+			}
+		})
 	}
 }
