@@ -301,9 +301,12 @@ func TestViewRelistsAfterCompaction(t *testing.T) {
 	s := newStoreAt(t, client, uniquePrefix(t))
 	v := runView(t, s, store.ViewOptions{MaxWait: 100 * time.Millisecond, Client: clientFor(t, "http://"+link.Addr())})
 	put(t, s, store.ClusterKey("111122223333", "gone"), "gone")
-	put(t, s, store.ClusterKey("111122223333", "kept"), "kept")
-	if !v.Sync(testContext(t)) {
-		t.Fatal("view did not sync")
+	kept := put(t, s, store.ClusterKey("111122223333", "kept"), "kept")
+	// Await, not Sync: Sync gives up after MaxWait, which a loaded
+	// machine can exceed; here the view must hold both records before
+	// it is cut off, however long that takes.
+	if err := v.Await(testContext(t), kept); err != nil {
+		t.Fatalf("view did not sync: %v", err)
 	}
 
 	// Cut the view off, change things, and compact the history it missed.
