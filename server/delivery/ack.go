@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
@@ -30,26 +28,28 @@ func (a *agentStream) acked(ctx context.Context, ack *deliveryv1.Ack) error {
 	// Only over this stream's own record, on the lease it is on: a newer
 	// stream of the instance owns the key (and its lease) now, and an Ack
 	// late on the old stream must not move the session back onto the old
-	// lease. Read, then written guarded by what was read.
-	for range 3 {
-		rec, kv, err := a.s.ownSession(ctx, a.session)
-		if err != nil || rec == nil {
-			return err // expired or replaced: nothing to record
-		}
-		rec.AckedVersion, rec.AckedDigest, rec.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
-		res, err := a.s.store.Commit(ctx, store.NewTxn().
-			RequireModRevision(a.session.key, kv.ModRevision).
-			PutWithLease(a.session.key, rec, clientv3.LeaseID(kv.Lease)))
-		if err == nil {
-			// The sender need not ask etcd whose the session is when it
-			// sees the key move to this revision: it is this write.
-			a.ownWrite.Store(res.Revision)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
+	// lease. Update keeps the record on its lease.
+	rev, err := store.Update(ctx, a.s.store, a.session.key, &storagev1.AgentSessionRecord{},
+		func(rec *storagev1.AgentSessionRecord, _ *store.Txn) error {
+			if !a.session.owns(rec) {
+				return errNotOwnSession
+			}
+			rec.AckedVersion, rec.AckedDigest, rec.AckedAt = set.GetVersion(), set.GetDigest(), timestamppb.Now()
+			return nil
+		})
+	switch {
+	case err == nil:
+		// The sender need not ask etcd whose the session is when it
+		// sees the key move to this revision: it is this write.
+		a.ownWrite.Store(rev)
+		return nil
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, errNotOwnSession):
+		return nil // expired or replaced: nothing to record
+	case errors.Is(err, store.ErrConflict):
+		// Every attempt lost the race: the next Ack records its set.
+		return nil
 	}
-	return nil
+	return err
 }
 
 // leave removes the session of a removed member that acknowledged its
@@ -81,16 +81,28 @@ func (a *agentStream) leave(ctx context.Context) error {
 // successor without waiting for the session to expire.
 func (a *agentStream) fenceAcked(ctx context.Context, epoch int64) error {
 	sn, _ := a.watch.current()
-	e := sn.executorOrNil()
-	if e == nil || e.GetInstanceId() != a.instance || e.GetEpoch() != epoch || !e.GetDraining() || e.GetFenceAcked() {
+	if !a.acknowledges(sn.executorOrNil(), epoch) {
 		return nil
 	}
-	next := proto.Clone(e).(*storagev1.ExecutorRecord)
-	next.FenceAcked = true
-	key := store.ExecutorKey(a.uid)
-	_, err := a.s.store.Commit(ctx, store.NewTxn().Update(key, next, sn.executorRev))
-	if errors.Is(err, store.ErrConflict) {
+	// Decided again on the record as stored: the watch's may be behind.
+	_, err := store.Update(ctx, a.s.store, store.ExecutorKey(a.uid), &storagev1.ExecutorRecord{},
+		func(e *storagev1.ExecutorRecord, _ *store.Txn) error {
+			if a.acknowledges(e, epoch) {
+				e.FenceAcked = true
+			}
+			return nil
+		})
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
+		// No executor any more, or every attempt lost the race: the
+		// watch brings what replaced it.
 		return nil
 	}
 	return err
+}
+
+// acknowledges reports whether a fence acknowledgement of this stream's
+// instance for epoch is news to executor record e: e names the instance
+// at that epoch, draining, and not yet acknowledged.
+func (a *agentStream) acknowledges(e *storagev1.ExecutorRecord, epoch int64) bool {
+	return e != nil && e.GetInstanceId() == a.instance && e.GetEpoch() == epoch && e.GetDraining() && !e.GetFenceAcked()
 }

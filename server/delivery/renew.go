@@ -194,11 +194,21 @@ func (s *Service) ownSession(ctx context.Context, ss *session) (*storagev1.Agent
 	if err := store.Decode(kv.Value, rec); err != nil {
 		return nil, nil, fmt.Errorf("session %s: %w", ss.key, err)
 	}
-	if rec.GetInstanceId() != ss.rec.GetInstanceId() || rec.GetBootId() != ss.rec.GetBootId() ||
-		rec.GetReplica() != ss.rec.GetReplica() || !proto.Equal(rec.GetConnectedAt(), ss.rec.GetConnectedAt()) {
+	if !ss.owns(rec) {
 		return nil, nil, nil
 	}
 	return rec, kv, nil
+}
+
+// errNotOwnSession ends an update of a session key that holds another
+// stream's session.
+var errNotOwnSession = errors.New("the key holds another stream's session")
+
+// owns reports whether rec, as stored at the session's key, is this
+// stream's session (see ownSession).
+func (ss *session) owns(rec *storagev1.AgentSessionRecord) bool {
+	return rec.GetInstanceId() == ss.rec.GetInstanceId() && rec.GetBootId() == ss.rec.GetBootId() &&
+		rec.GetReplica() == ss.rec.GetReplica() && proto.Equal(rec.GetConnectedAt(), ss.rec.GetConnectedAt())
 }
 
 // retire moves the session of an ended stream off the replica's lease

@@ -605,3 +605,58 @@ func TestStreamEndsWhenItsSessionIsAnotherStreams(t *testing.T) {
 		})
 	}
 }
+
+// An Ack is recorded in the stream's own session, which stays on its
+// lease (so it still runs out with it); a session of a newer stream of
+// the instance at the key is left as it is.
+func TestAckRecordedOnOwnSessionOnly(t *testing.T) {
+	s, _, etcd := lossyService(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := s.renewer.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.renewer.release(lease)
+
+	for _, tc := range []struct {
+		name       string
+		replaced   bool // a newer stream of the instance wrote the key
+		wantDigest string
+	}{
+		{name: "Own", wantDigest: "digest-7"},
+		{name: "Replaced", replaced: true, wantDigest: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := store.SessionKey("uid-ack-"+tc.name, "i-a")
+			rec := &storagev1.AgentSessionRecord{InstanceId: "i-a", BootId: "boot-1", Replica: s.cfg.Replica, ConnectedAt: timestamppb.Now()}
+			stored := rec
+			if tc.replaced {
+				stored = &storagev1.AgentSessionRecord{InstanceId: "i-a", BootId: "boot-2", Replica: s.cfg.Replica, ConnectedAt: timestamppb.Now()}
+			}
+			if _, err := s.store.Commit(ctx, store.NewTxn().PutWithLease(key, stored, lease.id)); err != nil {
+				t.Fatal(err)
+			}
+			ss := &session{key: key, rec: rec, lease: lease}
+			a := &agentStream{s: s, watch: &clusterWatch{}, uid: "uid-ack-" + tc.name, instance: "i-a", session: ss, left: make(chan struct{})}
+			a.lastSet.Store(&deliveryv1.DesiredSet{Version: 7, Nonce: "nonce-7", Digest: "digest-7"})
+			if err := a.acked(ctx, &deliveryv1.Ack{Version: 7, Nonce: "nonce-7"}); err != nil {
+				t.Fatalf("acked: %v", err)
+			}
+			resp, err := etcd.Get(ctx, s.store.Key(key))
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("Get: %v (%d keys)", err, len(resp.Kvs))
+			}
+			got := &storagev1.AgentSessionRecord{}
+			if err := store.Decode(resp.Kvs[0].Value, got); err != nil {
+				t.Fatal(err)
+			}
+			if got.GetAckedDigest() != tc.wantDigest || got.GetBootId() != stored.GetBootId() {
+				t.Errorf("session %v, want boot %s with acked digest %q", got, stored.GetBootId(), tc.wantDigest)
+			}
+			if l := clientv3.LeaseID(resp.Kvs[0].Lease); l != lease.id {
+				t.Errorf("session on lease %x, want the replica's lease %x", l, lease.id)
+			}
+		})
+	}
+}
