@@ -170,26 +170,46 @@ func (s *Service) PutPolicy(ctx context.Context, account, name, document string)
 		return nil, fmt.Errorf("put policy %s of %s: %w", name, account, err)
 	}
 	now := timestamppb.New(s.now())
-	rec := &storagev1.PolicyRecord{AccountId: account, Name: name, Document: document, CreatedAt: now, ModifiedAt: now}
-	txn := store.NewTxn().RequireExists(accountKey(account))
-	prior := &storagev1.PolicyRecord{}
-	rev, err := s.store.Get(ctx, policyKey(account, name), prior)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		txn.Create(policyKey(account, name), rec)
-	case err != nil:
-		return nil, fmt.Errorf("put policy %s of %s: %w", name, account, err)
-	default:
-		rec.CreatedAt = prior.GetCreatedAt()
-		txn.Update(policyKey(account, name), rec, rev)
+	key := policyKey(account, name)
+	inUse := func() error {
+		return errdefs.ResourceInUse("Policy %s of account %s changed concurrently; retry.", name, account)
 	}
-	if _, err := s.store.Commit(ctx, txn); err != nil {
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrExists) {
-			return nil, errdefs.ResourceInUse("Policy %s of account %s changed concurrently; retry.", name, account)
+	for {
+		// A policy that exists is replaced, keeping when it was created,
+		// in a transaction that checks the account still exists.
+		out := &storagev1.PolicyRecord{}
+		_, err := store.Update(ctx, s.store, key, out, func(rec *storagev1.PolicyRecord, txn *store.Txn) error {
+			rec.AccountId, rec.Name, rec.Document, rec.ModifiedAt = account, name, document, now
+			txn.RequireExists(accountKey(account))
+			return nil
+		})
+		switch {
+		case err == nil:
+			return out, nil
+		case errors.Is(err, store.ErrConflict):
+			// The account went away meanwhile, or every attempt lost
+			// the race.
+			return nil, inUse()
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, fmt.Errorf("put policy %s of %s: %w", name, account, err)
 		}
-		return nil, fmt.Errorf("put policy %s of %s: %w", name, account, err)
+		rec := &storagev1.PolicyRecord{AccountId: account, Name: name, Document: document, CreatedAt: now, ModifiedAt: now}
+		_, err = s.store.Commit(ctx, store.NewTxn().Create(key, rec).RequireExists(accountKey(account)))
+		switch {
+		case err == nil:
+			return rec, nil
+		case errors.Is(err, store.ErrExists):
+			// Made meanwhile: replace that one.
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("put policy %s of %s: %w", name, account, err)
+			}
+			continue
+		case errors.Is(err, store.ErrConflict):
+			return nil, inUse()
+		default:
+			return nil, fmt.Errorf("put policy %s of %s: %w", name, account, err)
+		}
 	}
-	return rec, nil
 }
 
 // AttachPolicy attaches an account policy to one of its principals, in one
