@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/policy"
 	"github.com/saltbush/saltbush/store"
@@ -180,5 +183,59 @@ func TestMasterKey(t *testing.T) {
 	}
 	if _, err := ParseMasterKey("AAAA"); err == nil {
 		t.Fatal("a 3-byte master key was accepted")
+	}
+}
+
+// Concurrent PutPolicy calls of one name all succeed, whether they find
+// the policy or make it: the last one's document stands, and the policy
+// keeps when it was first created.
+func TestPutPolicyConcurrent(t *testing.T) {
+	svc, st := newTestService(t)
+	ctx := ctxT(t)
+	if _, err := svc.CreateAccount(ctx, "111122223333", ""); err != nil {
+		t.Fatal(err)
+	}
+	doc := func(i int) string {
+		return fmt.Sprintf(`{"Statement":[{"Effect":"Allow","Action":"eks:Describe*","Resource":"arn:aws:eks:us-east-1:111122223333:cluster/c%d"}]}`, i)
+	}
+	for _, tc := range []struct {
+		name     string
+		existing bool
+	}{
+		{name: "Create", existing: false},
+		{name: "Replace", existing: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var created *storagev1.PolicyRecord
+			if tc.existing {
+				rec, err := svc.PutPolicy(ctx, "111122223333", tc.name, doc(-1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				created = rec
+			}
+			const writers = 8
+			var wg sync.WaitGroup
+			errs := make([]error, writers)
+			for i := range writers {
+				wg.Go(func() { _, errs[i] = svc.PutPolicy(ctx, "111122223333", tc.name, doc(i)) })
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("writer %d: %v", i, err)
+				}
+			}
+			got := &storagev1.PolicyRecord{}
+			if _, err := st.Get(ctx, policyKey("111122223333", tc.name), got); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(got.GetDocument(), "cluster/c") {
+				t.Errorf("document %s, want one of the writers'", got.GetDocument())
+			}
+			if created != nil && !got.GetCreatedAt().AsTime().Equal(created.GetCreatedAt().AsTime()) {
+				t.Errorf("created at %v, want %v as first put", got.GetCreatedAt().AsTime(), created.GetCreatedAt().AsTime())
+			}
+		})
 	}
 }
