@@ -118,6 +118,30 @@ func (e *Error) WithField(name, value string) *Error {
 	return &c
 }
 
+// WithField adds a modelled member (clusterName, addonName) to err when it
+// is an API error; any other error passes unchanged, since only API errors
+// reach the caller with their members.
+func WithField(err error, name, value string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.WithField(name, value)
+	}
+	return err
+}
+
+// Wrap adds context to an internal error; an API error passes as it is,
+// since its message is what the caller sees. A nil err stays nil.
+func Wrap(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
+
 // WithCause returns a copy of e that unwraps to cause.
 func (e *Error) WithCause(cause error) *Error {
 	c := *e

@@ -101,3 +101,45 @@ func TestToGRPCIgnoresBuriedStatus(t *testing.T) {
 		t.Errorf("ToGRPC(own status) = %v", got)
 	}
 }
+
+func TestWithFieldAndWrap(t *testing.T) {
+	api := errdefs.NotFound("No cluster found for name: a.")
+	internal := errors.New("etcd: request timed out")
+	cases := []struct {
+		name       string
+		err        error
+		wantField  bool
+		wantText   string
+		wantIsSame bool
+	}{
+		{name: "nil stays nil", err: nil},
+		{name: "API error gains the member and keeps its message", err: api, wantField: true,
+			wantText: "ResourceNotFoundException: No cluster found for name: a."},
+		{name: "wrapped API error too", err: fmt.Errorf("read: %w", api), wantField: true,
+			wantText: "ResourceNotFoundException: No cluster found for name: a."},
+		{name: "internal error is wrapped with context", err: internal, wantText: "read cluster \"a\": etcd: request timed out",
+			wantIsSame: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			withField := errdefs.WithField(tc.err, "clusterName", "a")
+			wrapped := errdefs.Wrap(withField, "read cluster %q", "a")
+			if tc.err == nil {
+				if withField != nil || wrapped != nil {
+					t.Fatalf("WithField, Wrap of nil = %v, %v", withField, wrapped)
+				}
+				return
+			}
+			var e *errdefs.Error
+			if got := errors.As(wrapped, &e) && e.Fields["clusterName"] == "a"; got != tc.wantField {
+				t.Errorf("clusterName member present = %v, want %v (%v)", got, tc.wantField, wrapped)
+			}
+			if wrapped.Error() != tc.wantText {
+				t.Errorf("Error() = %q, want %q", wrapped.Error(), tc.wantText)
+			}
+			if tc.wantIsSame && !errors.Is(wrapped, tc.err) {
+				t.Errorf("Wrap lost the cause %v", tc.err)
+			}
+		})
+	}
+}

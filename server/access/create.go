@@ -2,7 +2,6 @@ package access
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -12,6 +11,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/store"
@@ -27,71 +27,51 @@ const (
 // ResourceInUseException), and the write is guarded by the cluster
 // record's revision. With a clientRequestToken the request is idempotent.
 func (s *Service) Create(ctx context.Context, req *eksv1.CreateAccessEntryRequest) (*storagev1.AccessEntryRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	cn := req.GetClusterName()
+	who, ref, err := clusterscope.Ref(ctx, cn)
 	if err != nil {
 		return nil, err
 	}
-	cn := req.GetClusterName()
 	tok, err := idempotency.New(who.AccountID, opCreateAccessEntry, req)
 	if err != nil {
-		return nil, withCluster(err, cn)
+		return nil, errdefs.WithField(err, "clusterName", cn)
 	}
 	var rec *storagev1.AccessEntryRecord
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, who, cn, true)
-		if err != nil {
-			return err
-		}
-		var p Principal
-		if rec, p, err = s.newRecord(ctx, who, c, req); err != nil {
-			return err
-		}
-		key := store.AccessEntryKey(c.GetUid(), p.Canonical())
-		txn := store.NewTxn().
-			Create(key, rec).
-			RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
-		tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
-		_, err = s.store.Commit(ctx, txn)
-		if errors.Is(err, store.ErrExists) {
-			if prior, rerr := s.replay(ctx, tok, cn); prior != nil || rerr != nil {
-				rec = prior
-				return rerr
+	err = s.scopes.Create(ctx, s.store, ref, clusterscope.Creation{
+		Build: func(ctx context.Context, sc clusterscope.Scope) (*store.Txn, error) {
+			r, p, err := s.newRecord(ctx, who, sc.Cluster, req)
+			if err != nil {
+				return nil, err
 			}
+			rec = r
+			key := store.AccessEntryKey(sc.UID(), p.Canonical())
+			txn := store.NewTxn().Create(key, rec)
+			tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
+			return txn, nil
+		},
+		Replay: func(ctx context.Context, _ clusterscope.Scope) (bool, error) {
+			rec = &storagev1.AccessEntryRecord{}
+			return s.replay(ctx, tok, cn, rec)
+		},
+		Exists: func(_ context.Context, _ clusterscope.Scope, err error) error {
 			return errdefs.ResourceInUse("The specified access entry resource is already in use on this cluster.").
 				WithField("clusterName", cn).WithCause(err)
-		}
-		return err
+		},
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "create access entry for %q on cluster %q", req.GetPrincipalArn(), cn)
+		return nil, errdefs.Wrap(err, "create access entry for %q on cluster %q", req.GetPrincipalArn(), cn)
 	}
 	s.log.InfoContext(ctx, "access entry created", "account", who.AccountID, "cluster", cn,
 		"principal", rec.GetPrincipalArn(), "type", TypeName(rec.GetType()), "uid", rec.GetUid())
 	return rec, nil
 }
 
-// replay answers a request whose token was used before: the entry it
-// created or changed, if that entry still exists; an error for a token
-// used with different parameters; nil, nil for an unknown token.
-func (s *Service) replay(ctx context.Context, tok idempotency.Token, cluster string) (*storagev1.AccessEntryRecord, error) {
-	prior, err := tok.Lookup(ctx, s.store)
-	if err != nil {
-		return nil, withCluster(err, cluster)
-	}
-	if prior == nil {
-		return nil, nil
-	}
-	rec := &storagev1.AccessEntryRecord{}
-	_, err = s.store.Get(ctx, prior.GetResourceKey(), rec)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("read the access entry of an earlier request: %w", err)
-	}
-	if err != nil || rec.GetUid() != prior.GetResourceUid() {
-		return nil, errdefs.ResourceInUse(
-			"The clientRequestToken was already used for an access entry that no longer exists.").
-			WithField("clusterName", cluster)
-	}
-	return rec, nil
+// replay reads into rec the entry an earlier request with tok created or
+// changed (idempotency.Replay): found false for an unknown token.
+func (s *Service) replay(ctx context.Context, tok idempotency.Token, cluster string, rec *storagev1.AccessEntryRecord) (bool, error) {
+	found, err := idempotency.Replay(ctx, s.store, tok, rec, (*storagev1.AccessEntryRecord).GetUid,
+		errdefs.ResourceInUse("The clientRequestToken was already used for an access entry that no longer exists."))
+	return found, errdefs.WithField(err, "clusterName", cluster)
 }
 
 // newRecord validates a CreateAccessEntry request and builds its record.

@@ -11,8 +11,8 @@ import (
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/accesspolicy"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
@@ -45,11 +45,11 @@ func scopeFromAPI(cluster string, s *eksv1.AccessScope) (storagev1.AccessScopeTy
 // scope of the association it already has (one per policy). associatedAt
 // is kept; modifiedAt moves only when the scope changed.
 func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolicyRequest) (*storagev1.AccessEntryRecord, *storagev1.AssociatedPolicyRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	cn := req.GetClusterName()
+	_, ref, err := clusterscope.Ref(ctx, cn)
 	if err != nil {
 		return nil, nil, err
 	}
-	cn := req.GetClusterName()
 	if _, ok := s.policies.Lookup(req.GetPolicyArn()); !ok {
 		return nil, nil, invalid(cn, "The policyArn %s is not a valid access policy. ListAccessPolicies lists them.", clip(req.GetPolicyArn()))
 	}
@@ -58,8 +58,8 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 		return nil, nil, err
 	}
 	rec := &storagev1.AccessEntryRecord{}
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		return s.updateEntry(ctx, who, cn, req.GetPrincipalArn(), rec, func(r *storagev1.AccessEntryRecord, _ string, _ *store.Txn) error {
+	err = s.scopes.Write(ctx, ref, func(sc clusterscope.Scope) error {
+		return s.updateEntry(ctx, sc, req.GetPrincipalArn(), rec, func(r *storagev1.AccessEntryRecord, _ string, _ *store.Txn) error {
 			if err := associable(cn, r.GetType(), req.GetPolicyArn()); err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func (s *Service) Associate(ctx context.Context, req *eksv1.AssociateAccessPolic
 		})
 	})
 	if err != nil {
-		return nil, nil, wrapUnlessAPI(err, "associate %q with access entry %q of cluster %q", req.GetPolicyArn(), req.GetPrincipalArn(), cn)
+		return nil, nil, errdefs.Wrap(err, "associate %q with access entry %q of cluster %q", req.GetPolicyArn(), req.GetPrincipalArn(), cn)
 	}
 	i := slices.IndexFunc(rec.GetPolicies(), func(p *storagev1.AssociatedPolicyRecord) bool { return p.GetPolicyArn() == req.GetPolicyArn() })
 	return rec, rec.GetPolicies()[i], nil
@@ -110,12 +110,12 @@ func associable(cluster string, t storagev1.AccessEntryType, policyArn string) e
 // Disassociate removes one association; a policy that is not associated
 // is a ResourceNotFoundException.
 func (s *Service) Disassociate(ctx context.Context, cluster, principalArn, policyArn string) error {
-	who, err := identity.AccountCaller(ctx)
+	_, ref, err := clusterscope.Ref(ctx, cluster)
 	if err != nil {
 		return err
 	}
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		return s.updateEntry(ctx, who, cluster, principalArn, &storagev1.AccessEntryRecord{}, func(r *storagev1.AccessEntryRecord, _ string, _ *store.Txn) error {
+	err = s.scopes.Write(ctx, ref, func(sc clusterscope.Scope) error {
+		return s.updateEntry(ctx, sc, principalArn, &storagev1.AccessEntryRecord{}, func(r *storagev1.AccessEntryRecord, _ string, _ *store.Txn) error {
 			i := slices.IndexFunc(r.GetPolicies(), func(p *storagev1.AssociatedPolicyRecord) bool { return p.GetPolicyArn() == policyArn })
 			if i < 0 {
 				return errdefs.NotFound("The policy %s is not associated with the access entry of %s.", clip(policyArn), clip(principalArn)).
@@ -125,7 +125,7 @@ func (s *Service) Disassociate(ctx context.Context, cluster, principalArn, polic
 			return nil
 		})
 	})
-	return wrapUnlessAPI(err, "disassociate %q from access entry %q of cluster %q", policyArn, principalArn, cluster)
+	return errdefs.Wrap(err, "disassociate %q from access entry %q of cluster %q", policyArn, principalArn, cluster)
 }
 
 // ListAssociated returns one page of an entry's associations, in policy
@@ -138,7 +138,7 @@ func (s *Service) ListAssociated(ctx context.Context, cluster, principalArn stri
 	}
 	limit, err := paging.Limit(maxResults)
 	if err != nil {
-		return nil, "", withCluster(err, cluster)
+		return nil, "", errdefs.WithField(err, "clusterName", cluster)
 	}
 	// The scope names the entry incarnation: a token does not continue a
 	// listing of another entry, or of a recreated one.

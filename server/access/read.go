@@ -7,7 +7,8 @@ import (
 	"slices"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
@@ -64,14 +65,15 @@ func sameEntry(cluster string, r *storagev1.AccessEntryRecord, principalArn stri
 
 // Describe returns one entry of the caller's cluster.
 func (s *Service) Describe(ctx context.Context, cluster, principalArn string) (*storagev1.AccessEntryRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	_, ref, err := clusterscope.Ref(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
-	c, _, err := s.cluster(ctx, who, cluster, false)
+	sc, err := s.scopes.Read(ctx, ref, clusterscope.FromView)
 	if err != nil {
 		return nil, err
 	}
+	c := sc.Cluster
 	// From the read view: the record may be shared with other readers and
 	// is only converted or copied from, never changed.
 	rec, _, err := s.getWith(ctx, store.ReadShared[*storagev1.AccessEntryRecord], c, principalArn)
@@ -83,14 +85,15 @@ func (s *Service) Describe(ctx context.Context, cluster, principalArn string) (*
 // page may hold fewer than maxResults entries (even none) and still have a
 // nextToken: the filter runs over one page of the store.
 func (s *Service) List(ctx context.Context, cluster, policyArn string, maxResults *int32, nextToken string) ([]string, string, error) {
-	who, err := identity.AccountCaller(ctx)
+	_, ref, err := clusterscope.Ref(ctx, cluster)
 	if err != nil {
 		return nil, "", err
 	}
-	c, _, err := s.cluster(ctx, who, cluster, false)
+	sc, err := s.scopes.Read(ctx, ref, clusterscope.FromView)
 	if err != nil {
 		return nil, "", err
 	}
+	c := sc.Cluster
 	if policyArn != "" {
 		if _, ok := s.policies.Lookup(policyArn); !ok {
 			return nil, "", invalid(cluster, "The associatedPolicyArn %s is not an access policy.", clip(policyArn))
@@ -98,7 +101,7 @@ func (s *Service) List(ctx context.Context, cluster, policyArn string, maxResult
 	}
 	limit, err := paging.Limit(maxResults)
 	if err != nil {
-		return nil, "", withCluster(err, cluster)
+		return nil, "", errdefs.WithField(err, "clusterName", cluster)
 	}
 	page, err := s.store.ReadList(ctx, store.ListOptions{
 		Prefix: store.AccessEntriesPrefix(c.GetUid()),

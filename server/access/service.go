@@ -23,8 +23,8 @@ import (
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/accesspolicy"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -54,15 +54,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Clusters is what the access service needs of the cluster service: a
-// cluster record and its mod revision, which writes are guarded on.
-type Clusters interface {
-	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-	// Read returns a cluster record from the replica's read view.
-	Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-	GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-}
-
 // Principals says whether an IAM user or role exists (the key store).
 type Principals interface {
 	PrincipalExists(ctx context.Context, arn string) (bool, error)
@@ -71,7 +62,8 @@ type Principals interface {
 // Service is the access-entry domain logic. It is safe for concurrent use.
 type Service struct {
 	store      *store.Store
-	clusters   Clusters
+	clusters   clusterscope.Reader
+	scopes     *clusterscope.Scopes
 	principals Principals
 	policies   *accesspolicy.Catalog
 	cfg        Config
@@ -79,14 +71,19 @@ type Service struct {
 }
 
 // NewService returns the access-entry service.
-func NewService(st *store.Store, clusters Clusters, principals Principals, policies *accesspolicy.Catalog, cfg Config, log *slog.Logger) (*Service, error) {
+func NewService(st *store.Store, clusters clusterscope.Reader, principals Principals, policies *accesspolicy.Catalog, cfg Config, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{store: st, clusters: clusters, principals: principals, policies: policies, cfg: cfg, log: log}, nil
+	return &Service{
+		store: st, clusters: clusters, principals: principals, policies: policies, cfg: cfg, log: log,
+		// A cluster's access entries may be used only when its
+		// authentication mode includes them.
+		scopes: clusterscope.New(clusters, clusterscope.Config{Resources: "access entries", Check: accessEntriesUsed}),
+	}, nil
 }
 
 // Policies returns the access-policy catalogue.
@@ -122,54 +119,14 @@ func invalidRequest(cluster, format string, args ...any) *errdefs.Error {
 	return errdefs.InvalidRequest(format, args...).WithField("clusterName", cluster)
 }
 
-func withCluster(err error, cluster string) error {
-	var e *errdefs.Error
-	if errors.As(err, &e) {
-		return e.WithField("clusterName", cluster)
-	}
-	return err
-}
-
-// wrapUnlessAPI adds context to internal errors; API errors pass as they
-// are, since their message is what the caller sees.
-func wrapUnlessAPI(err error, format string, args ...any) error {
-	if err == nil {
+// accessEntriesUsed refuses a cluster whose authentication mode does not
+// include access entries.
+func accessEntriesUsed(c *storagev1.ClusterRecord) error {
+	if UsesAccessEntries(c) {
 		return nil
 	}
-	var e *errdefs.Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
-}
-
-// cluster reads the caller's cluster (linearizably for a write, from the
-// read view otherwise) and checks that its
-// access entries may be used: the cluster's authentication mode must
-// include access entries, and, for a write, the cluster must not be
-// DELETING or FAILED (a FAILED cluster never becomes usable; a DELETING
-// one is going away with its entries).
-func (s *Service) cluster(ctx context.Context, who identity.Caller, name string, forWrite bool) (*storagev1.ClusterRecord, int64, error) {
-	read := s.clusters.Read
-	if forWrite {
-		read = s.clusters.Get
-	}
-	c, rev, err := read(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
-	if err != nil {
-		return nil, 0, err
-	}
-	if !UsesAccessEntries(c) {
-		return nil, 0, invalidRequest(name,
-			"The cluster's authentication mode must be set to one of [API, API_AND_CONFIG_MAP] to perform this operation.")
-	}
-	if forWrite {
-		switch c.GetStatus() {
-		case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
-			return nil, 0, invalidRequest(name, "Cluster %s is in %s state; its access entries cannot be changed.",
-				name, clusterStatusName(c.GetStatus()))
-		}
-	}
-	return c, rev, nil
+	return invalidRequest(c.GetName(),
+		"The cluster's authentication mode must be set to one of [API, API_AND_CONFIG_MAP] to perform this operation.")
 }
 
 // UsesAccessEntries reports whether a cluster's authentication mode
@@ -180,10 +137,6 @@ func UsesAccessEntries(c *storagev1.ClusterRecord) bool {
 		return true
 	}
 	return false
-}
-
-func clusterStatusName(st storagev1.ClusterStatus) string {
-	return st.String()[len("CLUSTER_STATUS_"):]
 }
 
 func clusterRef(account, name string) *controlv1.ClusterRef {

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"slices"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/store"
 )
@@ -20,11 +20,11 @@ import (
 // swap. modifiedAt moves only when something changed; an absent field is
 // left as it is, and an empty group list removes every group.
 func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryRequest) (*storagev1.AccessEntryRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	cn := req.GetClusterName()
+	who, ref, err := clusterscope.Ref(ctx, cn)
 	if err != nil {
 		return nil, err
 	}
-	cn := req.GetClusterName()
 	var groups []string
 	setGroups := req.GetKubernetesGroups() != nil
 	if setGroups {
@@ -49,14 +49,14 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 	}
 	tok, err := idempotency.New(who.AccountID, opUpdateAccessEntry, req)
 	if err != nil {
-		return nil, withCluster(err, cn)
-	}
-	if prior, err := s.replay(ctx, tok, cn); prior != nil || err != nil {
-		return prior, err
+		return nil, errdefs.WithField(err, "clusterName", cn)
 	}
 	rec := &storagev1.AccessEntryRecord{}
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		err := s.updateEntry(ctx, who, cn, req.GetPrincipalArn(), rec, func(r *storagev1.AccessEntryRecord, key string, txn *store.Txn) error {
+	if found, err := s.replay(ctx, tok, cn, rec); found || err != nil {
+		return rec, err
+	}
+	err = s.scopes.Write(ctx, ref, func(sc clusterscope.Scope) error {
+		err := s.updateEntry(ctx, sc, req.GetPrincipalArn(), rec, func(r *storagev1.AccessEntryRecord, key string, txn *store.Txn) error {
 			if r.GetType() != storagev1.AccessEntryType_ACCESS_ENTRY_TYPE_STANDARD && (setGroups || req.Username != nil) {
 				return standardOnly(cn)
 			}
@@ -75,47 +75,40 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAccessEntryReques
 		})
 		if errors.Is(err, store.ErrExists) {
 			// The token was used a moment ago by a concurrent request.
-			prior, rerr := s.replay(ctx, tok, cn)
-			if prior != nil {
-				proto.Reset(rec)
-				proto.Merge(rec, prior)
-			}
-			if rerr != nil || prior != nil {
+			if found, rerr := s.replay(ctx, tok, cn, rec); found || rerr != nil {
 				return rerr
 			}
 		}
 		return err
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "update access entry %q of cluster %q", req.GetPrincipalArn(), cn)
+		return nil, errdefs.Wrap(err, "update access entry %q of cluster %q", req.GetPrincipalArn(), cn)
 	}
 	return rec, nil
 }
 
-// updateEntry is one attempt at changing the entry of principalArn on
-// cluster cn: change edits the current record (read into rec) and may add
-// to the transaction, which is also guarded by the cluster's revision, so
-// an entry of a cluster deleted or replaced meanwhile is never written.
-// A missing entry is ResourceNotFoundException; ErrConflict means try
-// again (store.RetryOnConflict).
-func (s *Service) updateEntry(ctx context.Context, who identity.Caller, cn, principalArn string, rec *storagev1.AccessEntryRecord,
+// updateEntry is one attempt, in the scope of the entry's cluster, at
+// changing the entry of principalArn: change edits the current record
+// (read into rec) and may add to the transaction, which is also guarded by
+// the cluster's revision, so an entry of a cluster deleted or replaced
+// meanwhile is never written. A missing entry is
+// ResourceNotFoundException; ErrConflict means try again
+// (clusterscope.Scopes.Write).
+func (s *Service) updateEntry(ctx context.Context, sc clusterscope.Scope, principalArn string, rec *storagev1.AccessEntryRecord,
 	change func(r *storagev1.AccessEntryRecord, key string, txn *store.Txn) error) error {
-	c, clusterRev, err := s.cluster(ctx, who, cn, true)
-	if err != nil {
-		return err
-	}
-	key, ok := entryKey(c, principalArn)
+	cn := sc.Name()
+	key, ok := entryKey(sc.Cluster, principalArn)
 	if !ok {
 		return entryNotFound(cn)
 	}
-	_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
+	_, err := store.Update(ctx, s.store, key, rec, func(r *storagev1.AccessEntryRecord, txn *store.Txn) error {
 		if err := sameEntry(cn, r, principalArn); err != nil {
 			return err
 		}
 		if err := change(r, key, txn); err != nil {
 			return err
 		}
-		txn.RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
+		sc.Guard(txn)
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {

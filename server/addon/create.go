@@ -12,6 +12,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/tagging"
 	"github.com/saltbush/saltbush/store"
@@ -30,96 +31,57 @@ const (
 // recreated, after it was read. With a clientRequestToken the request is
 // idempotent (see package idempotency).
 func (s *Service) Create(ctx context.Context, req *eksv1.CreateAddonRequest) (*storagev1.AddonRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	cn, name := req.GetClusterName(), req.GetAddonName()
+	who, ref, err := clusterscope.Ref(ctx, cn)
 	if err != nil {
 		return nil, err
 	}
 	tok, err := idempotency.New(who.AccountID, opCreateAddon, req)
 	if err != nil {
-		return nil, withAddonFields(err, req.GetClusterName(), req.GetAddonName())
+		return nil, withAddonFields(err, cn, name)
 	}
 	var rec *storagev1.AddonRecord
-	err = store.RetryOnConflict(ctx, func(quick bool) error {
-		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true, quick)
-		if err != nil {
-			return err
-		}
-		if tok.Present() && len(req.GetPodIdentityAssociations()) > 0 {
-			// A retry of a create that happened gets its add-on, before
-			// its own associations are found holding the service accounts.
-			// Without associations the txn's guard on the token finds a
-			// retry (ErrExists below), with no read before it.
-			if prior, err := s.replayCreate(ctx, tok, c, req.GetAddonName()); prior != nil || err != nil {
-				rec = prior
-				return err
+	err = s.scopes.Create(ctx, s.store, ref, clusterscope.Creation{
+		Build: func(ctx context.Context, sc clusterscope.Scope) (*store.Txn, error) {
+			r, err := s.newRecord(ctx, who, sc.Cluster, req)
+			if err != nil {
+				return nil, err
 			}
-		}
-		if rec, err = s.newRecord(ctx, who, c, req); err != nil {
-			if tok.Present() {
-				// A retry of a create that happened answers with its
-				// add-on even if its request no longer validates.
-				if prior, rerr := s.replayCreate(ctx, tok, c, req.GetAddonName()); prior != nil || rerr != nil {
-					rec = prior
-					return rerr
-				}
+			rec = r
+			key := store.AddonKey(sc.UID(), rec.GetName())
+			txn := store.NewTxn().Create(key, rec)
+			hintDeadline(txn, rec)
+			// The add-on's pod identity associations are created with it.
+			// Their service accounts may be held by the associations of
+			// this very request's earlier, successful attempt: Create
+			// then answers with that add-on (Replay).
+			if err := s.pods.Create(ctx, txn, sc.Cluster, rec, podNamespace(rec), rec.GetSpec().GetPodIdentityAssociations()); err != nil {
+				return nil, withAddonFields(err, cn, name)
 			}
-			return err
-		}
-		key := store.AddonKey(c.GetUid(), rec.GetName())
-		txn := store.NewTxn().
-			Create(key, rec).
-			RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
-		hintDeadline(txn, rec)
-		// The add-on's pod identity associations are created with it.
-		if err := s.pods.Create(ctx, txn, c, rec, podNamespace(rec), rec.GetSpec().GetPodIdentityAssociations()); err != nil {
-			return withAddonFields(err, c.GetName(), rec.GetName())
-		}
-		tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
-		_, err = s.store.Commit(ctx, txn)
-		if errors.Is(err, store.ErrExists) {
-			if prior, rerr := s.replayCreate(ctx, tok, c, req.GetAddonName()); prior != nil || rerr != nil {
-				rec = prior
-				return rerr
-			}
-			if _, gerr := s.store.Get(ctx, key, &storagev1.AddonRecord{}); errors.Is(gerr, store.ErrNotFound) {
+			tok.Remember(txn, key, rec.GetUid(), s.cfg.IdempotencyTTL, s.cfg.Now())
+			return txn, nil
+		},
+		Replay: func(ctx context.Context, sc clusterscope.Scope) (bool, error) {
+			rec = &storagev1.AddonRecord{}
+			found, err := idempotency.Replay(ctx, s.store, tok, rec, (*storagev1.AddonRecord).GetUid,
+				errdefs.ResourceInUse("The clientRequestToken was already used for addon %s, which no longer exists.", name))
+			return found, withAddonFields(err, cn, name)
+		},
+		Exists: func(ctx context.Context, sc clusterscope.Scope, err error) error {
+			if _, gerr := s.store.Get(ctx, store.AddonKey(sc.UID(), name), &storagev1.AddonRecord{}); errors.Is(gerr, store.ErrNotFound) {
 				// What existed was a service account's association, taken
 				// in between: read again to say which.
-				return fmt.Errorf("create add-on %q: %w", req.GetAddonName(), store.ErrConflict)
+				return fmt.Errorf("create add-on %q: %w", name, store.ErrConflict)
 			}
 			return errdefs.ResourceInUse("Addon already exists.").
-				WithField("clusterName", c.GetName()).WithField("addonName", req.GetAddonName()).WithCause(err)
-		}
-		return err
+				WithField("clusterName", cn).WithField("addonName", name).WithCause(err)
+		},
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "create add-on %q on cluster %q", req.GetAddonName(), req.GetClusterName())
+		return nil, errdefs.Wrap(err, "create add-on %q on cluster %q", name, cn)
 	}
 	s.log.InfoContext(ctx, "add-on created", "account", who.AccountID, "cluster", rec.GetClusterName(),
 		"addon", rec.GetName(), "uid", rec.GetUid(), "version", rec.GetSpec().GetVersion())
-	return rec, nil
-}
-
-// replayCreate answers a create whose token was used before: the add-on it
-// created for the same parameters, an error for different ones; nil, nil
-// when the token is unknown (the collision was on the name).
-func (s *Service) replayCreate(ctx context.Context, tok idempotency.Token, c *storagev1.ClusterRecord, name string) (*storagev1.AddonRecord, error) {
-	prior, err := tok.Lookup(ctx, s.store)
-	if err != nil {
-		return nil, withAddonFields(err, c.GetName(), name)
-	}
-	if prior == nil {
-		return nil, nil
-	}
-	rec := &storagev1.AddonRecord{}
-	_, err = s.store.Get(ctx, prior.GetResourceKey(), rec)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("read the add-on of an earlier request: %w", err)
-	}
-	if err != nil || rec.GetUid() != prior.GetResourceUid() {
-		return nil, errdefs.ResourceInUse(
-			"The clientRequestToken was already used for addon %s, which no longer exists.", name).
-			WithField("clusterName", c.GetName()).WithField("addonName", name)
-	}
 	return rec, nil
 }
 

@@ -8,7 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -18,33 +19,29 @@ import (
 // in-progress update is Cancelled in the same transaction. Deleting an
 // add-on that is DELETING already returns it unchanged.
 func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve bool) (*storagev1.AddonRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	who, ref, err := clusterscope.Ref(ctx, clusterName)
 	if err != nil {
 		return nil, err
 	}
 	var rec *storagev1.AddonRecord
-	err = store.RetryOnConflict(ctx, func(quick bool) error {
-		_, c, clusterRev, err := s.callerCluster(ctx, clusterName, true, quick)
-		if err != nil {
-			return err
-		}
+	err = s.scopes.Write(ctx, ref, func(sc clusterscope.Scope) error {
 		if !namePattern.MatchString(name) {
 			return addonNotFound(clusterName, name)
 		}
 		rec = &storagev1.AddonRecord{}
-		_, err = store.Update(ctx, s.store, store.AddonKey(c.GetUid(), name), rec, func(r *storagev1.AddonRecord, txn *store.Txn) error {
+		_, err = store.Update(ctx, s.store, store.AddonKey(sc.UID(), name), rec, func(r *storagev1.AddonRecord, txn *store.Txn) error {
 			if r.GetStatus() == storagev1.AddonStatus_ADDON_STATUS_DELETING {
 				return nil
 			}
 			if err := s.markDeleting(ctx, r, preserve, txn); err != nil {
 				return err
 			}
-			txn.RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
+			sc.Guard(txn)
 			return nil
 		})
 		if errors.Is(err, store.ErrNotFound) {
-			if quick {
-				// The cluster uid came from a fast read: confirm the miss.
+			if sc.Consistency == clusterscope.Serializable {
+				// The cluster uid may be stale: confirm the miss.
 				return fmt.Errorf("add-on %q: %w", name, store.ErrConflict)
 			}
 			return addonNotFound(clusterName, name).WithCause(err)
@@ -52,7 +49,7 @@ func (s *Service) Delete(ctx context.Context, clusterName, name string, preserve
 		return err
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "delete add-on %q on cluster %q", name, clusterName)
+		return nil, errdefs.Wrap(err, "delete add-on %q on cluster %q", name, clusterName)
 	}
 	s.log.InfoContext(ctx, "add-on deleting", "account", who.AccountID, "cluster", clusterName,
 		"addon", name, "generation", rec.GetGeneration(), "preserve", preserve)

@@ -14,6 +14,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -36,33 +37,31 @@ func (s *Service) Ensure(ctx context.Context, req *controlv1.EnsureAddonRequest)
 		rec     *storagev1.AddonRecord
 		created bool
 	)
-	err := store.RetryOnConflict(ctx, func(quick bool) error {
+	err := s.scopes.Write(ctx, req.GetCluster(), func(sc clusterscope.Scope) error {
 		var err error
-		rec, created, err = s.ensureOnce(ctx, req, quick)
+		rec, created, err = s.ensureOnce(ctx, sc, req)
 		return err
 	})
 	if err != nil {
-		return nil, false, wrapUnlessAPI(err, "ensure add-on %q for %q", req.GetAddonName(), req.GetReference())
+		return nil, false, errdefs.Wrap(err, "ensure add-on %q for %q", req.GetAddonName(), req.GetReference())
 	}
 	return rec, created, nil
 }
 
-// ensureOnce is one attempt of Ensure: the add-on is created when absent,
-// else the record it should become is written, guarded by its own and
-// the cluster's revisions. It reports whether the add-on was created or
-// re-driven; ErrConflict means try again.
-func (s *Service) ensureOnce(ctx context.Context, req *controlv1.EnsureAddonRequest, quick bool) (*storagev1.AddonRecord, bool, error) {
-	c, clusterRev, err := s.cluster(ctx, req.GetCluster(), true, quick)
-	if err != nil {
-		return nil, false, err
-	}
+// ensureOnce is one attempt of Ensure in the scope of the add-on's
+// cluster: the add-on is created when absent, else the record it should
+// become is written, guarded by its own and the cluster's revisions. It
+// reports whether the add-on was created or re-driven; ErrConflict means
+// try again.
+func (s *Service) ensureOnce(ctx context.Context, sc clusterscope.Scope, req *controlv1.EnsureAddonRequest) (*storagev1.AddonRecord, bool, error) {
+	c := sc.Cluster
 	a, err := s.lookupAddon(ctx, c, req.GetAddonName())
 	if err != nil {
 		return nil, false, err
 	}
 	cur, rev, err := s.get(ctx, c, a.Name)
 	if errdefs.IsException(err, errdefs.ResourceNotFoundException) {
-		return s.createForReference(ctx, c, clusterRev, a, req)
+		return s.createForReference(ctx, sc, a, req)
 	}
 	if err != nil {
 		return nil, false, err
@@ -74,8 +73,7 @@ func (s *Service) ensureOnce(ctx context.Context, req *controlv1.EnsureAddonRequ
 	if proto.Equal(cur, next) {
 		return next, false, nil
 	}
-	txn := store.NewTxn().Update(store.AddonKey(c.GetUid(), a.Name), next, rev).
-		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev)
+	txn := sc.Guard(store.NewTxn().Update(store.AddonKey(c.GetUid(), a.Name), next, rev))
 	if redriven {
 		hintDeadline(txn, next)
 		// A DeleteAddon removed its pod identity associations: the
@@ -96,7 +94,8 @@ func (s *Service) ensureOnce(ctx context.Context, req *controlv1.EnsureAddonRequ
 
 // createForReference creates an absent add-on for a reference, marked as
 // created for references (so that releasing the last one deletes it).
-func (s *Service) createForReference(ctx context.Context, c *storagev1.ClusterRecord, clusterRev int64, a *catalog.Addon, req *controlv1.EnsureAddonRequest) (*storagev1.AddonRecord, bool, error) {
+func (s *Service) createForReference(ctx context.Context, sc clusterscope.Scope, a *catalog.Addon, req *controlv1.EnsureAddonRequest) (*storagev1.AddonRecord, bool, error) {
+	c := sc.Cluster
 	v, err := lookupVersion(c, a, req.GetAddonVersion(), "")
 	if err != nil {
 		return nil, false, err
@@ -118,8 +117,7 @@ func (s *Service) createForReference(ctx context.Context, c *storagev1.ClusterRe
 		References:           []string{req.GetReference()},
 		CreatedForReferences: true,
 	}
-	txn := store.NewTxn().Create(store.AddonKey(c.GetUid(), a.Name), rec).
-		RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev)
+	txn := sc.Guard(store.NewTxn().Create(store.AddonKey(c.GetUid(), a.Name), rec))
 	hintDeadline(txn, rec)
 	_, err = s.store.Commit(ctx, txn)
 	if errors.Is(err, store.ErrExists) {
@@ -192,11 +190,14 @@ func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonReques
 		rec      *storagev1.AddonRecord
 		deleting bool
 	)
+	// Releasing is allowed on a DELETING cluster: the scope is read, not
+	// writable, and guards only the move to DELETING.
 	err := store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, req.GetCluster(), false, linearizable)
+		sc, err := s.scopes.Read(ctx, req.GetCluster(), clusterscope.Linearizable)
 		if err != nil {
 			return err
 		}
+		c := sc.Cluster
 		if !namePattern.MatchString(req.GetAddonName()) {
 			return invalid(c.GetName(), req.GetAddonName(), "addon name %q is not valid.", req.GetAddonName())
 		}
@@ -218,7 +219,7 @@ func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonReques
 						return err
 					}
 					deleting = true
-					txn.RequireModRevision(store.ClusterKey(c.GetAccountId(), c.GetName()), clusterRev)
+					sc.Guard(txn)
 				}
 				return nil
 			})
@@ -229,7 +230,7 @@ func (s *Service) Release(ctx context.Context, req *controlv1.ReleaseAddonReques
 		return err
 	})
 	if err != nil {
-		return nil, false, wrapUnlessAPI(err, "release add-on %q for %q", req.GetAddonName(), req.GetReference())
+		return nil, false, errdefs.Wrap(err, "release add-on %q for %q", req.GetAddonName(), req.GetReference())
 	}
 	return rec, deleting, nil
 }
@@ -256,13 +257,4 @@ func (s *Service) ensureSpec(c *storagev1.ClusterRecord, a *catalog.Addon, cur *
 		return nil, err
 	}
 	return want, nil
-}
-
-// wrapUnlessAPI adds context to store errors; API errors pass unchanged.
-func wrapUnlessAPI(err error, format string, args ...any) error {
-	var apiErr *errdefs.Error
-	if err == nil || errors.As(err, &apiErr) {
-		return err
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/authz"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/server/validation"
 	"github.com/saltbush/saltbush/store"
@@ -54,8 +55,9 @@ func (s *EKSServer) authorizeAddon(ctx context.Context, action, cluster, addon s
 	}
 	uid := "*"
 	if namePattern.MatchString(addon) {
-		if c, _, err := s.svc.readCluster(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: cluster}, fast); err == nil {
-			if rec, _, err := store.GetSerializableShared(ctx, s.svc.store, store.AddonKey(c.GetUid(), addon), newRecord); err == nil {
+		ref := &controlv1.ClusterRef{AccountId: who.AccountID, Name: cluster}
+		if sc, err := s.svc.scopes.Read(ctx, ref, clusterscope.Serializable); err == nil {
+			if rec, _, err := store.GetSerializableShared(ctx, s.svc.store, store.AddonKey(sc.UID(), addon), newRecord); err == nil {
 				uid = rec.GetUid()
 			}
 		}
@@ -203,10 +205,11 @@ func NewControlServer(svc *Service) *ControlServer { return &ControlServer{svc: 
 
 // GetAddon implements controlv1.AddonControlServiceServer.
 func (s *ControlServer) GetAddon(ctx context.Context, req *controlv1.GetAddonRequest) (*controlv1.GetAddonResponse, error) {
-	c, _, err := s.svc.cluster(ctx, req.GetCluster(), false, linearizable)
+	sc, err := s.svc.scopes.Read(ctx, req.GetCluster(), clusterscope.Linearizable)
 	if err != nil {
 		return nil, s.svc.wire(ctx, "GetAddon", err)
 	}
+	c := sc.Cluster
 	if !namePattern.MatchString(req.GetAddonName()) {
 		return nil, s.svc.wire(ctx, "GetAddon", addonNotFound(c.GetName(), req.GetAddonName()))
 	}

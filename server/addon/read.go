@@ -7,6 +7,7 @@ import (
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
@@ -21,31 +22,40 @@ import (
 // still exists. A miss is confirmed linearizably (the cluster may have been
 // recreated, or the add-on created, through another replica a moment ago).
 func (s *Service) Describe(ctx context.Context, clusterName, name string) (*storagev1.AddonRecord, error) {
-	_, c, _, err := s.callerCluster(ctx, clusterName, false, fast)
+	_, ref, err := clusterscope.Ref(ctx, clusterName)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := s.scopes.Read(ctx, ref, clusterscope.Serializable)
 	if err != nil {
 		return nil, err
 	}
 	if !namePattern.MatchString(name) {
 		return nil, addonNotFound(clusterName, name)
 	}
-	rec, _, err := s.read(ctx, c, name)
-	if !errdefs.IsException(err, errdefs.ResourceNotFoundException) {
+	rec, _, err := s.read(ctx, sc.Cluster, name)
+	if !errdefs.IsException(err, errdefs.ResourceNotFoundException) || sc.Consistency == clusterscope.Linearizable {
 		return rec, err
 	}
-	_, fresh, _, cerr := s.callerCluster(ctx, clusterName, false, linearizable)
-	if cerr != nil {
-		return nil, cerr
+	fresh, err := s.scopes.Read(ctx, ref, clusterscope.Linearizable)
+	if err != nil {
+		return nil, err
 	}
-	rec, _, err = s.get(ctx, fresh, name)
+	rec, _, err = s.get(ctx, fresh.Cluster, name)
 	return rec, err
 }
 
 // List returns one page of the add-on names of the caller's cluster.
 func (s *Service) List(ctx context.Context, clusterName string, maxResults *int32, nextToken string) ([]string, string, error) {
-	_, c, _, err := s.callerCluster(ctx, clusterName, false, fast)
+	_, ref, err := clusterscope.Ref(ctx, clusterName)
 	if err != nil {
 		return nil, "", err
 	}
+	sc, err := s.scopes.Read(ctx, ref, clusterscope.Serializable)
+	if err != nil {
+		return nil, "", err
+	}
+	c := sc.Cluster
 	limit, err := paging.Limit(maxResults)
 	if err != nil {
 		return nil, "", err

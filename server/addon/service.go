@@ -17,11 +17,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/podidentity"
 	"github.com/saltbush/saltbush/store"
 )
@@ -72,20 +71,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Clusters is what the add-on service needs of the cluster service: the
-// record of a cluster (and its mod revision, which add-on writes guard on so
-// that a cluster that turned DELETING, or was recreated, in between is
-// noticed).
-type Clusters interface {
-	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-	// GetSerializable may return a stale record; see readCluster.
-	GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-}
-
 // Service is the add-on domain logic. It is safe for concurrent use.
 type Service struct {
 	store       *store.Store
-	clusters    Clusters
+	clusters    clusterscope.Reader
+	scopes      *clusterscope.Scopes
 	catalog     catalog.Source
 	pods        *podidentity.Owner
 	cfg         Config
@@ -96,7 +86,7 @@ type Service struct {
 }
 
 // NewService returns the add-on service. Its metrics are registered on reg.
-func NewService(st *store.Store, clusters Clusters, cat catalog.Source, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+func NewService(st *store.Store, clusters clusterscope.Reader, cat catalog.Source, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,7 +95,8 @@ func NewService(st *store.Store, clusters Clusters, cat catalog.Source, cfg Conf
 	}
 	s := &Service{
 		store: st, clusters: clusters, catalog: cat, cfg: cfg, log: log,
-		pods: podidentity.NewOwner(st, cfg.Region, cfg.Now),
+		scopes: clusterscope.New(clusters, clusterscope.Config{Resources: "add-ons"}),
+		pods:   podidentity.NewOwner(st, cfg.Region, cfg.Now),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "saltbush_addon_reports_total",
 			Help: "Add-on reports by result: accepted, or why it changed nothing (stale_generation, stale_incarnation, unknown_addon, stale_epoch).",
@@ -146,73 +137,12 @@ func (s *Service) ARN(account, cluster, addon, uid string) string {
 // withAddonFields adds the clusterName and addonName members to an API
 // error (other errors pass unchanged).
 func withAddonFields(err error, cluster, addon string) error {
-	var e *errdefs.Error
-	if errors.As(err, &e) {
-		return e.WithField("clusterName", cluster).WithField("addonName", addon)
-	}
-	return err
+	return errdefs.WithField(errdefs.WithField(err, "clusterName", cluster), "addonName", addon)
 }
 
 func addonNotFound(cluster, addon string) *errdefs.Error {
 	return errdefs.NotFound("No addon: %s found in cluster: %s", addon, cluster).
 		WithField("clusterName", cluster).WithField("addonName", addon)
-}
-
-// Cluster reads: linearizable, or fast.
-const (
-	linearizable = false
-	fast         = true
-)
-
-// readCluster reads a cluster record. A fast read is serializable (no round
-// of consensus) and may be stale; it is used where the result is confirmed:
-// a write guarded by the returned mod revision (a stale read fails the
-// compare and the retry reads linearizably), or a read whose miss is
-// re-checked. A fast miss is always re-read linearizably, so a cluster
-// created a moment ago is found.
-func (s *Service) readCluster(ctx context.Context, ref *controlv1.ClusterRef, quick bool) (*storagev1.ClusterRecord, int64, error) {
-	if quick {
-		c, rev, err := s.clusters.GetSerializable(ctx, ref)
-		if err == nil {
-			return c, rev, nil
-		}
-		if !errdefs.IsException(err, errdefs.ResourceNotFoundException) {
-			return nil, 0, err
-		}
-	}
-	return s.clusters.Get(ctx, ref)
-}
-
-// cluster returns the cluster ref names and its mod revision, refusing
-// clusters that can no longer change (DELETING, FAILED) when forWrite.
-func (s *Service) cluster(ctx context.Context, ref *controlv1.ClusterRef, forWrite, quick bool) (*storagev1.ClusterRecord, int64, error) {
-	c, rev, err := s.readCluster(ctx, ref, quick)
-	if err != nil {
-		return nil, 0, err
-	}
-	if forWrite {
-		switch c.GetStatus() {
-		case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
-			if quick {
-				// A fast read may be stale: refuse only what a
-				// linearizable read confirms (store.RetryOnConflict re-reads).
-				return nil, 0, fmt.Errorf("cluster %q read %s: %w", c.GetName(), clusterStatusName(c.GetStatus()), store.ErrConflict)
-			}
-			return nil, 0, errdefs.InvalidRequest(
-				"Cluster %s is in %s state; its add-ons cannot be changed.", c.GetName(), clusterStatusName(c.GetStatus())).
-				WithField("clusterName", c.GetName())
-		}
-	}
-	return c, rev, nil
-}
-
-func (s *Service) callerCluster(ctx context.Context, name string, forWrite, quick bool) (identity.Caller, *storagev1.ClusterRecord, int64, error) {
-	who, err := identity.AccountCaller(ctx)
-	if err != nil {
-		return identity.Caller{}, nil, 0, err
-	}
-	c, rev, err := s.cluster(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name}, forWrite, quick)
-	return who, c, rev, err
 }
 
 // get reads one add-on record and its mod revision, linearizably: a

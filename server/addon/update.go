@@ -13,8 +13,8 @@ import (
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/catalog"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/server/update"
 	"github.com/saltbush/saltbush/store"
@@ -26,7 +26,7 @@ import (
 // add-on that is CREATING, UPDATING or DELETING is refused with AWS's
 // ResourceInUseException.
 func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*storagev1.UpdateRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	who, ref, err := clusterscope.Ref(ctx, req.GetClusterName())
 	if err != nil {
 		return nil, err
 	}
@@ -35,11 +35,8 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 		return nil, withAddonFields(err, req.GetClusterName(), req.GetAddonName())
 	}
 	var upd *storagev1.UpdateRecord
-	err = store.RetryOnConflict(ctx, func(quick bool) error {
-		_, c, clusterRev, err := s.callerCluster(ctx, req.GetClusterName(), true, quick)
-		if err != nil {
-			return err
-		}
+	err = s.scopes.Write(ctx, ref, func(sc clusterscope.Scope) error {
+		c := sc.Cluster
 		// A retry of an update that already happened gets that update,
 		// even though the add-on is UPDATING now.
 		if prior, err := s.replayUpdate(ctx, tok, c, req.GetAddonName()); prior != nil || err != nil {
@@ -65,16 +62,15 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 			if err := s.pods.Sync(ctx, txn, c, r, podNamespace(r), r.GetSpec().GetPodIdentityAssociations()); err != nil {
 				return withAddonFields(err, c.GetName(), r.GetName())
 			}
-			txn.Create(store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u).
-				RequireModRevision(store.ClusterKey(who.AccountID, c.GetName()), clusterRev)
+			sc.Guard(txn.Create(store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u))
 			hintDeadline(txn, r)
 			tok.Remember(txn, store.AddonUpdateKey(c.GetUid(), r.GetName(), u.GetId()), u.GetId(), s.cfg.IdempotencyTTL, s.cfg.Now())
 			upd = u
 			return nil
 		})
 		if errors.Is(err, store.ErrNotFound) {
-			if quick {
-				// The cluster uid came from a fast read: confirm the miss.
+			if sc.Consistency == clusterscope.Serializable {
+				// The cluster uid may be stale: confirm the miss.
 				return fmt.Errorf("add-on %q: %w", req.GetAddonName(), store.ErrConflict)
 			}
 			return addonNotFound(c.GetName(), req.GetAddonName()).WithCause(err)
@@ -96,7 +92,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 		return err
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "update add-on %q on cluster %q", req.GetAddonName(), req.GetClusterName())
+		return nil, errdefs.Wrap(err, "update add-on %q on cluster %q", req.GetAddonName(), req.GetClusterName())
 	}
 	s.log.InfoContext(ctx, "add-on updating", "account", who.AccountID, "cluster", req.GetClusterName(),
 		"addon", req.GetAddonName(), "update", upd.GetId(), "generation", upd.GetGeneration())
@@ -106,21 +102,11 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdateAddonRequest) (*s
 // replayUpdate returns the update an earlier request with the same token
 // made, nil when the token is new.
 func (s *Service) replayUpdate(ctx context.Context, tok idempotency.Token, c *storagev1.ClusterRecord, name string) (*storagev1.UpdateRecord, error) {
-	prior, err := tok.Lookup(ctx, s.store)
-	if err != nil {
-		return nil, withAddonFields(err, c.GetName(), name)
-	}
-	if prior == nil {
-		return nil, nil
-	}
 	u := &storagev1.UpdateRecord{}
-	if _, err := s.store.Get(ctx, prior.GetResourceKey(), u); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, errdefs.ResourceInUse(
-				"The clientRequestToken was already used for an update of addon %s, which no longer exists.", name).
-				WithField("clusterName", c.GetName()).WithField("addonName", name)
-		}
-		return nil, fmt.Errorf("read the update of an earlier request: %w", err)
+	found, err := idempotency.Replay(ctx, s.store, tok, u, (*storagev1.UpdateRecord).GetId,
+		errdefs.ResourceInUse("The clientRequestToken was already used for an update of addon %s, which no longer exists.", name))
+	if !found || err != nil {
+		return nil, withAddonFields(err, c.GetName(), name)
 	}
 	return u, nil
 }

@@ -12,7 +12,6 @@ import (
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/catalog"
-	"github.com/saltbush/saltbush/server/cluster"
 )
 
 // Add-on names are catalogue names; the pattern only keeps anything that is
@@ -27,8 +26,6 @@ var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`
 
 // referencePattern names an owner by reference, e.g. "nodegroup/gpu-a".
 var referencePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,255}$`)
-
-func clusterStatusName(s storagev1.ClusterStatus) string { return cluster.StatusName(s) }
 
 func invalid(clusterName, addonName, format string, args ...any) *errdefs.Error {
 	e := errdefs.InvalidParameter(format, args...).WithField("clusterName", clusterName)

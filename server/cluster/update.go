@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -252,60 +253,76 @@ func (s *Service) UpdateConfig(ctx context.Context, req *eksv1.UpdateClusterConf
 	}
 	tok, err := idempotency.New(who.AccountID, opUpdateClusterConfig, req)
 	if err != nil {
-		return nil, withClusterName(err, name)
+		return nil, errdefs.WithField(err, "clusterName", name)
 	}
-	// A retry of an update that already happened gets that update, even
-	// though the same change would be refused now.
-	if prior, err := ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "config"); prior != nil || err != nil {
-		return prior, err
+	rec, upd, err := RecordUpdate(ctx, s.store, tok, s.cfg.IdempotencyTTL, who.AccountID, name, "config",
+		func(c *storagev1.ClusterRecord, _ *store.Txn) (*storagev1.UpdateRecord, error) {
+			if err := updatable(c, k); err != nil {
+				return nil, err
+			}
+			params, err := applyConfig(c, k, req)
+			if err != nil {
+				return nil, err
+			}
+			now := s.cfg.Now()
+			c.ModifiedAt = timestamppb.New(now)
+			return &storagev1.UpdateRecord{
+				Id:         uuid.Must(uuid.NewV7()).String(),
+				ClusterUid: c.GetUid(),
+				Type:       k.updateType,
+				Status:     storagev1.UpdateStatus_UPDATE_STATUS_SUCCESSFUL,
+				Params:     params,
+				CreatedAt:  timestamppb.New(now),
+				ModifiedAt: timestamppb.New(now),
+			}, nil
+		})
+	if err != nil || rec == nil {
+		return upd, err
 	}
+	s.log.InfoContext(ctx, "cluster config updated", "account", who.AccountID, "cluster", name,
+		"uid", rec.GetUid(), "update", upd.GetId(), "type", upd.GetType())
+	return upd, nil
+}
 
+// RecordUpdate makes one cluster-level update (UpdateClusterConfig's,
+// UpdateClusterVersion's): change mutates the cluster record (and may add
+// to the transaction), and returns the update record to create with it, in
+// one transaction with the request's token. A retry of a request that
+// happened (the same token and parameters) gets the update it made, even
+// though the same change would be refused now; the cluster record returned
+// is then nil. what names the call in errors ("config", "version").
+func RecordUpdate(ctx context.Context, st *store.Store, tok idempotency.Token, ttl time.Duration, account, name, what string,
+	change func(c *storagev1.ClusterRecord, txn *store.Txn) (*storagev1.UpdateRecord, error),
+) (*storagev1.ClusterRecord, *storagev1.UpdateRecord, error) {
+	if prior, err := ReplayUpdate(ctx, st, tok, account, name, what); prior != nil || err != nil {
+		return nil, prior, err
+	}
 	var upd *storagev1.UpdateRecord
 	rec := &storagev1.ClusterRecord{}
-	_, err = store.Update(ctx, s.store, store.ClusterKey(who.AccountID, name), rec, func(c *storagev1.ClusterRecord, txn *store.Txn) error {
-		if err := updatable(c, k); err != nil {
-			return err
-		}
-		params, err := applyConfig(c, k, req)
+	_, err := store.Update(ctx, st, store.ClusterKey(account, name), rec, func(c *storagev1.ClusterRecord, txn *store.Txn) error {
+		u, err := change(c, txn)
 		if err != nil {
 			return err
 		}
-		now := s.cfg.Now()
-		c.ModifiedAt = timestamppb.New(now)
-		u := &storagev1.UpdateRecord{
-			Id:         uuid.Must(uuid.NewV7()).String(),
-			ClusterUid: c.GetUid(),
-			Type:       k.updateType,
-			Status:     storagev1.UpdateStatus_UPDATE_STATUS_SUCCESSFUL,
-			Params:     params,
-			CreatedAt:  timestamppb.New(now),
-			ModifiedAt: timestamppb.New(now),
-		}
 		key := store.ClusterUpdateKey(c.GetUid(), u.GetId())
 		txn.Create(key, u)
-		tok.Remember(txn, key, u.GetId(), s.cfg.IdempotencyTTL, now)
+		tok.Remember(txn, key, u.GetId(), ttl, u.GetCreatedAt().AsTime())
 		upd = u
 		return nil
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, notFound(name).WithCause(err)
+			return nil, nil, notFound(name).WithCause(err)
 		}
 		if tok.Present() {
 			// A concurrent request with the same token may have won.
-			if prior, rerr := ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "config"); prior != nil || rerr != nil {
-				return prior, rerr
+			if prior, rerr := ReplayUpdate(ctx, st, tok, account, name, what); prior != nil || rerr != nil {
+				return nil, prior, rerr
 			}
 		}
-		var e *errdefs.Error
-		if errors.As(err, &e) {
-			return nil, e
-		}
-		return nil, fmt.Errorf("update cluster %q config: %w", name, err)
+		return nil, nil, errdefs.Wrap(err, "update cluster %q %s", name, what)
 	}
-	s.log.InfoContext(ctx, "cluster config updated", "account", who.AccountID, "cluster", name,
-		"uid", rec.GetUid(), "update", upd.GetId(), "type", upd.GetType())
-	return upd, nil
+	return rec, upd, nil
 }
 
 // updatable refuses a change to a cluster that is not ACTIVE, with AWS's
@@ -329,7 +346,7 @@ func updatable(c *storagev1.ClusterRecord, k configKind) error {
 func ReplayUpdate(ctx context.Context, st *store.Store, tok idempotency.Token, account, name, what string) (*storagev1.UpdateRecord, error) {
 	prior, err := tok.Lookup(ctx, st)
 	if err != nil {
-		return nil, withClusterName(err, name)
+		return nil, errdefs.WithField(err, "clusterName", name)
 	}
 	if prior == nil {
 		return nil, nil
@@ -355,13 +372,4 @@ func ReplayUpdate(ctx context.Context, st *store.Store, tok idempotency.Token, a
 		return nil, fmt.Errorf("update cluster %q %s: read the update of an earlier request: %w", name, what, err)
 	}
 	return u, nil
-}
-
-// withClusterName adds the clusterName member to an API error.
-func withClusterName(err error, name string) error {
-	var e *errdefs.Error
-	if errors.As(err, &e) {
-		return e.WithField("clusterName", name)
-	}
-	return err
 }

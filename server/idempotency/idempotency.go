@@ -114,3 +114,24 @@ func Fingerprint(req proto.Message) ([]byte, error) {
 	sum := sha256.Sum256(b)
 	return sum[:], nil
 }
+
+// Replay reads into rec what an earlier request with this token created or
+// changed, so a retry is answered as the first request was. found is false
+// when the token is unknown (or absent): the request is new. uid names the
+// incarnation of rec (its uid, or an association's id); when the record is
+// gone, or a new incarnation took its key, the earlier result no longer
+// exists and the retry is refused with gone.
+func Replay[T proto.Message](ctx context.Context, st *store.Store, t Token, rec T, uid func(T) string, gone *errdefs.Error) (found bool, err error) {
+	prior, err := t.Lookup(ctx, st)
+	if err != nil || prior == nil {
+		return false, err
+	}
+	_, err = st.Get(ctx, prior.GetResourceKey(), rec)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return false, fmt.Errorf("%s: read the resource of an earlier request: %w", t.operation, err)
+	}
+	if err != nil || uid(rec) != prior.GetResourceUid() {
+		return false, gone
+	}
+	return true, nil
+}

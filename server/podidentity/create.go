@@ -11,7 +11,7 @@ import (
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/store"
 )
@@ -27,49 +27,46 @@ const (
 // and the others get AWS's ResourceInUseException naming the winner. With
 // a clientRequestToken the request is idempotent.
 func (s *Service) Create(ctx context.Context, req *eksv1.CreatePodIdentityAssociationRequest) (*storagev1.PodIdentityAssociationRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	cn := req.GetClusterName()
+	who, ref, err := clusterscope.Ref(ctx, cn)
 	if err != nil {
 		return nil, err
 	}
-	cn := req.GetClusterName()
 	tok, err := idempotency.New(who.AccountID, opCreate, req)
 	if err != nil {
-		return nil, withCluster(err, cn)
+		return nil, errdefs.WithField(err, "clusterName", cn)
 	}
 	var rec *storagev1.PodIdentityAssociationRecord
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, who, cn, true)
-		if err != nil {
-			return err
-		}
-		if prior, err := s.replay(ctx, tok, cn); prior != nil || err != nil {
-			rec = prior
-			return err
-		}
-		if err := validateCreate(who.AccountID, req); err != nil {
-			return withCluster(err, cn)
-		}
-		if held, err := holder(ctx, s.store, c.GetUid(), req.GetNamespace(), req.GetServiceAccount()); err != nil || held != "" {
-			if err == nil {
-				err = inUse(cn, held)
+	err = s.scopes.Create(ctx, s.store, ref, clusterscope.Creation{
+		Build: func(ctx context.Context, sc clusterscope.Scope) (*store.Txn, error) {
+			if err := validateCreate(who.AccountID, req); err != nil {
+				return nil, errdefs.WithField(err, "clusterName", cn)
 			}
-			return err
-		}
-		rec = s.newRecord(who.AccountID, c, req)
-		key := store.PodIdentityAssociationKey(c.GetUid(), rec.GetAssociationId())
-		txn := store.NewTxn().RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
-		createWrites(txn, rec)
-		tok.Remember(txn, key, rec.GetAssociationId(), s.cfg.IdempotencyTTL, s.cfg.Now())
-		_, err = s.store.Commit(ctx, txn)
-		if errors.Is(err, store.ErrExists) {
-			// The service account was taken, or the token used, in
-			// between: read again to say which.
+			if held, err := holder(ctx, s.store, sc.UID(), req.GetNamespace(), req.GetServiceAccount()); err != nil || held != "" {
+				if err == nil {
+					err = inUse(cn, held)
+				}
+				return nil, err
+			}
+			rec = s.newRecord(who.AccountID, sc.Cluster, req)
+			txn := store.NewTxn()
+			createWrites(txn, rec)
+			tok.Remember(txn, store.PodIdentityAssociationKey(sc.UID(), rec.GetAssociationId()), rec.GetAssociationId(),
+				s.cfg.IdempotencyTTL, s.cfg.Now())
+			return txn, nil
+		},
+		Replay: func(ctx context.Context, _ clusterscope.Scope) (bool, error) {
+			rec = &storagev1.PodIdentityAssociationRecord{}
+			return s.replay(ctx, tok, cn, rec)
+		},
+		Exists: func(context.Context, clusterscope.Scope, error) error {
+			// The service account was taken in between: read again to
+			// say by which association.
 			return fmt.Errorf("create pod identity association: %w", store.ErrConflict)
-		}
-		return err
+		},
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "create pod identity association for %s/%s on cluster %q",
+		return nil, errdefs.Wrap(err, "create pod identity association for %s/%s on cluster %q",
 			req.GetNamespace(), req.GetServiceAccount(), cn)
 	}
 	s.log.InfoContext(ctx, "pod identity association created", "account", who.AccountID, "cluster", cn,
@@ -108,28 +105,13 @@ func holder(ctx context.Context, st *store.Store, uid, namespace, serviceAccount
 	return sa.GetAssociationId(), nil
 }
 
-// replay answers a request whose token was used before: the association
-// it created or changed, if it still exists; an error for a token used
-// with different parameters; nil, nil for an unknown token.
-func (s *Service) replay(ctx context.Context, tok idempotency.Token, cluster string) (*storagev1.PodIdentityAssociationRecord, error) {
-	prior, err := tok.Lookup(ctx, s.store)
-	if err != nil {
-		return nil, withCluster(err, cluster)
-	}
-	if prior == nil {
-		return nil, nil
-	}
-	rec := &storagev1.PodIdentityAssociationRecord{}
-	_, err = s.store.Get(ctx, prior.GetResourceKey(), rec)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("read the pod identity association of an earlier request: %w", err)
-	}
-	if err != nil || rec.GetAssociationId() != prior.GetResourceUid() {
-		return nil, errdefs.ResourceInUse(
-			"The clientRequestToken was already used for a Pod Identity Association that no longer exists.").
-			WithField("clusterName", cluster)
-	}
-	return rec, nil
+// replay reads into rec the association an earlier request with tok
+// created or changed (idempotency.Replay): found false for an unknown
+// token.
+func (s *Service) replay(ctx context.Context, tok idempotency.Token, cluster string, rec *storagev1.PodIdentityAssociationRecord) (bool, error) {
+	found, err := idempotency.Replay(ctx, s.store, tok, rec, (*storagev1.PodIdentityAssociationRecord).GetAssociationId,
+		errdefs.ResourceInUse("The clientRequestToken was already used for a Pod Identity Association that no longer exists."))
+	return found, errdefs.WithField(err, "clusterName", cluster)
 }
 
 // newRecord builds the record a validated create makes.

@@ -4,7 +4,8 @@ import (
 	"context"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -13,30 +14,27 @@ import (
 // and returns the association as it was. One an add-on owns is refused:
 // it goes with its add-on.
 func (s *Service) Delete(ctx context.Context, cluster, id string) (*storagev1.PodIdentityAssociationRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	who, ref, err := clusterscope.Ref(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
 	var rec *storagev1.PodIdentityAssociationRecord
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, who, cluster, true)
+	err = s.scopes.Write(ctx, ref, func(sc clusterscope.Scope) error {
+		r, rev, err := s.get(ctx, sc.Cluster, id)
 		if err != nil {
 			return err
 		}
-		var rev int64
-		if rec, rev, err = s.get(ctx, c, id); err != nil {
-			return err
+		if r.GetOwnerArn() != "" {
+			return owned(cluster, r)
 		}
-		if rec.GetOwnerArn() != "" {
-			return owned(cluster, rec)
-		}
-		txn := store.NewTxn().RequireModRevision(store.ClusterKey(who.AccountID, cluster), clusterRev)
+		rec = r
+		txn := store.NewTxn()
 		deleteWrites(txn, rec, rev)
-		_, err = s.store.Commit(ctx, txn)
+		_, err = s.store.Commit(ctx, sc.Guard(txn))
 		return err
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "delete pod identity association %q of cluster %q", id, cluster)
+		return nil, errdefs.Wrap(err, "delete pod identity association %q of cluster %q", id, cluster)
 	}
 	s.log.InfoContext(ctx, "pod identity association deleted", "account", who.AccountID, "cluster", cluster,
 		"association", id, "namespace", rec.GetNamespace(), "serviceAccount", rec.GetServiceAccount())

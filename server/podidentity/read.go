@@ -6,21 +6,23 @@ import (
 	"fmt"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/paging"
 	"github.com/saltbush/saltbush/store"
 )
 
 // Describe returns one association of the caller's cluster.
 func (s *Service) Describe(ctx context.Context, cluster, id string) (*storagev1.PodIdentityAssociationRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	_, ref, err := clusterscope.Ref(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
-	c, _, err := s.cluster(ctx, who, cluster, false)
+	sc, err := s.scopes.Read(ctx, ref, clusterscope.FromView)
 	if err != nil {
 		return nil, err
 	}
+	c := sc.Cluster
 	rec, _, err := s.getWith(ctx, s.store.Read, c, id)
 	return rec, err
 }
@@ -59,17 +61,18 @@ func (f Filter) matches(rec *storagev1.PodIdentityAssociationRecord) bool {
 // maxResults associations (even none) and still have a nextToken: the
 // filter runs over one page of the store.
 func (s *Service) List(ctx context.Context, cluster string, f Filter, maxResults *int32, nextToken string) ([]*storagev1.PodIdentityAssociationRecord, string, error) {
-	who, err := identity.AccountCaller(ctx)
+	_, ref, err := clusterscope.Ref(ctx, cluster)
 	if err != nil {
 		return nil, "", err
 	}
-	c, _, err := s.cluster(ctx, who, cluster, false)
+	sc, err := s.scopes.Read(ctx, ref, clusterscope.FromView)
 	if err != nil {
 		return nil, "", err
 	}
+	c := sc.Cluster
 	limit, err := paging.Limit(maxResults)
 	if err != nil {
-		return nil, "", withCluster(err, cluster)
+		return nil, "", errdefs.WithField(err, "clusterName", cluster)
 	}
 	page, err := s.store.ReadList(ctx, store.ListOptions{
 		Prefix: store.PodIdentityAssociationsPrefix(c.GetUid()),

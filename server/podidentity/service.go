@@ -22,10 +22,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -55,32 +54,28 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Clusters is what the service needs of the cluster service: a cluster
-// record and its mod revision, which writes are guarded on.
-type Clusters interface {
-	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-	// Read returns a cluster record from the replica's read view.
-	Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-}
-
 // Service is the pod identity association domain logic. It is safe for
 // concurrent use.
 type Service struct {
 	store    *store.Store
-	clusters Clusters
+	clusters clusterscope.Reader
+	scopes   *clusterscope.Scopes
 	cfg      Config
 	log      *slog.Logger
 }
 
 // NewService returns the pod identity association service.
-func NewService(st *store.Store, clusters Clusters, cfg Config, log *slog.Logger) (*Service, error) {
+func NewService(st *store.Store, clusters clusterscope.Reader, cfg Config, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{store: st, clusters: clusters, cfg: cfg, log: log}, nil
+	return &Service{
+		store: st, clusters: clusters, cfg: cfg, log: log,
+		scopes: clusterscope.New(clusters, clusterscope.Config{Resources: "Pod Identity Associations"}),
+	}, nil
 }
 
 // ClusterARN is the ARN of a cluster of account.
@@ -121,49 +116,6 @@ func owned(cluster string, rec *storagev1.PodIdentityAssociationRecord) *errdefs
 
 func invalid(cluster, format string, args ...any) *errdefs.Error {
 	return errdefs.InvalidParameter(format, args...).WithField("clusterName", cluster)
-}
-
-func withCluster(err error, cluster string) error {
-	var e *errdefs.Error
-	if errors.As(err, &e) {
-		return e.WithField("clusterName", cluster)
-	}
-	return err
-}
-
-// wrapUnlessAPI adds context to internal errors; API errors pass as they
-// are, since their message is what the caller sees.
-func wrapUnlessAPI(err error, format string, args ...any) error {
-	if err == nil {
-		return nil
-	}
-	var e *errdefs.Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
-}
-
-// cluster reads the caller's cluster (linearizably for a write, from the
-// read view otherwise); for a write it must not be DELETING (its
-// associations go with it) or FAILED (it never becomes usable).
-func (s *Service) cluster(ctx context.Context, who identity.Caller, name string, forWrite bool) (*storagev1.ClusterRecord, int64, error) {
-	read := s.clusters.Read
-	if forWrite {
-		read = s.clusters.Get
-	}
-	c, rev, err := read(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
-	if err != nil {
-		return nil, 0, err
-	}
-	if forWrite {
-		switch st := c.GetStatus(); st {
-		case storagev1.ClusterStatus_CLUSTER_STATUS_DELETING, storagev1.ClusterStatus_CLUSTER_STATUS_FAILED:
-			return nil, 0, errdefs.InvalidRequest("Cluster %s is in %s state; its Pod Identity Associations cannot be changed.",
-				name, st.String()[len("CLUSTER_STATUS_"):]).WithField("clusterName", name)
-		}
-	}
-	return c, rev, nil
 }
 
 // get reads association id of cluster c and its mod revision,

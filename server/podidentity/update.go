@@ -10,7 +10,8 @@ import (
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/idempotency"
 	"github.com/saltbush/saltbush/store"
 )
@@ -21,38 +22,33 @@ import (
 // record's revision. One an add-on owns is refused: it changes with its
 // add-on. With a clientRequestToken a retry returns the association.
 func (s *Service) Update(ctx context.Context, req *eksv1.UpdatePodIdentityAssociationRequest) (*storagev1.PodIdentityAssociationRecord, error) {
-	who, err := identity.AccountCaller(ctx)
+	cn, id := req.GetClusterName(), req.GetAssociationId()
+	who, ref, err := clusterscope.Ref(ctx, cn)
 	if err != nil {
 		return nil, err
 	}
-	cn, id := req.GetClusterName(), req.GetAssociationId()
 	tok, err := idempotency.New(who.AccountID, opUpdate, req)
 	if err != nil {
-		return nil, withCluster(err, cn)
+		return nil, errdefs.WithField(err, "clusterName", cn)
 	}
 	rec := &storagev1.PodIdentityAssociationRecord{}
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		c, clusterRev, err := s.cluster(ctx, who, cn, true)
-		if err != nil {
+	err = s.scopes.Write(ctx, ref, func(sc clusterscope.Scope) error {
+		if found, err := s.replay(ctx, tok, cn, rec); found || err != nil {
 			return err
 		}
-		if prior, err := s.replay(ctx, tok, cn); prior != nil || err != nil {
-			rec = prior
-			return err
-		}
-		if _, _, err := s.get(ctx, c, id); err != nil {
+		if _, _, err := s.get(ctx, sc.Cluster, id); err != nil {
 			return err
 		}
 		if err := validateUpdate(who.AccountID, req); err != nil {
-			return withCluster(err, cn)
+			return errdefs.WithField(err, "clusterName", cn)
 		}
-		key := store.PodIdentityAssociationKey(c.GetUid(), id)
+		key := store.PodIdentityAssociationKey(sc.UID(), id)
 		_, err = store.Update(ctx, s.store, key, rec, func(r *storagev1.PodIdentityAssociationRecord, txn *store.Txn) error {
 			if r.GetOwnerArn() != "" {
 				return owned(cn, r)
 			}
 			s.apply(r, req)
-			txn.RequireModRevision(store.ClusterKey(who.AccountID, cn), clusterRev)
+			sc.Guard(txn)
 			tok.Remember(txn, key, id, s.cfg.IdempotencyTTL, s.cfg.Now())
 			return nil
 		})
@@ -66,7 +62,7 @@ func (s *Service) Update(ctx context.Context, req *eksv1.UpdatePodIdentityAssoci
 		return err
 	})
 	if err != nil {
-		return nil, wrapUnlessAPI(err, "update pod identity association %q of cluster %q", id, cn)
+		return nil, errdefs.Wrap(err, "update pod identity association %q of cluster %q", id, cn)
 	}
 	s.log.InfoContext(ctx, "pod identity association updated", "account", who.AccountID, "cluster", cn, "association", id)
 	return rec, nil

@@ -13,10 +13,9 @@ import (
 	"log/slog"
 	"regexp"
 
-	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/identity"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -33,8 +32,7 @@ const (
 
 // Clusters resolves a cluster name of the caller's account.
 type Clusters interface {
-	// Read returns a cluster record from the replica's read view.
-	Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	clusterscope.Reader
 	// ARN is the ARN of a cluster of account.
 	ARN(account, name string) string
 }
@@ -43,12 +41,14 @@ type Clusters interface {
 type Service struct {
 	store    *store.Store
 	clusters Clusters
+	scopes   *clusterscope.Scopes
 	log      *slog.Logger
 }
 
 // NewService returns the update service.
 func NewService(st *store.Store, clusters Clusters, log *slog.Logger) *Service {
-	return &Service{store: st, clusters: clusters, log: log}
+	return &Service{store: st, clusters: clusters, log: log,
+		scopes: clusterscope.New(clusters, clusterscope.Config{Resources: "updates"})}
 }
 
 var addonNamePattern = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9-_]{0,99}$`)
@@ -58,13 +58,15 @@ type Filter struct {
 	AddonName, NodegroupName, CapabilityName string
 }
 
+// cluster reads the caller's cluster from the read view: update records
+// are only read here.
 func (s *Service) cluster(ctx context.Context, name string) (*storagev1.ClusterRecord, error) {
-	who, ok := identity.FromContext(ctx)
-	if !ok {
-		return nil, errors.New("request has no authenticated caller")
+	_, ref, err := clusterscope.Ref(ctx, name)
+	if err != nil {
+		return nil, err
 	}
-	rec, _, err := s.clusters.Read(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
-	return rec, err
+	sc, err := s.scopes.Read(ctx, ref, clusterscope.FromView)
+	return sc.Cluster, err
 }
 
 // scope checks the filter and, for an add-on, that the add-on exists. It

@@ -7,7 +7,6 @@ package version
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -102,19 +101,6 @@ func (s *Service) NextOffered(minor string) (string, bool) {
 		return "", false
 	}
 	return next, true
-}
-
-func clusterNotFound(name string) *errdefs.Error {
-	return errdefs.NotFound("No cluster found for name: %s.", name).WithField("clusterName", name)
-}
-
-// withClusterName adds the clusterName member to an API error.
-func withClusterName(err error, name string) error {
-	var e *errdefs.Error
-	if errors.As(err, &e) {
-		return e.WithField("clusterName", name)
-	}
-	return err
 }
 
 func (s *Service) wire(ctx context.Context, op string, err error) error {

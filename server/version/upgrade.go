@@ -2,8 +2,6 @@ package version
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"regexp"
 	"unicode/utf8"
 
@@ -75,74 +73,52 @@ func (s *Service) Upgrade(ctx context.Context, req *eksv1.UpdateClusterVersionRe
 	}
 	tok, err := idempotency.New(who.AccountID, opUpdateClusterVersion, req)
 	if err != nil {
-		return nil, withClusterName(err, name)
+		return nil, errdefs.WithField(err, "clusterName", name)
 	}
-	if prior, err := cluster.ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "version"); prior != nil || err != nil {
-		return prior, err
-	}
-
-	var upd *storagev1.UpdateRecord
-	rec := &storagev1.ClusterRecord{}
-	_, err = store.Update(ctx, s.store, store.ClusterKey(who.AccountID, name), rec, func(c *storagev1.ClusterRecord, txn *store.Txn) error {
-		kind, err := s.upgradable(ctx, c, req.GetVersion())
-		if err != nil {
-			return err
-		}
-		switch kind {
-		case TypeVersionUpdate:
-			if req.GetRollbackConfig() != nil {
-				return errdefs.InvalidParameter("rollbackConfig applies only to a rollback to version %s; %s is an upgrade.",
-					prevOrNone(c.GetKubernetesVersion()), req.GetVersion()).WithField("clusterName", name)
+	rec, upd, err := cluster.RecordUpdate(ctx, s.store, tok, s.cfg.IdempotencyTTL, who.AccountID, name, "version",
+		func(c *storagev1.ClusterRecord, txn *store.Txn) (*storagev1.UpdateRecord, error) {
+			kind, err := s.upgradable(ctx, c, req.GetVersion())
+			if err != nil {
+				return nil, err
 			}
-		case TypeVersionRollback:
-			if err := s.checkRollback(ctx, c, req.GetVersion(), req.GetForce()); err != nil {
-				return err
+			switch kind {
+			case TypeVersionUpdate:
+				if req.GetRollbackConfig() != nil {
+					return nil, errdefs.InvalidParameter("rollbackConfig applies only to a rollback to version %s; %s is an upgrade.",
+						prevOrNone(c.GetKubernetesVersion()), req.GetVersion()).WithField("clusterName", name)
+				}
+			case TypeVersionRollback:
+				if err := s.checkRollback(ctx, c, req.GetVersion(), req.GetForce()); err != nil {
+					return nil, err
+				}
+				if timeout == 0 {
+					timeout = defaultRollbackTimeout
+				}
 			}
-			if timeout == 0 {
-				timeout = defaultRollbackTimeout
+			target, _ := release(req.GetVersion())
+			now := s.cfg.Now()
+			u := &storagev1.UpdateRecord{
+				Id:         uuid.Must(uuid.NewV7()).String(),
+				ClusterUid: c.GetUid(),
+				Type:       kind,
+				Status:     storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS,
+				Params: []*storagev1.UpdateParam{
+					{Type: ParamVersion, Value: req.GetVersion()},
+					{Type: ParamPlatformVersion, Value: target.PlatformVersion},
+				},
+				CreatedAt:  timestamppb.New(now),
+				ModifiedAt: timestamppb.New(now),
 			}
-		}
-		target, _ := release(req.GetVersion())
-		now := s.cfg.Now()
-		u := &storagev1.UpdateRecord{
-			Id:         uuid.Must(uuid.NewV7()).String(),
-			ClusterUid: c.GetUid(),
-			Type:       kind,
-			Status:     storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS,
-			Params: []*storagev1.UpdateParam{
-				{Type: ParamVersion, Value: req.GetVersion()},
-				{Type: ParamPlatformVersion, Value: target.PlatformVersion},
-			},
-			CreatedAt:  timestamppb.New(now),
-			ModifiedAt: timestamppb.New(now),
-		}
-		if kind == TypeVersionRollback {
-			u.RollbackTimeoutMinutes = timeout
-			txn.Create(rollbackDeadlineKey(u), &storagev1.UpdateDeadlineHint{ClusterUid: u.GetClusterUid(), UpdateId: u.GetId()})
-		}
-		c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING
-		c.ModifiedAt = timestamppb.New(now)
-		key := store.ClusterUpdateKey(c.GetUid(), u.GetId())
-		txn.Create(key, u)
-		tok.Remember(txn, key, u.GetId(), s.cfg.IdempotencyTTL, now)
-		upd = u
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, clusterNotFound(name).WithCause(err)
-		}
-		if tok.Present() {
-			// A concurrent request with the same token may have won.
-			if prior, rerr := cluster.ReplayUpdate(ctx, s.store, tok, who.AccountID, name, "version"); prior != nil || rerr != nil {
-				return prior, rerr
+			if kind == TypeVersionRollback {
+				u.RollbackTimeoutMinutes = timeout
+				txn.Create(rollbackDeadlineKey(u), &storagev1.UpdateDeadlineHint{ClusterUid: u.GetClusterUid(), UpdateId: u.GetId()})
 			}
-		}
-		var e *errdefs.Error
-		if errors.As(err, &e) {
-			return nil, e
-		}
-		return nil, fmt.Errorf("update cluster %q version: %w", name, err)
+			c.Status = storagev1.ClusterStatus_CLUSTER_STATUS_UPDATING
+			c.ModifiedAt = timestamppb.New(now)
+			return u, nil
+		})
+	if err != nil || rec == nil {
+		return upd, err
 	}
 	s.log.InfoContext(ctx, "cluster version update started", "account", who.AccountID, "cluster", name,
 		"uid", rec.GetUid(), "update", upd.GetId(), "type", upd.GetType(), "from", rec.GetKubernetesVersion(), "to", req.GetVersion())
