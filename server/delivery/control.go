@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/proto"
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
@@ -80,8 +79,7 @@ func (s *Service) Drain(ctx context.Context, ref *controlv1.ClusterRef) (*storag
 		return nil, err
 	}
 	e := &storagev1.ExecutorRecord{}
-	_, err = s.store.GuaranteedUpdate(ctx, store.ExecutorKey(c.GetUid()), e, func(cur proto.Message, _ *store.Txn) error {
-		r := cur.(*storagev1.ExecutorRecord)
+	_, err = store.Update(ctx, s.store, store.ExecutorKey(c.GetUid()), e, func(r *storagev1.ExecutorRecord, _ *store.Txn) error {
 		if !r.GetDraining() {
 			r.Draining, r.FenceAcked = true, false
 		}

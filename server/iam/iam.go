@@ -20,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
@@ -219,9 +218,8 @@ func (s *Service) AttachPolicy(ctx context.Context, arn, name string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.store.GuaranteedUpdate(ctx, principalKey(account, arn), &storagev1.PrincipalRecord{},
-		func(cur proto.Message, txn *store.Txn) error {
-			p := cur.(*storagev1.PrincipalRecord)
+	_, err = store.Update(ctx, s.store, principalKey(account, arn), &storagev1.PrincipalRecord{},
+		func(p *storagev1.PrincipalRecord, txn *store.Txn) error {
 			if !slices.Contains(p.PolicyNames, name) {
 				p.PolicyNames = append(p.PolicyNames, name)
 				slices.Sort(p.PolicyNames)
@@ -387,9 +385,9 @@ func (s *Service) SetAccessKeyStatus(ctx context.Context, akid, status string) e
 	if status != KeyActive && status != KeyInactive {
 		return errdefs.InvalidParameter("Status must be %s or %s.", KeyActive, KeyInactive)
 	}
-	_, err := s.store.GuaranteedUpdate(ctx, accessKeyKey(akid), &storagev1.AccessKeyRecord{},
-		func(cur proto.Message, _ *store.Txn) error {
-			cur.(*storagev1.AccessKeyRecord).Status = status
+	_, err := store.Update(ctx, s.store, accessKeyKey(akid), &storagev1.AccessKeyRecord{},
+		func(k *storagev1.AccessKeyRecord, _ *store.Txn) error {
+			k.Status = status
 			return nil
 		})
 	if errors.Is(err, store.ErrNotFound) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
@@ -31,9 +30,8 @@ func (s *Service) PutServicePolicy(ctx context.Context, name, document string) (
 	}
 	now := timestamppb.New(s.now())
 	var out *storagev1.ServiceRecord
-	_, err := s.store.GuaranteedUpdate(ctx, serviceKey(name), &storagev1.ServiceRecord{},
-		func(cur proto.Message, _ *store.Txn) error {
-			r := cur.(*storagev1.ServiceRecord)
+	_, err := store.Update(ctx, s.store, serviceKey(name), &storagev1.ServiceRecord{},
+		func(r *storagev1.ServiceRecord, _ *store.Txn) error {
 			if r.GetName() == "" {
 				r.Name, r.CreatedAt = name, now
 			}

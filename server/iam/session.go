@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
@@ -292,9 +291,8 @@ func (s *Service) UpdateRole(ctx context.Context, arn string, u RoleUpdate) (*st
 	}
 	account, _ := ParsePrincipal(arn)
 	var out *storagev1.PrincipalRecord
-	_, err := s.store.GuaranteedUpdate(ctx, principalKey(account, arn), &storagev1.PrincipalRecord{},
-		func(cur proto.Message, _ *store.Txn) error {
-			p := cur.(*storagev1.PrincipalRecord)
+	_, err := store.Update(ctx, s.store, principalKey(account, arn), &storagev1.PrincipalRecord{},
+		func(p *storagev1.PrincipalRecord, _ *store.Txn) error {
 			if u.TrustPolicy != nil {
 				p.TrustPolicy = *u.TrustPolicy
 			}
@@ -336,9 +334,9 @@ func (s *Service) RevokeRoleSessions(ctx context.Context, arn string) (time.Time
 	}
 	account, _ := ParsePrincipal(arn)
 	now := s.now()
-	_, err := s.store.GuaranteedUpdate(ctx, principalKey(account, arn), &storagev1.PrincipalRecord{},
-		func(cur proto.Message, _ *store.Txn) error {
-			cur.(*storagev1.PrincipalRecord).SessionsRevokedBefore = timestamppb.New(now)
+	_, err := store.Update(ctx, s.store, principalKey(account, arn), &storagev1.PrincipalRecord{},
+		func(p *storagev1.PrincipalRecord, _ *store.Txn) error {
+			p.SessionsRevokedBefore = timestamppb.New(now)
 			return nil
 		})
 	if errors.Is(err, store.ErrNotFound) {

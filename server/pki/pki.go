@@ -32,7 +32,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
@@ -199,9 +198,8 @@ func (a *Authority) Rotate(ctx context.Context) (issuingSerial string, err error
 	if err != nil {
 		return "", err
 	}
-	_, err = a.store.GuaranteedUpdate(ctx, authoritiesKey, &storagev1.CertificateAuthorityState{},
-		func(cur proto.Message, _ *store.Txn) error {
-			st := cur.(*storagev1.CertificateAuthorityState)
+	_, err = store.Update(ctx, a.store, authoritiesKey, &storagev1.CertificateAuthorityState{},
+		func(st *storagev1.CertificateAuthorityState, _ *store.Txn) error {
 			st.Authorities = append(st.Authorities, ca)
 			st.IssuingSerial = ca.GetSerial()
 			return nil
@@ -224,9 +222,8 @@ func (a *Authority) Remove(ctx context.Context, serial string) error {
 	if !serialPattern.MatchString(serial) {
 		return errdefs.InvalidParameter("Certificate authority serial %q is not lower-case hex.", serial)
 	}
-	_, err := a.store.GuaranteedUpdate(ctx, authoritiesKey, &storagev1.CertificateAuthorityState{},
-		func(cur proto.Message, _ *store.Txn) error {
-			st := cur.(*storagev1.CertificateAuthorityState)
+	_, err := store.Update(ctx, a.store, authoritiesKey, &storagev1.CertificateAuthorityState{},
+		func(st *storagev1.CertificateAuthorityState, _ *store.Txn) error {
 			if st.GetIssuingSerial() == serial {
 				return errdefs.InvalidRequest("Certificate authority %s is the issuing authority; rotate before removing it.", serial)
 			}
