@@ -29,7 +29,6 @@ import (
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/gateway/sigv4"
 	"github.com/saltbush/saltbush/identity"
-	"github.com/saltbush/saltbush/server/validation"
 )
 
 // Authenticator decides who an HTTP request acts for, from the request and
@@ -117,6 +116,29 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the façade's metrics; none when nil.
 	Registerer prometheus.Registerer
+	// Model words a request grpc-gateway could not decode or parse in
+	// AWS's terms (parse.go). When nil such a request is refused as
+	// InvalidParameterException with the decoder's own detail.
+	Model Model
+}
+
+// Model is what the façade needs of AWS's EKS model to word a request
+// grpc-gateway could not decode or parse as AWS does; the server's
+// validation table implements it.
+type Model interface {
+	// Exception is the exception operation answers validation errors
+	// with; ok is false for an operation the model does not have.
+	Exception(operation string) (exception string, ok bool)
+	// Member names the body member at path (object keys and list
+	// indices) as AWS's messages name it, and says what type the model
+	// gives it ("a string").
+	Member(operation string, path []any) (name, typ string, ok bool)
+	// MemberConstraint is the integer range of the operation's input
+	// member named name.
+	MemberConstraint(operation, name string) (minV, maxV *int64, ok bool)
+	// Render writes a JSON value (numbers as json.Number) as AWS's
+	// validation messages write values.
+	Render(value any) string
 }
 
 // Register adds generated handlers to the mux (the in-process
@@ -140,6 +162,9 @@ func New(ctx context.Context, cfg Config, registers ...Register) (*Handler, erro
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Model == nil {
+		cfg.Model = noModel{}
 	}
 	h := &Handler{cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 	h.mux = runtime.NewServeMux(
@@ -204,11 +229,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.StatusBadRequest)
 		return
 	}
-	// The body decoder takes the payload from it as it is (marshal.go).
+	// The body decoder takes the payload from it as it is (marshal.go), and
+	// so does the error handler wording a body it could not decode
+	// (parse.go).
 	r.Body = newRequestBody(payload)
-	// The services' model check sees the members the body sent, empty ones
-	// included (server/validation).
-	ctx = validation.WithBody(ctx, payload)
 
 	// Every mutating request is audited, refused ones included.
 	ctx, entry := audit.Open(ctx)
@@ -256,7 +280,7 @@ func (h *Handler) errorHandler(ctx context.Context, _ *runtime.ServeMux, _ runti
 		h.writeTooLarge(ctx, w, r)
 		return
 	}
-	if e, httpStatus, ok := requestError(ctx, st); ok {
+	if e, httpStatus, ok := requestError(ctx, h.cfg.Model, st, bodyOf(r)); ok {
 		// grpc-gateway's own decode and parse errors (gateway/parse.go).
 		h.writeError(ctx, w, r, e, httpStatus)
 		return

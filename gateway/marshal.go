@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/saltbush/saltbush/presence"
 )
 
 // awsJSON is protojson as grpc-gateway's JSONPb (EmitUnpopulated false, so
@@ -47,6 +49,10 @@ func newAWSJSON(unmarshal protojson.UnmarshalOptions) awsJSON {
 	}
 }
 
+// pathParameterNote ends the decoder's error for a body member bound to a
+// path label: it is the operation's member, but not in the body.
+const pathParameterNote = " (it is a path parameter)"
+
 // NewDecoder implements runtime.Marshaler: protojson (unknown members are
 // errors), and then a member bound to a path label is refused too
 // (`{"clusterName": …}` in a CreateAddon body). It is not a body member in
@@ -66,10 +72,10 @@ func newAWSJSON(unmarshal protojson.UnmarshalOptions) awsJSON {
 // encoding/json has already checked it. An empty body and a value that
 // is not a message still go through JSONPb's decoder (io.EOF, which the
 // generated handlers take as "no body", and its non-message decoding).
-// pathParameterNote ends the decoder's error for a body member bound to a
-// path label: it is the operation's member, but not in the body.
-const pathParameterNote = " (it is a path parameter)"
-
+//
+// The message decoded carries the record of the members the body sent
+// that it cannot show (`"serviceAccountRoleArn": ""`, `"tags": {}`: package
+// presence), so the services' model check sees them as AWS does.
 func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
 	return runtime.DecoderFunc(func(v any) error {
 		body, err := readBody(r)
@@ -102,7 +108,7 @@ func (m awsJSON) NewDecoder(r io.Reader) runtime.Decoder {
 				return fmt.Errorf("proto: unknown field %q"+pathParameterNote, f.JSONName())
 			}
 		}
-		return nil
+		return presence.Record(msg, value)
 	})
 }
 

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
+	"github.com/saltbush/saltbush/presence"
 )
 
 // The plans (plan.go) must write every response exactly as the marshaler
@@ -628,7 +629,8 @@ func withOptions(f *descriptorpb.FieldDescriptorProto, opts *descriptorpb.FieldO
 // TestDecodeMatchesLegacy: the decoder takes a body to protojson without
 // JSONPb's decoder in between, and the request body ServeHTTP read
 // without a copy; what it decodes and every error it returns must be as
-// before (parse.go words the errors by their text).
+// before (parse.go words the errors by their text), with the presence
+// record added.
 func TestDecodeMatchesLegacy(t *testing.T) {
 	m := newAWSJSON(protojson.UnmarshalOptions{})
 	bodies := []string{
@@ -661,9 +663,18 @@ func TestDecodeMatchesLegacy(t *testing.T) {
 			for name, reader := range readers {
 				want, got := target(), target()
 				wantErr := legacyDecode(m, reader(), want)
+				legacyBody := body
 				if name == "requestBody read from" {
 					// Compared with the same body less the byte read.
-					wantErr = legacyDecode(m, strings.NewReader(body[min(1, len(body)):]), want)
+					legacyBody = body[min(1, len(body)):]
+					wantErr = legacyDecode(m, strings.NewReader(legacyBody), want)
+				}
+				if msg, ok := want.(proto.Message); ok && wantErr == nil {
+					// And the record of the members the body sent that the
+					// message cannot show (package presence).
+					if err := presence.Record(msg, []byte(legacyBody)); err != nil {
+						t.Fatalf("presence.Record: %v", err)
+					}
 				}
 				gotErr := m.NewDecoder(reader()).Decode(got)
 				if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || errors.Is(gotErr, io.EOF) != errors.Is(wantErr, io.EOF) {

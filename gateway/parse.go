@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/saltbush/saltbush/errdefs"
-	"github.com/saltbush/saltbush/server/validation"
 )
 
 // SerializationException is what AWS's services answer a request body that
@@ -27,14 +26,15 @@ const SerializationException = "SerializationException"
 // requestError is an error grpc-gateway raised before the service ran: a
 // body it could not decode, a query parameter or path label it could not
 // parse. It is rendered in AWS's words, with the exception the operation's
-// model lists for validation errors; ok is false for any other error.
-func requestError(ctx context.Context, st *status.Status) (e *errdefs.Error, httpStatus int, ok bool) {
+// model lists for validation errors; ok is false for any other error. body
+// is the request's body.
+func requestError(ctx context.Context, model Model, st *status.Status, body []byte) (e *errdefs.Error, httpStatus int, ok bool) {
 	if st.Code() != codes.InvalidArgument || fromService(st) {
 		return nil, 0, false
 	}
 	exception := errdefs.InvalidParameterException
 	op := operationOf(ctx)
-	if exc, found := validation.Exception(op); found {
+	if exc, found := model.Exception(op); found {
 		exception = exc
 	}
 	msg := st.Message()
@@ -42,17 +42,17 @@ func requestError(ctx context.Context, st *status.Status) (e *errdefs.Error, htt
 	case isSyntaxError(msg) || isEncodingError(msg):
 		return &errdefs.Error{Exception: SerializationException, Message: "The request body is not valid JSON."},
 			http.StatusBadRequest, true
-	case strings.HasPrefix(msg, "proto:") && !isObject(validation.Body(ctx)):
+	case strings.HasPrefix(msg, "proto:") && !isObject(body):
 		return &errdefs.Error{Exception: SerializationException, Message: "The request body is not a JSON object."},
 			http.StatusBadRequest, true
 	case strings.HasPrefix(msg, "proto:"):
 		// A body protojson could not decode (an unknown or mistyped
 		// member): say which member, without the decoder's internals.
-		return &errdefs.Error{Exception: exception, Message: decodeMessage(op, validation.Body(ctx), msg)},
+		return &errdefs.Error{Exception: exception, Message: decodeMessage(model, op, body, msg)},
 			http.StatusBadRequest, true
 	}
 	if m := queryParseError.FindStringSubmatch(msg); m != nil {
-		return &errdefs.Error{Exception: exception, Message: parseMessage(op, jsonName(m[1]), m[2])}, http.StatusBadRequest, true
+		return &errdefs.Error{Exception: exception, Message: parseMessage(model, op, jsonName(m[1]), m[2])}, http.StatusBadRequest, true
 	}
 	if m := tooManyValues.FindStringSubmatch(msg); m != nil {
 		return &errdefs.Error{Exception: exception, Message: fmt.Sprintf(
@@ -60,10 +60,27 @@ func requestError(ctx context.Context, st *status.Status) (e *errdefs.Error, htt
 			m[2], jsonName(m[1]))}, http.StatusBadRequest, true
 	}
 	if m := pathParseError.FindStringSubmatch(msg); m != nil {
-		return &errdefs.Error{Exception: exception, Message: parseMessage(op, jsonName(m[1]), m[2])}, http.StatusBadRequest, true
+		return &errdefs.Error{Exception: exception, Message: parseMessage(model, op, jsonName(m[1]), m[2])}, http.StatusBadRequest, true
 	}
 	return nil, 0, false
 }
+
+// bodyOf is the body of a request ServeHTTP read (nil for any other).
+func bodyOf(r *http.Request) []byte {
+	if b, ok := r.Body.(*requestBody); ok {
+		return b.payload
+	}
+	return nil
+}
+
+// noModel is the model of a façade configured without one: it knows no
+// operation, so requests are worded with the decoder's detail.
+type noModel struct{}
+
+func (noModel) Exception(string) (string, bool)                        { return "", false }
+func (noModel) Member(string, []any) (string, string, bool)            { return "", "", false }
+func (noModel) MemberConstraint(string, string) (*int64, *int64, bool) { return nil, nil, false }
+func (noModel) Render(value any) string                                { return fmt.Sprint(value) }
 
 // fromService reports whether st came from a saltbush service (it carries
 // errdefs' ErrorInfo), not from grpc-gateway's own parsing.
@@ -119,10 +136,10 @@ var (
 // decodeMessage words a protojson error about body as AWS does: the member
 // at the error's position, named as the model names it, and the type the
 // model gives it.
-func decodeMessage(op string, body []byte, msg string) string {
+func decodeMessage(model Model, op string, body []byte, msg string) string {
 	detail := "Could not parse the request body: " + decodeDetail.ReplaceAllString(msg, "")
 	if m := unknownField.FindStringSubmatch(msg); m != nil && !strings.HasSuffix(msg, pathParameterNote) {
-		return unknownMessage(op, body, msg, m[1], detail)
+		return unknownMessage(model, op, body, msg, m[1], detail)
 	}
 	if strings.Contains(msg, "unknown field") {
 		return detail
@@ -139,7 +156,7 @@ func decodeMessage(op string, body []byte, msg string) string {
 	if !ok {
 		return detail
 	}
-	name, typ, ok := validation.Member(op, path)
+	name, typ, ok := model.Member(op, path)
 	if !ok {
 		return detail
 	}
@@ -147,13 +164,13 @@ func decodeMessage(op string, body []byte, msg string) string {
 	if value == "[" || value == "{" {
 		// protojson names only the opening token of a list or object sent
 		// where a scalar belongs: show the value, as AWS's messages do.
-		value = valueAt(body, off, value)
+		value = valueAt(model, body, off, value)
 	}
 	constraint := "Member must be " + typ
 	if typ == "an integer" && integerLiteral.MatchString(value) {
 		// A whole number protojson refused is out of the 32-bit range: say
 		// which bound of the model's it is beyond, as for a query parameter.
-		constraint = rangeConstraint(op, name, value)
+		constraint = rangeConstraint(model, op, name, value)
 	}
 	return fmt.Sprintf("1 validation error detected: Value '%s' at '%s' failed to satisfy constraint: %s", value, name, constraint)
 }
@@ -166,7 +183,7 @@ var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
 // send, such as UpdateClusterConfig's kubeApiServerConfig) is named as
 // unsupported, so the caller knows it was understood and refused, never
 // dropped; any other member is not the operation's at all.
-func unknownMessage(op string, body []byte, msg, field, detail string) string {
+func unknownMessage(model Model, op string, body []byte, msg, field, detail string) string {
 	var path []any
 	if pos := decodePosition.FindStringSubmatch(msg); pos != nil {
 		line, _ := strconv.Atoi(pos[1])
@@ -181,7 +198,7 @@ func unknownMessage(op string, body []byte, msg, field, detail string) string {
 		path = path[:n-1]
 	}
 	path = append(path, field)
-	name, _, ok := validation.Member(op, path)
+	name, _, ok := model.Member(op, path)
 	if !ok {
 		return detail
 	}
@@ -193,7 +210,7 @@ const maxShownValue = 256
 
 // valueAt renders the JSON value at offset in body (fallback when it does
 // not decode), at most maxShownValue characters of it.
-func valueAt(body []byte, offset int, fallback string) string {
+func valueAt(model Model, body []byte, offset int, fallback string) string {
 	if offset < 0 || offset >= len(body) {
 		return fallback
 	}
@@ -203,7 +220,7 @@ func valueAt(body []byte, offset int, fallback string) string {
 	if err := dec.Decode(&v); err != nil {
 		return fallback
 	}
-	s := validation.Render(v)
+	s := model.Render(v)
 	if r := []rune(s); len(r) > maxShownValue {
 		s = string(r[:maxShownValue]) + "…"
 	}
@@ -215,8 +232,8 @@ var integerLiteral = regexp.MustCompile(`^-?[0-9]+$`)
 
 // rangeConstraint is the constraint a whole number beyond 32 bits fails:
 // the model's maximum or minimum of the member when it has one.
-func rangeConstraint(op, member, value string) string {
-	minV, maxV, ok := validation.MemberConstraint(op, member)
+func rangeConstraint(model Model, op, member, value string) string {
+	minV, maxV, ok := model.MemberConstraint(op, member)
 	switch {
 	case ok && maxV != nil && !strings.HasPrefix(value, "-"):
 		return fmt.Sprintf("Member must have value less than or equal to %d", *maxV)
@@ -314,7 +331,7 @@ var (
 
 // parseMessage says, as AWS does, which member failed which constraint
 // when a query parameter or path label does not parse as its type.
-func parseMessage(op, member, detail string) string {
+func parseMessage(model Model, op, member, detail string) string {
 	value, constraint := detail, "Member must be of the member's type"
 	if m := strconvError.FindStringSubmatch(detail); m != nil {
 		value = m[2]
@@ -326,7 +343,7 @@ func parseMessage(op, member, detail string) string {
 		default:
 			constraint = "Member must be an integer"
 			if m[3] == "value out of range" {
-				constraint = rangeConstraint(op, member, value)
+				constraint = rangeConstraint(model, op, member, value)
 			}
 		}
 	}

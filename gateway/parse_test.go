@@ -1,9 +1,66 @@
 package gateway
 
 import (
+	"encoding/json"
+	"fmt"
 	"reflect"
+	"sort"
+	"strings"
 	"testing"
 )
+
+// testModel is the part of AWS's EKS model these tests word messages
+// with, as server/validation's table has it (its TestModelForTheFacade
+// checks the same answers against the table).
+type testModel struct{}
+
+var testMembers = map[string][2]string{
+	"CreateCluster resourcesVpcConfig": {"resourcesVpcConfig", "a structure"},
+	"UpdateAddon configurationValues":  {"configurationValues", "a string"},
+	"ListInsights maxResults":          {"maxResults", "an integer"},
+}
+
+func (testModel) Exception(string) (string, bool) { return "", false }
+
+func (testModel) Member(op string, path []any) (string, string, bool) {
+	m, ok := testMembers[op+" "+fmt.Sprint(path...)]
+	return m[0], m[1], ok
+}
+
+func (testModel) MemberConstraint(op, name string) (minV, maxV *int64, ok bool) {
+	if (op == "ListAddons" || op == "ListInsights") && name == "maxResults" {
+		one, hundred := int64(1), int64(100)
+		return &one, &hundred, true
+	}
+	return nil, nil, false
+}
+
+// Render writes values as AWS's messages do: lists as [a, b], objects as
+// {k=v, …} with sorted keys.
+func (m testModel) Render(value any) string {
+	switch x := value.(type) {
+	case []any:
+		parts := make([]string, len(x))
+		for i, it := range x {
+			parts[i] = m.Render(it)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + m.Render(x[k])
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	case json.Number:
+		return x.String()
+	}
+	return fmt.Sprint(value)
+}
 
 func TestPathAt(t *testing.T) {
 	tests := []struct {
@@ -62,7 +119,7 @@ func TestParseMessage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := parseMessage(tc.op, tc.member, tc.detail); got != tc.want {
+			if got := parseMessage(testModel{}, tc.op, tc.member, tc.detail); got != tc.want {
 				t.Errorf("parseMessage\n%s\nwant\n%s", got, tc.want)
 			}
 		})
@@ -119,7 +176,7 @@ func TestDecodeMessage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := decodeMessage(tc.op, []byte(tc.body), tc.msg); got != tc.want {
+			if got := decodeMessage(testModel{}, tc.op, []byte(tc.body), tc.msg); got != tc.want {
 				t.Errorf("decodeMessage\n%s\nwant\n%s", got, tc.want)
 			}
 		})

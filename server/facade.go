@@ -10,11 +10,13 @@ import (
 	"github.com/saltbush/saltbush/gateway/sigv4"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/throttle"
+	"github.com/saltbush/saltbush/server/validation"
 )
 
 // newFacade is the EKS façade: SigV4 against the key store's mirror
 // (unless the configuration names another authenticator), then
-// throttling, audit and the services of the table, in process.
+// throttling, audit and the services of the table, in process; the
+// validation table words the requests it cannot decode.
 func (s *Server) newFacade(ctx context.Context, register gateway.Register, keyCache *iam.Cache, limiter *throttle.Limiter, auditSink audit.Sink) (http.Handler, error) {
 	auth := s.cfg.Authenticator
 	if auth == nil {
@@ -27,6 +29,7 @@ func (s *Server) newFacade(ctx context.Context, register gateway.Register, keyCa
 		MaxBodyBytes:  s.cfg.MaxBodyBytes,
 		Logger:        s.log.With("component", "gateway"),
 		Registerer:    s.registry,
+		Model:         validation.Model{},
 	}, register)
 }
 

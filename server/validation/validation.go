@@ -10,12 +10,14 @@
 // or empty from absent, but AWS refuses `"serviceAccountRoleArn": ""`
 // where the model says min 1 (an empty map it does not require, such as
 // a create's `"tags": {}`, it takes as absent; TagResource's required
-// tags it refuses). The façade keeps the request body
-// in the context (WithBody); Check reads the members the body sent from it,
-// so an empty member the body holds is checked as present. On the gRPC port
-// presence is the proto's: an `optional` field that is set, a message that
-// is set; an empty string, list or map of a field without presence is
-// absent there.
+// tags it refuses). The façade's decoder records in the request message
+// the members its body sent that the message cannot show (package
+// presence); Check takes that record out of the message and reads those
+// members from it, so an empty member the body held is checked as present.
+// Check's one input is the message, whichever port it came through. Without
+// a record presence is the proto's: an `optional` field that is set, a
+// message that is set; an empty string, list or map of a field without
+// presence is absent, as it is for a gRPC caller.
 package validation
 
 import (
@@ -36,6 +38,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/presence"
 )
 
 type kind int
@@ -156,29 +159,23 @@ func MemberConstraint(operationName, name string) (minV, maxV *int64, ok bool) {
 	return nil, nil, false
 }
 
-type bodyKey struct{}
-
-// WithBody returns ctx carrying the request body the façade received, so
-// that Check sees the members the body sent even when they are empty.
-func WithBody(ctx context.Context, body []byte) context.Context {
-	return context.WithValue(ctx, bodyKey{}, body)
-}
-
 // Check validates req, an EKS request message named for its operation
 // (CreateAddonRequest for CreateAddon), against the model. It returns nil
 // or an *errdefs.Error with the operation's validation exception and AWS's
 // message ("1 validation error detected: Value '…' at 'maxResults' failed
 // to satisfy constraint: Member must have value less than or equal to
 // 100"). A request of an operation the model does not have is an error: an
-// operation served must be in the table.
-func Check(ctx context.Context, req proto.Message) error {
+// operation served must be in the table. Check removes the presence record
+// from req (presence.Take): what follows the check sees the message a gRPC
+// caller would have sent.
+func Check(_ context.Context, req proto.Message) error {
 	name := string(req.ProtoReflect().Descriptor().Name())
 	opName, found := strings.CutSuffix(name, "Request")
 	op, ok := operations[opName]
 	if !found || !ok {
 		return fmt.Errorf("validation: %s is not the input of an operation of the EKS model", name)
 	}
-	value, err := requestValue(ctx, req)
+	value, err := requestValue(req)
 	if err != nil {
 		// protojson refuses a string that is not UTF-8; the body's JSON
 		// decoder already refused one in the body, so this is a path label
@@ -204,9 +201,10 @@ func Check(ctx context.Context, req proto.Message) error {
 }
 
 // requestValue is req as JSON values (protojson, JSON names), with the
-// members the façade's body sent that protojson leaves out because they
-// are empty.
-func requestValue(ctx context.Context, req proto.Message) (map[string]any, error) {
+// members its presence record holds: those the façade's body sent that
+// the message leaves out because they are empty.
+func requestValue(req proto.Message) (map[string]any, error) {
+	sent, recorded := presence.Take(req)
 	value, ok := flatValue(req.ProtoReflect())
 	if !ok {
 		b, err := protojson.Marshal(req)
@@ -217,11 +215,8 @@ func requestValue(ctx context.Context, req proto.Message) (map[string]any, error
 			return nil, fmt.Errorf("validation: decode %s: %w", req.ProtoReflect().Descriptor().FullName(), err)
 		}
 	}
-	if body, _ := ctx.Value(bodyKey{}).([]byte); len(body) > 0 {
-		// A body that is not an object failed to decode before Check.
-		if sent, err := decodeObject(body); err == nil && sent != nil {
-			overlay(value, sent)
-		}
+	if recorded {
+		overlay(value, sent)
 	}
 	return value, nil
 }
@@ -548,6 +543,29 @@ func patternMatches(pattern, value string) bool {
 	return !ok || re.MatchString(value)
 }
 
+// Model is the table as the façade needs it to word, in AWS's terms, a
+// request it could not decode (gateway.Model): the exception of an
+// operation, a body member's name and type, an integer member's range, a
+// value as the messages write it. The server's wiring hands it to the
+// façade, which imports nothing of the server.
+type Model struct{}
+
+// Exception is the package's Exception.
+func (Model) Exception(operationName string) (string, bool) { return Exception(operationName) }
+
+// Member is the package's Member.
+func (Model) Member(operationName string, path []any) (name, typ string, ok bool) {
+	return Member(operationName, path)
+}
+
+// MemberConstraint is the package's MemberConstraint.
+func (Model) MemberConstraint(operationName, name string) (minV, maxV *int64, ok bool) {
+	return MemberConstraint(operationName, name)
+}
+
+// Render is the package's Render.
+func (Model) Render(value any) string { return Render(value) }
+
 // Render writes a JSON value (as encoding/json decodes it, numbers as
 // json.Number) as AWS's validation messages write values, for the
 // façade's messages about a body it could not decode.
@@ -584,12 +602,6 @@ func render(value any) string {
 		return "null"
 	}
 	return fmt.Sprint(value)
-}
-
-// Body returns the request body WithBody put in ctx.
-func Body(ctx context.Context) []byte {
-	b, _ := ctx.Value(bodyKey{}).([]byte)
-	return b
 }
 
 // Member names the body member at path (object keys and list indices, as

@@ -2,6 +2,7 @@ package validation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	eksv1 "github.com/saltbush/saltbush/api/saltbush/eks/v1"
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/presence"
 )
 
 func TestCheck(t *testing.T) {
@@ -117,11 +119,13 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			if tc.body != "" {
-				ctx = WithBody(ctx, []byte(tc.body))
+				// As the façade's decoder leaves the message it decoded.
+				if err := presence.Record(tc.req, []byte(tc.body)); err != nil {
+					t.Fatalf("presence.Record: %v", err)
+				}
 			}
-			err := Check(ctx, tc.req)
+			err := Check(context.Background(), tc.req)
 			if tc.exception == "" {
 				if err != nil {
 					t.Fatalf("Check: %v, want nil", err)
@@ -149,16 +153,96 @@ func TestCheckRefusesAnOperationOutsideTheModel(t *testing.T) {
 }
 
 // BenchmarkCheck measures one CreateAddon check as the façade makes it
-// (with the body in the context).
+// (the message its decoder made of a body whose members it all shows).
 func BenchmarkCheck(b *testing.B) {
 	req := &eksv1.CreateAddonRequest{ClusterName: "c", AddonName: "vpc-cni", Tags: map[string]string{"team": "net"},
 		PodIdentityAssociations: []*eksv1.AddonPodIdentityAssociations{{ServiceAccount: "aws-node", RoleArn: "arn:aws:iam::000000000000:role/x"}}}
-	ctx := WithBody(context.Background(), []byte(`{"addonName":"vpc-cni","tags":{"team":"net"},`+
-		`"podIdentityAssociations":[{"serviceAccount":"aws-node","roleArn":"arn:aws:iam::000000000000:role/x"}]}`))
+	if err := presence.Record(req, []byte(`{"addonName":"vpc-cni","tags":{"team":"net"},`+
+		`"podIdentityAssociations":[{"serviceAccount":"aws-node","roleArn":"arn:aws:iam::000000000000:role/x"}]}`)); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := Check(ctx, req); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestModelForTheFacade: the answers the façade words its messages about a
+// request it could not decode with (gateway.Model; gateway/parse_test.go
+// assumes the same answers).
+func TestModelForTheFacade(t *testing.T) {
+	var m Model
+	members := []struct {
+		op       string
+		path     []any
+		name, ty string
+	}{
+		{op: "CreateCluster", path: []any{"resourcesVpcConfig"}, name: "resourcesVpcConfig", ty: "a structure"},
+		{op: "UpdateAddon", path: []any{"configurationValues"}, name: "configurationValues", ty: "a string"},
+		{op: "ListInsights", path: []any{"maxResults"}, name: "maxResults", ty: "an integer"},
+		{op: "CreateAddon", path: []any{"podIdentityAssociations", 0, "roleArn"}, name: "podIdentityAssociations.1.member.roleArn", ty: "a string"},
+		{op: "TagResource", path: []any{"tags", "a"}, name: "tags", ty: "a map of strings"},
+	}
+	for _, c := range members {
+		if name, ty, ok := m.Member(c.op, c.path); !ok || name != c.name || ty != c.ty {
+			t.Errorf("Member(%s, %v) = %q %q %v, want %q %q", c.op, c.path, name, ty, ok, c.name, c.ty)
+		}
+	}
+	for _, op := range []string{"ListAddons", "ListInsights"} {
+		minV, maxV, ok := m.MemberConstraint(op, "maxResults")
+		if !ok || minV == nil || *minV != 1 || maxV == nil || *maxV != 100 {
+			t.Errorf("MemberConstraint(%s, maxResults) = %v %v %v, want 1 100", op, minV, maxV, ok)
+		}
+	}
+	if exc, ok := m.Exception("TagResource"); !ok || exc != errdefs.BadRequestException {
+		t.Errorf("Exception(TagResource) = %q %v, want %s", exc, ok, errdefs.BadRequestException)
+	}
+	if got := m.Render([]any{"a", json.Number("1")}); got != "[a, 1]" {
+		t.Errorf("Render(list) = %q", got)
+	}
+	if got := m.Render(map[string]any{"b": json.Number("2"), "a": json.Number("1")}); got != "{a=1, b=2}" {
+		t.Errorf("Render(object) = %q", got)
+	}
+}
+
+// TestCheckSeesTheRecordWhicheverPortSentIt: Check's one input is the
+// message; a record in it is read the same whoever put it there, and
+// taken out of it. A service account sent as "" is present (the model
+// gives it no minimum); without the record it is absent, and required.
+func TestCheckSeesTheRecordWhicheverPortSentIt(t *testing.T) {
+	newReq := func() *eksv1.CreateAddonRequest {
+		return &eksv1.CreateAddonRequest{ClusterName: "c", AddonName: "vpc-cni",
+			PodIdentityAssociations: []*eksv1.AddonPodIdentityAssociations{{RoleArn: "r"}}}
+	}
+	absent := "1 validation error detected: Value null at 'podIdentityAssociations.1.member.serviceAccount' failed to satisfy constraint: " +
+		"Member must not be null"
+	err := Check(context.Background(), newReq())
+	if e := (*errdefs.Error)(nil); !errors.As(err, &e) || e.Message != absent {
+		t.Fatalf("Check without a record = %v, want %q", err, absent)
+	}
+
+	req := newReq()
+	if err := presence.Record(req, []byte(`{"addonName":"vpc-cni","podIdentityAssociations":[{"serviceAccount":"","roleArn":"r"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Over the wire, as a gRPC caller would send it.
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	received := &eksv1.CreateAddonRequest{}
+	if err := proto.Unmarshal(b, received); err != nil {
+		t.Fatal(err)
+	}
+	for name, msg := range map[string]*eksv1.CreateAddonRequest{"decoded": req, "received": received} {
+		if err := Check(context.Background(), msg); err != nil {
+			t.Errorf("%s: Check = %v, want nil", name, err)
+		}
+		if len(msg.ProtoReflect().GetUnknown()) != 0 {
+			t.Errorf("%s: the record is still in the message after Check", name)
 		}
 	}
 }
