@@ -1,6 +1,7 @@
 // Package imports checks saltbush's import rules (run by `make lint`): the
-// guest agent stays lean, and the leaf packages stay leaves. A broken rule
-// fails naming the import chain that breaks it.
+// guest agent stays lean, the façade stays above the server it fronts, and
+// the leaf packages stay leaves. A broken rule fails naming the import
+// chain that breaks it.
 package imports
 
 import (
@@ -63,6 +64,19 @@ var rules = []rule{
 		),
 	},
 	{
+		// The server wires the façade in (server/facade.go), never the
+		// other way round: what the façade needs of a service's package it
+		// is handed through gateway.Config, or shares in a leaf.
+		name:      "the façade imports nothing of the server",
+		root:      anyUnder(module + "/gateway"),
+		forbidden: anyUnder(module + "/server"),
+	},
+	{
+		name:      "presence imports nothing of saltbush",
+		root:      func(pkg string) bool { return pkg == module+"/presence" },
+		forbidden: leaf(module + "/presence"),
+	},
+	{
 		name:      "errdefs imports only the standard library and gRPC",
 		root:      func(pkg string) bool { return pkg == module+"/errdefs" },
 		forbidden: leaf(module + "/errdefs"),
@@ -75,7 +89,7 @@ var rules = []rule{
 }
 
 // patterns are what `go list` loads: every root of every rule.
-var patterns = []string{"./guest/...", "./cmd/saltbush-agent", "./errdefs", "./tlsclient"}
+var patterns = []string{"./guest/...", "./cmd/saltbush-agent", "./gateway/...", "./presence", "./errdefs", "./tlsclient"}
 
 // violations returns, for each root of r in g, the shortest import chain
 // from the root to a forbidden package, sorted.
@@ -186,6 +200,11 @@ func TestRulesCanFail(t *testing.T) {
 		m + "/guest/apply":        {m + "/storeclient"}, // a name sharing a prefix is not the store
 		m + "/errdefs":            {"fmt", "google.golang.org/grpc/status", m + "/store"},
 		m + "/tlsclient":          {"crypto/tls", "go.etcd.io/etcd/client/pkg/v3/transport"},
+		m + "/gateway":            {m + "/gateway/sigv4", m + "/server/validation", m + "/errdefs"},
+		m + "/gateway/sigv4":      {m + "/identity"},
+		m + "/identity":           {m + "/server/pki"},
+		m + "/server/validation":  {m + "/errdefs"},
+		m + "/presence":           {"google.golang.org/protobuf/proto", m + "/errdefs"},
 	}
 	want := map[string][]string{
 		rules[0].name: {
@@ -195,8 +214,13 @@ func TestRulesCanFail(t *testing.T) {
 			m + "/guest/kube -> " + m + "/server/pki",
 			m + "/guest/state -> go.etcd.io/etcd/server/v3/embed",
 		},
-		rules[1].name: {m + "/errdefs -> " + m + "/store"},
-		rules[2].name: {m + "/tlsclient -> go.etcd.io/etcd/client/pkg/v3/transport"},
+		rules[1].name: {
+			m + "/gateway -> " + m + "/server/validation",
+			m + "/gateway/sigv4 -> " + m + "/identity -> " + m + "/server/pki",
+		},
+		rules[2].name: {m + "/presence -> " + m + "/errdefs"},
+		rules[3].name: {m + "/errdefs -> " + m + "/store"},
+		rules[4].name: {m + "/tlsclient -> go.etcd.io/etcd/client/pkg/v3/transport"},
 	}
 	for _, r := range rules {
 		got := violations(g, r)
@@ -210,6 +234,9 @@ func TestRulesCanFail(t *testing.T) {
 		m + "/guest/agent":        {m + "/errdefs", m + "/tlsclient", "google.golang.org/grpc"},
 		m + "/errdefs":            {"fmt", "google.golang.org/grpc/status"},
 		m + "/tlsclient":          {"crypto/tls"},
+		m + "/gateway":            {m + "/gateway/sigv4", m + "/presence", m + "/serverless"}, // a name sharing a prefix is not the server
+		m + "/gateway/sigv4":      {"crypto/hmac"},
+		m + "/presence":           {"google.golang.org/protobuf/proto"},
 	}
 	for _, r := range rules {
 		if v := violations(clean, r); len(v) != 0 {
