@@ -32,6 +32,7 @@ import (
 // creator's entry, and no acknowledged entry of a principal nobody deleted
 // is lost.
 func TestAccessEntryKillMidWriteKeepsInvariants(t *testing.T) {
+	t.Parallel()
 	bin := buildSaltbush(t)
 	dataDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

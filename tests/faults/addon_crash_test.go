@@ -26,6 +26,7 @@ import (
 // its data directory: every multi-key change is one transaction, so no
 // crash can leave half of one behind.
 func TestAddonKillMidWriteKeepsInvariants(t *testing.T) {
+	t.Parallel()
 	bin := buildSaltbush(t)
 	dataDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -827,6 +827,7 @@ func (h *dlHistory) sessionLapsed(instance string, from, to int64) bool {
 // a checker that cannot see a violation fails here rather than passing
 // every schedule.
 func TestDeliveryHistoryChecker(t *testing.T) {
+	t.Parallel()
 	const uid = "00000000-0000-0000-0000-000000000001"
 	enc := func(m proto.Message) []byte {
 		b, err := store.Encode(m)

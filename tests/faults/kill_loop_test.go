@@ -86,6 +86,7 @@ var (
 // Short form: 3 iterations. Long form (-args -faults.long): 50, every
 // tenth of them long enough for the add-on deadline sweeper to be elected.
 func TestKillLoopKeepsInvariants(t *testing.T) {
+	t.Parallel()
 	iterations := 3
 	if *long {
 		iterations = 50
@@ -99,24 +100,23 @@ func TestKillLoopKeepsInvariants(t *testing.T) {
 		form = " -faults.long"
 	}
 	t.Logf("random state %d; replay: go test ./tests/faults -run TestKillLoopKeepsInvariants -args%s -faults.kill-replay=%d", state, form, state)
-	// The child inherits the environment, and serve reads every flag from
-	// SALTBUSH_<FLAG> (cmd/saltbush/main.go): no throttling, so the load
-	// is the workload's and not the token bucket's; delivery timing short
-	// enough for executors to change within a run (fence-after + margin +
-	// heartbeat < session TTL still holds); add-on deadlines that pass
-	// within a run, for the sweeper.
-	for k, v := range map[string]string{
-		"SALTBUSH_THROTTLE_RATE":               "0",
-		"SALTBUSH_DELIVERY_SESSION_TTL":        "3s",
-		"SALTBUSH_DELIVERY_HEARTBEAT_INTERVAL": "200ms",
-		"SALTBUSH_DELIVERY_FENCE_AFTER":        "1500ms",
-		"SALTBUSH_DELIVERY_SAFETY_MARGIN":      "500ms",
-		"SALTBUSH_ADDON_CREATE_TIMEOUT":        "1s",
-		"SALTBUSH_ADDON_UPDATE_TIMEOUT":        "1s",
-		"SALTBUSH_ADDON_DELETE_TIMEOUT":        "1s",
-		"SALTBUSH_ADDON_SWEEP_INTERVAL":        "250ms",
-	} {
-		t.Setenv(k, v)
+	// serve reads every flag from SALTBUSH_<FLAG> (cmd/saltbush/main.go),
+	// and the child gets these on top of the test's own environment (which
+	// stays as it is: the test runs in parallel with others): no
+	// throttling, so the load is the workload's and not the token
+	// bucket's; delivery timing short enough for executors to change
+	// within a run (fence-after + margin + heartbeat < session TTL still
+	// holds); add-on deadlines that pass within a run, for the sweeper.
+	env := []string{
+		"SALTBUSH_THROTTLE_RATE=0",
+		"SALTBUSH_DELIVERY_SESSION_TTL=3s",
+		"SALTBUSH_DELIVERY_HEARTBEAT_INTERVAL=200ms",
+		"SALTBUSH_DELIVERY_FENCE_AFTER=1500ms",
+		"SALTBUSH_DELIVERY_SAFETY_MARGIN=500ms",
+		"SALTBUSH_ADDON_CREATE_TIMEOUT=1s",
+		"SALTBUSH_ADDON_UPDATE_TIMEOUT=1s",
+		"SALTBUSH_ADDON_DELETE_TIMEOUT=1s",
+		"SALTBUSH_ADDON_SWEEP_INTERVAL=250ms",
 	}
 	bin := buildSaltbush(t)
 	dataDir := t.TempDir()
@@ -139,7 +139,7 @@ func TestKillLoopKeepsInvariants(t *testing.T) {
 			lo, hi = 11*time.Second, 14*time.Second
 		}
 		delay := lo + time.Duration(rng.Int64N(int64(hi-lo)))
-		w := &klWorkload{t: t, iter: i, acked: acked, state: rng.Uint64(), ca: clustertest.CertificateAuthorityData(t)}
+		w := &klWorkload{t: t, iter: i, env: env, acked: acked, state: rng.Uint64(), ca: clustertest.CertificateAuthorityData(t)}
 		w.run(ctx, bin, dataDir, certs, delay)
 
 		rep := klCheck(t, ctx, dataDir, acked, prev)
@@ -167,7 +167,7 @@ func TestKillLoopKeepsInvariants(t *testing.T) {
 func (w *klWorkload) run(ctx context.Context, bin, dataDir string, certs map[string]klCert, delay time.Duration) {
 	t := w.t
 	t.Helper()
-	p := startServe(t, bin, dataDir)
+	p := startServeEnv(t, bin, dataDir, w.env)
 	w.eks, w.conn, w.grpcAddr = p.client(t), p.grpc(t), p.grpcAddr
 	agents := w.setup(ctx, certs)
 
@@ -236,6 +236,8 @@ func klCheck(t *testing.T, ctx context.Context, dataDir string, acked *invariant
 type klWorkload struct {
 	t    *testing.T
 	iter int
+	// env is added to serve's environment.
+	env []string
 	// state starts the workers' random sources.
 	state    uint64
 	eks      *eks.Client

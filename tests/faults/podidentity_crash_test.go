@@ -29,6 +29,7 @@ import (
 // checkPodIdentityInvariants) and that no acknowledged association nobody
 // deleted is lost.
 func TestPodIdentityKillMidWriteKeepsInvariants(t *testing.T) {
+	t.Parallel()
 	bin := buildSaltbush(t)
 	dataDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -30,17 +30,6 @@ import (
 	"github.com/saltbush/saltbush/tlsclient"
 )
 
-// buildSaltbush builds the real binary once per test.
-func buildSaltbush(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "saltbush")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 type process struct {
 	dataDir  string
 	cmd      *exec.Cmd
@@ -55,9 +44,20 @@ type process struct {
 // taken in between by another test binary running in parallel.
 func startServe(t *testing.T, bin, dataDir string) *process {
 	t.Helper()
+	return startServeEnv(t, bin, dataDir, nil)
+}
+
+// startServeEnv is startServe with env added to the child's environment
+// (serve reads every flag from SALTBUSH_<FLAG> too): the test's own
+// environment stays as it is, so that tests run in parallel.
+func startServeEnv(t *testing.T, bin, dataDir string, env []string) *process {
+	t.Helper()
 	p := &process{dataDir: dataDir, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--log-level", "info", "--log-json")
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout = os.Stderr
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
@@ -158,6 +158,7 @@ func (p *process) wait(t *testing.T, within time.Duration) error {
 // down cleanly (exit 0), SIGKILL loses nothing that was acknowledged, and a
 // restart on the same data directory serves every cluster created before.
 func TestServeStopAndRestartKeepsData(t *testing.T) {
+	t.Parallel()
 	bin := buildSaltbush(t)
 	dataDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
