@@ -40,13 +40,28 @@ func mainCheck(args []string) {
 		os.Exit(2)
 	}
 	failed := 0
+	used := map[string]bool{}
 	for _, v := range found {
 		if reason, ok := accepted[v.key()]; ok {
+			used[v.key()] = true
 			fmt.Printf("govulncheck: accepted %s in %s (fixed in %s): %s\n", v.id, v.at(), v.fixed, reason)
 			continue
 		}
 		failed++
 		fmt.Printf("govulncheck: %s in %s is reachable (fixed in %s): https://pkg.go.dev/vuln/%s\n    %s\n", v.id, v.at(), v.fixed, v.id, v.trace)
+	}
+	// An acceptance that matches nothing is left over from a module (or Go
+	// toolchain) version the code no longer uses: say so, so that the list
+	// shrinks as versions move. It does not fail the check.
+	stale := make([]string, 0, len(accepted))
+	for k := range accepted {
+		if !used[k] {
+			stale = append(stale, k)
+		}
+	}
+	sort.Strings(stale)
+	for _, k := range stale {
+		fmt.Printf("govulncheck: %s accepts %s, which the report does not find reachable: remove the line\n", *accept, k)
 	}
 	fmt.Printf("govulncheck: %d reachable vulnerabilities, %d accepted, %d not\n", len(found), len(found)-failed, failed)
 	if failed > 0 {
