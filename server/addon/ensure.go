@@ -59,37 +59,39 @@ func (s *Service) ensureOnce(ctx context.Context, sc clusterscope.Scope, req *co
 	if err != nil {
 		return nil, false, err
 	}
-	cur, rev, err := s.get(ctx, c, a.Name)
-	if errdefs.IsException(err, errdefs.ResourceNotFoundException) {
+	rec := &storagev1.AddonRecord{}
+	redriven := false
+	_, err = store.Update(ctx, s.store, store.AddonKey(c.GetUid(), a.Name), rec, func(cur *storagev1.AddonRecord, txn *store.Txn) error {
+		// This runs again after a lost race: decide afresh.
+		redriven = false
+		next, again, err := s.ensured(c, a, cur, req)
+		if err != nil || proto.Equal(cur, next) {
+			return err
+		}
+		redriven = again
+		proto.Reset(cur)
+		proto.Merge(cur, next)
+		sc.Guard(txn)
+		if redriven {
+			hintDeadline(txn, cur)
+			// A DeleteAddon removed its pod identity associations: the
+			// re-driven add-on has them again.
+			if err := s.pods.Sync(ctx, txn, c, cur, podNamespace(cur), cur.GetSpec().GetPodIdentityAssociations()); err != nil {
+				return withAddonFields(err, c.GetName(), a.Name)
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return s.createForReference(ctx, sc, a, req)
-	}
-	if err != nil {
+	case errors.Is(err, store.ErrExists):
+		// A service account's association was taken in between.
+		return nil, false, fmt.Errorf("ensure add-on %q: %w", a.Name, store.ErrConflict)
+	case err != nil:
 		return nil, false, err
 	}
-	next, redriven, err := s.ensured(c, a, cur, req)
-	if err != nil {
-		return nil, false, err
-	}
-	if proto.Equal(cur, next) {
-		return next, false, nil
-	}
-	txn := sc.Guard(store.NewTxn().Update(store.AddonKey(c.GetUid(), a.Name), next, rev))
-	if redriven {
-		hintDeadline(txn, next)
-		// A DeleteAddon removed its pod identity associations: the
-		// re-driven add-on has them again.
-		if err := s.pods.Sync(ctx, txn, c, next, podNamespace(next), next.GetSpec().GetPodIdentityAssociations()); err != nil {
-			return nil, false, withAddonFields(err, c.GetName(), a.Name)
-		}
-	}
-	if _, err := s.store.Commit(ctx, txn); err != nil {
-		if errors.Is(err, store.ErrExists) {
-			// A service account's association was taken in between.
-			return nil, false, fmt.Errorf("ensure add-on %q: %w", a.Name, store.ErrConflict)
-		}
-		return nil, false, err
-	}
-	return next, redriven, nil
+	return rec, redriven, nil
 }
 
 // createForReference creates an absent add-on for a reference, marked as

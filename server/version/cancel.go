@@ -3,7 +3,6 @@ package version
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -33,42 +32,42 @@ func (s *Service) Cancel(ctx context.Context, req *eksv1.CancelUpdateRequest) (*
 	if id == "" {
 		return nil, errdefs.InvalidParameter("updateId is required.").WithField("clusterName", name)
 	}
-	var out *storagev1.UpdateRecord
-	err = store.RetryOnConflict(ctx, func(bool) error {
-		var err error
-		out, err = s.cancelOnce(ctx, who.AccountID, name, id)
-		return err
-	})
+	c, _, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: who.AccountID, Name: name})
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
-}
-
-func (s *Service) cancelOnce(ctx context.Context, account, name, id string) (*storagev1.UpdateRecord, error) {
-	c, _, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: account, Name: name})
-	if err != nil {
-		return nil, err
-	}
+	// The cluster is read only to find its incarnation's update: the
+	// update record is the one record written.
 	key := store.ClusterUpdateKey(c.GetUid(), id)
 	u := &storagev1.UpdateRecord{}
-	rev, err := s.store.Get(ctx, key, u)
+	_, err = store.Update(ctx, s.store, key, u, func(u *storagev1.UpdateRecord, _ *store.Txn) error {
+		return s.cancel(u, name, id)
+	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, errdefs.NotFound("No update found for id: %s.", id).WithField("clusterName", name).WithCause(err)
 		}
-		return nil, fmt.Errorf("cancel update %s of cluster %q: %w", id, name, err)
+		return nil, errdefs.Wrap(err, "cancel update %s of cluster %q", id, name)
 	}
+	s.log.InfoContext(ctx, "cluster update cancellation requested", "account", who.AccountID, "cluster", name,
+		"uid", c.GetUid(), "update", id)
+	return u, nil
+}
+
+// cancel mutates u to a cancellation in progress, refusing what cannot
+// be cancelled; one already in progress is left as it is (nothing is
+// written).
+func (s *Service) cancel(u *storagev1.UpdateRecord, name, id string) error {
 	if u.GetType() != TypeVersionRollback {
-		return nil, errdefs.InvalidRequest("Update %s is a %s; only a %s can be cancelled.", id, u.GetType(), TypeVersionRollback).
+		return errdefs.InvalidRequest("Update %s is a %s; only a %s can be cancelled.", id, u.GetType(), TypeVersionRollback).
 			WithField("clusterName", name)
 	}
 	if u.GetStatus() != storagev1.UpdateStatus_UPDATE_STATUS_IN_PROGRESS {
-		return nil, errdefs.InvalidRequest("Update %s is %s; only an update in progress can be cancelled.", id, update.StatusName(u.GetStatus())).
+		return errdefs.InvalidRequest("Update %s is %s; only an update in progress can be cancelled.", id, update.StatusName(u.GetStatus())).
 			WithField("clusterName", name)
 	}
 	if u.GetCancellation().GetStatus() == storagev1.CancellationStatus_CANCELLATION_STATUS_IN_PROGRESS {
-		return u, nil
+		return nil
 	}
 	now := timestamppb.New(s.cfg.Now())
 	u.Cancellation = &storagev1.UpdateCancellation{
@@ -77,10 +76,5 @@ func (s *Service) cancelOnce(ctx context.Context, account, name, id string) (*st
 		RequestedAt: now,
 	}
 	u.ModifiedAt = now
-	if _, err := s.store.Commit(ctx, store.NewTxn().Update(key, u, rev)); err != nil {
-		return nil, fmt.Errorf("cancel update %s of cluster %q: %w", id, name, err)
-	}
-	s.log.InfoContext(ctx, "cluster update cancellation requested", "account", account, "cluster", name,
-		"uid", c.GetUid(), "update", id)
-	return u, nil
+	return nil
 }
