@@ -182,6 +182,7 @@ func (tm *team) expect(ctx context.Context, t *testing.T, kubeconfig, want strin
 }
 
 func TestAccessEntriesDecide(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
 	tm := newTeam(ctx, t, accesstest.Options{CacheTTL: 10 * time.Second, NegativeCacheTTL: time.Second})
 
@@ -272,6 +273,7 @@ func TestAccessEntriesDecide(t *testing.T) {
 // TestStandbyAnswers: the member whose apiserver asks need not be the
 // executor; a standby's webhooks decide the same way.
 func TestStandbyAnswers(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
 	tm := newTeam(ctx, t, accesstest.Options{Standby: true, CacheTTL: time.Minute, NegativeCacheTTL: time.Second})
 	st, err := tm.Agent.Status(ctx)

@@ -20,6 +20,12 @@ import (
 // agentBinary is the saltbush-agent built for this test binary.
 var agentBinary string
 
+// Each test starts a world of its own (accesstest.Start: a saltbush, a
+// kube-apiserver and its controllers, an agent) and shares nothing with
+// the others: every test calls t.Parallel, and -parallel bounds how many
+// run at once. Most of a test's time is spent waiting on those processes
+// and on caches' TTLs, not computing.
+
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {

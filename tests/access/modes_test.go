@@ -29,6 +29,7 @@ import (
 //   - API: the ConfigMap is ignored;
 //   - every other direction is refused with AWS's error, changing nothing.
 func TestAuthenticationModes(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
 	w := accesstest.Start(ctx, t, clusterName(t), accesstest.Options{AgentBinary: agentBinary, AuthenticationMode: "CONFIG_MAP",
 		CacheTTL: 10 * time.Second, NegativeCacheTTL: 200 * time.Millisecond})

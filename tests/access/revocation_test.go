@@ -62,6 +62,7 @@ func listPods(ctx context.Context, c kubernetes.Interface, ns string) error {
 // the agent's TTL. The figures are logged; the test asserts that access
 // ends the documented way and stays ended.
 func TestRevocation(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
 	const ttl = 2 * time.Second
 	tm := newTeam(ctx, t, accesstest.Options{CacheTTL: ttl, NegativeCacheTTL: 500 * time.Millisecond})
@@ -138,6 +139,7 @@ func TestRevocation(t *testing.T) {
 // expire after their TTL, and nothing is allowed until saltbush answers
 // again.
 func TestSaltbushUnreachable(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
 	const ttl = time.Second
 	tm := newTeam(ctx, t, accesstest.Options{CacheTTL: ttl, NegativeCacheTTL: ttl, ReviewTimeout: time.Second})
@@ -208,6 +210,7 @@ func (r reviewClient) ReviewAccess(ctx context.Context, req *deliveryv1.ReviewAc
 // decision: saltbush refuses to answer A's agent about B, and the webhook
 // fails closed. The same webhook asking about A decides.
 func TestAgentOfAnotherCluster(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
 	tm := newTeam(ctx, t, accesstest.Options{})
 	// Cluster B, where alice's role is an admin.

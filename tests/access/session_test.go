@@ -18,6 +18,7 @@ import (
 // endpoint; the role's access entry decides, with the session name as
 // {{SessionName}}. Revoking the role's sessions ends the access.
 func TestAssumedRoleSession(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("aws"); err != nil {
 		t.Skipf("the AWS CLI is not installed: %v", err)
 	}
