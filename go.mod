@@ -2,6 +2,8 @@ module github.com/saltbush/saltbush
 
 go 1.26.3
 
+toolchain go1.27.3
+
 require (
 	github.com/aws/amazon-eks-pod-identity-webhook v0.6.17
 	github.com/aws/aws-sdk-go-v2 v1.48.0

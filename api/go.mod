@@ -2,6 +2,8 @@ module github.com/saltbush/saltbush/api
 
 go 1.26.3
 
+toolchain go1.27.3
+
 require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	google.golang.org/genproto/googleapis/api v0.0.0-20261110000943-09e21b237f2c

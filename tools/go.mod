@@ -2,6 +2,8 @@ module github.com/saltbush/saltbush/tools
 
 go 1.26.7
 
+toolchain go1.27.3
+
 tool (
 	github.com/bufbuild/buf/cmd/buf
 	github.com/golangci/golangci-lint/v2/cmd/golangci-lint
