@@ -17,13 +17,18 @@ import (
 )
 
 // The node's own tests run it with its own kube-proxy, as a node whose
-// Services work before any add-on.
+// Services work before any add-on. Each test here works in a namespace of
+// its own on the shared node and calls t.Parallel: most of a test's time
+// is spent waiting for pods. TestKubeletDoubleAgrees stays serial, so it
+// runs first: it compares the events of a first pull of the probe image,
+// which a test before it would have pulled already.
 func TestMain(m *testing.M) { nodetest.Main(m, nodetest.MainOptions{KubeProxy: true}) }
 
 // TestServiceReachableFromPod: a Deployment's pods run on the real node,
 // and another pod reaches them through a ClusterIP Service (kube-proxy's
 // rules), the kubernetes Service (the apiserver on the host) too.
 func TestServiceReachableFromPod(t *testing.T) {
+	t.Parallel()
 	env := nodetest.Shared(t)
 	ns := env.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -47,6 +52,7 @@ func TestServiceReachableFromPod(t *testing.T) {
 // to pull at once (the registry answers, nothing leaves the machine), and
 // the real kubelet reports ErrImagePull, then ImagePullBackOff.
 func TestImageNotServed(t *testing.T) {
+	t.Parallel()
 	env := nodetest.Shared(t)
 	k := env.Client(t)
 	ns := env.Namespace(t)
@@ -79,6 +85,7 @@ func TestImageNotServed(t *testing.T) {
 // certificate, the kubelet's webhook authorization), as kubectl users
 // expect.
 func TestKubectlLogsAndExec(t *testing.T) {
+	t.Parallel()
 	env := nodetest.Shared(t)
 	k := env.Client(t)
 	ns := env.Namespace(t)
