@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,16 +184,4 @@ func fresh(path string, bundle []byte) bool {
 	}
 	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	return err == nil
-}
-
-// grpcHosts are the names the gRPC port's certificate is valid for.
-func (c Config) grpcHosts(bound string) []string {
-	hosts := []string{"localhost", "127.0.0.1", "::1"}
-	if h, _, err := net.SplitHostPort(bound); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
-		hosts = append(hosts, h)
-	}
-	if name, err := os.Hostname(); err == nil {
-		hosts = append(hosts, name)
-	}
-	return append(hosts, c.GRPCServerNames...)
 }

@@ -1,0 +1,16 @@
+package server
+
+import "github.com/saltbush/saltbush/server/internal/readiness"
+
+// newReadiness follows the store's reach of etcd (internal/readiness):
+// /readyz adds the read view's state, gRPC health follows every
+// ReadinessInterval.
+func (s *Server) newReadiness() *readiness.Tracker {
+	return readiness.New(readiness.Config{
+		Ping:       s.store.Ping,
+		Detail:     s.readViewStatus,
+		Interval:   s.cfg.ReadinessInterval,
+		Registerer: s.registry,
+		Logger:     s.log,
+	})
+}
