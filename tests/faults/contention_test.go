@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 
@@ -97,7 +99,15 @@ func TestHotRecordWritersConvergeUnderLoad(t *testing.T) {
 	// busy.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	client := srv.EKS(t)
+	// Throttled or slow answers are retried for as long as the deadline
+	// allows: without the SDK's retry quota, which a busy machine's slow
+	// answers drain ("retry quota exceeded") however much time is left.
+	client := srv.EKS(t, func(o *eks.Options) {
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.RateLimiter = ratelimit.None
+			so.MaxAttempts = 1000
+		})
+	})
 	out, err := client.CreateCluster(ctx, &eks.CreateClusterInput{
 		Name: aws.String("hot"), RoleArn: aws.String("arn:aws:iam::000000000000:role/eks"),
 		ResourcesVpcConfig: &types.VpcConfigRequest{},

@@ -184,6 +184,10 @@ func TestDeliveryHistory(t *testing.T) {
 	}()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	// The schedules are subtests run from the workers: should the parent
+	// fail (a replica that does not restart), it must stop them and wait
+	// for them before it returns, or they would fail after it completed.
+	defer func() { cancel(); <-done }()
 
 	// Kill and restart a replica every few seconds while schedules run.
 	rng := rand.New(rand.NewPCG(uint64(base), 0x5a17)) //nolint:gosec // G115: a seed; a negative one's bits seed as well
