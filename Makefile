@@ -215,8 +215,13 @@ $(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum)
 SLOW_PACKAGES := ./tests/faults ./tests/addons ./tests/eksctl ./tests/agent ./tests/access \
 	./tests/nodetest ./tests/conformance ./tests/clients ./server/delivery
 UNIT_P ?= 4
+# The test packages that run the real agent (tests/agent, access, addons,
+# eksctl, podcreds) share one race build of it (agentproc.RaceBinaryEnv)
+# instead of linking one each.
+AGENT_RACE_BIN := $(CURDIR)/bin/race/saltbush-agent
 unit: kube eksctl node
-	SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) $(GOTEST) $(TESTFLAGS) -p $(UNIT_P) $(SLOW_PACKAGES) ./...
+	$(GO) build -race -o $(AGENT_RACE_BIN) ./cmd/saltbush-agent
+	SALTBUSH_AGENT_RACE_BIN=$(AGENT_RACE_BIN) SALTBUSH_KUBE_BIN=$(KUBE_BIN) SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) $(GOTEST) $(TESTFLAGS) -p $(UNIT_P) $(SLOW_PACKAGES) ./...
 	cd api && $(GOTEST) $(TESTFLAGS) ./...
 
 ## fuzz-short: explore briefly every parser that takes outside bytes, one

@@ -39,10 +39,22 @@ func Build(dir string, race bool) (string, error) {
 	return bin, nil
 }
 
+// RaceBinaryEnv names a race-built agent binary that BuildTemp uses
+// instead of building one: `make unit` builds it once for every test
+// package that runs the agent, where each would otherwise link its own.
+const RaceBinaryEnv = "SALTBUSH_AGENT_RACE_BIN"
+
 // BuildTemp compiles cmd/saltbush-agent into a new temporary directory,
 // as a test binary's TestMain does once for its tests; remove deletes the
-// directory.
+// directory. A race build named by RaceBinaryEnv is used as it is (remove
+// then leaves it).
 func BuildTemp(race bool) (binary string, remove func(), err error) {
+	if bin := os.Getenv(RaceBinaryEnv); race && bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", RaceBinaryEnv, err)
+		}
+		return bin, func() {}, nil
+	}
 	dir, err := os.MkdirTemp("", "saltbush-agent-bin-")
 	if err != nil {
 		return "", nil, err
