@@ -2,10 +2,17 @@
 # pinned tools (tools/go.mod) themselves; nothing needs installing first.
 
 GO        ?= go
-# The project builds with go1.27.3, which the go command fetches through the
-# Go module proxy on first use: the machines' own Go is older and lacks
-# security fixes of the standard library (tools/vulndb/accepted.txt).
-export GOTOOLCHAIN := go1.27.3
+# The project builds with the toolchain go.mod's `toolchain` line names
+# (go1.27.3), which the go command fetches through the Go module proxy on
+# first use: the machines' own Go (go1.26.8) is older and lacks security
+# fixes of the standard library that govulncheck finds reachable.
+export GOTOOLCHAIN := $(shell awk '$$1 == "toolchain" { print $$2 }' go.mod)
+$(if $(GOTOOLCHAIN),,$(error go.mod has no toolchain line))
+# The pinned binaries below (Kubernetes, eksctl, the node's programs) are
+# built again when the toolchain changes, not only when their go.mod does.
+TOOLCHAIN_STAMP := bin/.toolchain-$(GOTOOLCHAIN)
+$(TOOLCHAIN_STAMP):
+	mkdir -p bin && rm -f bin/.toolchain-* && touch $@
 BUF       := $(GO) tool -modfile=tools/go.mod buf
 # golangci-lint and govulncheck share tools/go.mod with buf and the protoc
 # plugins: adding them left the build list of those tools unchanged, so api/
@@ -171,7 +178,7 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION))) \
 	-X k8s.io/component-base/version.gitTreeState=clean
 kube: $(KUBE_BIN)/.built
-$(KUBE_BIN)/.built: tools/kube/go.mod tools/kube/go.sum
+$(KUBE_BIN)/.built: tools/kube/go.mod tools/kube/go.sum $(TOOLCHAIN_STAMP)
 	cd tools/kube && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(KUBE_BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_CMDS))
 	@for c in $(KUBE_CMDS); do test -x $(KUBE_BIN)/$$c || { echo "$$c was not built" >&2; exit 1; }; done
 	touch $@
@@ -186,7 +193,7 @@ $(KUBE_BIN)/.built: tools/kube/go.mod tools/kube/go.sum
 EKSCTL_VERSION := $(shell awk '$$1 == "github.com/weaveworks/eksctl" { print $$2 }' tools/eksctl/go.mod)
 EKSCTL := $(CURDIR)/bin/eksctl/$(EKSCTL_VERSION)/eksctl
 eksctl: $(EKSCTL)
-$(EKSCTL): tools/eksctl/go.mod tools/eksctl/go.sum
+$(EKSCTL): tools/eksctl/go.mod tools/eksctl/go.sum $(TOOLCHAIN_STAMP)
 	cd tools/eksctl && $(GO) build -trimpath -o $@ \
 		-ldflags '-s -w -X github.com/weaveworks/eksctl/pkg/version.PreReleaseID=' github.com/weaveworks/eksctl/cmd/eksctl
 
@@ -199,7 +206,7 @@ $(EKSCTL): tools/eksctl/go.mod tools/eksctl/go.sum
 NODE_BIN := $(CURDIR)/bin/node
 NODE_TOOLS := $(notdir $(wildcard tools/node/*))
 node: $(NODE_BIN)/.built
-$(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum)
+$(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum) $(TOOLCHAIN_STAMP)
 	@set -e; for d in $(NODE_TOOLS); do \
 		pkg=$$(awk '$$1 == "tool" { print $$2 }' tools/node/$$d/go.mod); \
 		echo "build $$pkg ($$d)"; \
