@@ -80,9 +80,17 @@ func TestViewReadYourWrites(t *testing.T) {
 			}
 		}
 	}
+	// Every read is answered by the view, but for one the view declines
+	// because its last confirmation from etcd is older than ViewFreshness:
+	// a wall-clock bound a machine whose cores another process saturates
+	// can overrun, and then etcd answers, as the checks above saw. No read
+	// may fall back because the view lagged the write.
 	stats := v.Stats()
-	if stats.FromView < int64(2*50*len(steps)) || stats.NotSynced+stats.TimedOut+stats.LaggingReads != 0 {
-		t.Fatalf("view stats %+v: want every read answered by the view", stats)
+	if stats.FromView+stats.Stale < int64(2*50*len(steps)) || stats.NotSynced+stats.TimedOut+stats.LaggingReads != 0 {
+		t.Fatalf("view stats %+v: want every read answered by the view (or declined as not fresh)", stats)
+	}
+	if stats.FromView == 0 {
+		t.Fatalf("view stats %+v: the view answered no read", stats)
 	}
 }
 
