@@ -109,7 +109,10 @@ func operationOf(ctx context.Context) string {
 // members of valid JSON).
 func isSyntaxError(msg string) bool {
 	return strings.HasPrefix(msg, "invalid character") || msg == "unexpected EOF" ||
-		msg == "unexpected end of JSON input" || strings.HasPrefix(msg, "json: ")
+		msg == "unexpected end of JSON input" || strings.HasPrefix(msg, "json: ") ||
+		// encoding/json's scanner refuses nesting deeper than it reads
+		// (a depth bomb): not JSON this service takes.
+		msg == "exceeded max depth"
 }
 
 // isEncodingError reports a body that encoding/json scanned but that is
