@@ -39,15 +39,10 @@ import (
 	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/access"
 	"github.com/saltbush/saltbush/server/accesspolicy"
+	"github.com/saltbush/saltbush/server/clusterscope"
 	"github.com/saltbush/saltbush/server/iam"
 	"github.com/saltbush/saltbush/server/token"
 )
-
-// Clusters reads cluster records.
-type Clusters interface {
-	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-	GetSerializable(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
-}
 
 // Keys is the key store: the credential of an active access key, or of a
 // valid role session presented with its session token.
@@ -63,7 +58,7 @@ type Entries interface {
 
 // Service answers token and access reviews. It is safe for concurrent use.
 type Service struct {
-	clusters Clusters
+	clusters clusterscope.Reader
 	keys     Keys
 	entries  Entries
 	// view answers cluster and entry reads from memory when it holds
@@ -78,7 +73,7 @@ type Service struct {
 
 // NewService returns the review service; its metrics are registered on reg.
 // view may be nil (every review reads etcd).
-func NewService(clusters Clusters, keys Keys, entries Entries, view *View, tokens *token.Verifier, policies *accesspolicy.Catalog, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+func NewService(clusters clusterscope.Reader, keys Keys, entries Entries, view *View, tokens *token.Verifier, policies *accesspolicy.Catalog, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
 	s := &Service{
 		clusters: clusters, keys: keys, entries: entries, view: view, tokens: tokens, policies: policies, log: log,
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
