@@ -182,6 +182,5 @@ func (ss *session) fresh(clock monoClock, cfg Config) bool {
 
 // fresh reports whether a session on l would be fresh now (session.fresh).
 func (l *replicaLease) fresh(clock monoClock, cfg Config) bool {
-	age := clock.since(l.renewed.Load())
-	return age < cfg.SessionTTL-cfg.FenceAfter-cfg.SafetyMargin
+	return clock.since(l.renewed.Load()) < cfg.freshWindow()
 }

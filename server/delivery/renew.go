@@ -69,7 +69,15 @@ type renewer struct {
 	clock    monoClock
 	ttl      time.Duration
 	interval time.Duration
-	log      *slog.Logger
+	// bound is how long one grant or renewal may take: the freshness
+	// window (Config.freshWindow). A renewal that answers later than the
+	// interval but within the window still keeps every session fresh;
+	// cut off at the interval, a loaded etcd (or a loaded replica) that
+	// answers in a little more than an interval would never renew at
+	// all, the lease would run out and every stream on this replica
+	// would end, to come back and load it further.
+	bound time.Duration
+	log   *slog.Logger
 
 	// granting serializes grants, so that streams connecting while etcd
 	// is slow wait for one grant rather than each making its own; it is
@@ -79,8 +87,8 @@ type renewer struct {
 	current  *replicaLease
 }
 
-func newRenewer(client *clientv3.Client, clock monoClock, ttl, interval time.Duration, log *slog.Logger) *renewer {
-	return &renewer{client: client, clock: clock, ttl: ttl, interval: interval, log: log}
+func newRenewer(client *clientv3.Client, clock monoClock, cfg Config, log *slog.Logger) *renewer {
+	return &renewer{client: client, clock: clock, ttl: cfg.SessionTTL, interval: cfg.HeartbeatInterval, bound: cfg.freshWindow(), log: log}
 }
 
 // take counts a user of the current lease, if there is one.
@@ -114,11 +122,10 @@ func (r *renewer) acquire(ctx context.Context) (*replicaLease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if took := r.clock.since(sent); took >= r.interval {
-		// A renewal may take no longer than this (renew): a lease that
-		// took as long to grant could not be kept fresh. Nobody uses it;
-		// it runs out by itself.
-		return nil, fmt.Errorf("lease grant took %s, the renewal bound is %s: %w", took.Round(time.Millisecond), r.interval, errLeaseTooSlow)
+	if took := r.clock.since(sent); took >= r.bound {
+		// Granted too late to be fresh: a session on it could promise
+		// its agent nothing. Nobody uses it; it runs out by itself.
+		return nil, fmt.Errorf("lease grant took %s, the renewal bound is %s: %w", took.Round(time.Millisecond), r.bound, errLeaseTooSlow)
 	}
 	l := &replicaLease{id: g.ID, lost: make(chan struct{}), users: 1}
 	l.renewed.Store(sent)
@@ -154,7 +161,7 @@ func (r *renewer) renew(l *replicaLease) {
 		}
 		r.mu.Unlock()
 		sent := r.clock.now()
-		ctx, cancel := context.WithTimeout(r.client.Ctx(), r.interval)
+		ctx, cancel := context.WithTimeout(r.client.Ctx(), r.bound)
 		_, err := r.client.KeepAliveOnce(ctx, l.id)
 		cancel()
 		switch {

@@ -81,6 +81,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// freshWindow is how old the last renewal of a session's lease may be for
+// the session to be fresh: what of the TTL is left after the agent's
+// fence-after and the margin. Validate keeps it above the heartbeat
+// interval, so a renewal may take longer than one interval.
+func (c Config) freshWindow() time.Duration {
+	return c.SessionTTL - c.FenceAfter - c.SafetyMargin
+}
+
 func (c Config) timing() *deliveryv1.Timing {
 	return &deliveryv1.Timing{
 		SessionTtl:        durationpb.New(c.SessionTTL),
@@ -147,7 +155,7 @@ func NewService(st *store.Store, clusters Clusters, addons *addon.Service, cfg C
 	s := &Service{
 		store: st, client: st.Client(), clusters: clusters, addons: addons, catalog: addons.Catalog(), cfg: cfg, log: log,
 		watches: map[string]*clusterWatch{}, live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{},
-		clock: clock, closing: make(chan struct{}), renewer: newRenewer(st.Client(), clock, cfg.SessionTTL, cfg.HeartbeatInterval, log),
+		clock: clock, closing: make(chan struct{}), renewer: newRenewer(st.Client(), clock, cfg, log),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "saltbush_delivery_reports_rejected_total",
 			Help: "Agent reports that changed nothing, by reason (not_executor, stale_epoch, stale_generation, stale_incarnation, unknown_addon, invalid).",

@@ -61,7 +61,7 @@ func serviceWithFaults(t *testing.T, fault grpc.UnaryClientInterceptor) (*Servic
 	clock := newMonoClock()
 	s := &Service{store: st, client: cli, cfg: reviewTiming, log: log, watches: map[string]*clusterWatch{},
 		live: map[string]*agentStream{}, executorGauges: map[string]*agentStream{}, clock: clock,
-		renewer:  newRenewer(cli, clock, reviewTiming.SessionTTL, reviewTiming.HeartbeatInterval, log),
+		renewer:  newRenewer(cli, clock, reviewTiming, log),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected"}, []string{"reason"})}
 	return s, base.Client()
 }

@@ -95,7 +95,13 @@ func (a *agentStream) ownsSession(ctx context.Context, sn *snapshot) (owned, kno
 		a.verified = rev
 		return true, true
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.HeartbeatInterval)
+	// The stream sends nothing while it waits, so the wait is bounded by
+	// what the agent can go without hearing from the host: half its
+	// fence-after leaves the other half for the answer. Bounded by one
+	// heartbeat interval instead, a loaded etcd that answers in a little
+	// more than one would leave a new stream unsure, retried at every
+	// heartbeat, and without its first Assignment for good.
+	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.FenceAfter/2)
 	defer cancel()
 	rec, kv, err := a.s.ownSession(ctx, a.session)
 	switch {

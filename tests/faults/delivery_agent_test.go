@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
@@ -404,6 +405,26 @@ type dlRecorder struct {
 	fences      int
 	staleSets   int
 	errs        []string
+	// ends counts why streams the test did not cut ended, by the host's
+	// status (or the connect error): a schedule that does not converge
+	// says what kept its agents off.
+	ends map[string]int
+}
+
+// ended counts a stream's end the test did not cause.
+func (rc *dlRecorder) ended(err error) {
+	why := "ended cleanly"
+	if st, ok := status.FromError(err); ok && err != nil {
+		why = st.Code().String() + ": " + st.Message()
+	} else if err != nil {
+		why = err.Error()
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.ends == nil {
+		rc.ends = map[string]int{}
+	}
+	rc.ends[why]++
 }
 
 func (rc *dlRecorder) errorf(format string, args ...any) {
@@ -646,6 +667,9 @@ func (a *dlAgent) open(r *dlReplica) *dlStream {
 		s.fs, err = fakeagent.Connect(ctx, conn, fakeagent.Options{Hello: hello, Heartbeats: fakeagent.ByCaller, HostHeartbeats: true})
 	}
 	if err != nil {
+		if a.ctx.Err() == nil {
+			a.rec.ended(err)
+		}
 		cancel()
 		close(s.done)
 		return s
@@ -667,6 +691,9 @@ func (s *dlStream) process() {
 				// The agent keeps applying until fence-after past the
 				// last message it heard, stream or no stream (or until
 				// a later stream tells it otherwise).
+				if !s.cutByTest.Load() && s.a.ctx.Err() == nil {
+					s.a.rec.ended(in.Err)
+				}
 				return
 			}
 			s.handle(in.At, in.Msg)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -337,6 +338,10 @@ func formatAssignments(rec *dlRecorder) string {
 		fmt.Fprintf(&b, "  unfenced executor %s epoch %d stream %d on %s: %s .. %s (%s)\n", iv.instance, iv.epoch, iv.stream, iv.replica,
 			iv.start.Format("15:04:05.000"), iv.end.Format("15:04:05.000"), iv.why)
 	}
+	whys := slices.Sorted(maps.Keys(rec.ends))
+	for _, why := range whys {
+		fmt.Fprintf(&b, "  %d streams ended by the host (not cut by the test): %s\n", rec.ends[why], why)
+	}
 	return b.String()
 }
 
@@ -411,6 +416,74 @@ func TestDeliveryReplicaCutOffFromEtcd(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("replica cut off at %s; recorded:\n%s", cutAt.Format("15:04:05.000"), formatAssignments(rec))
+	}
+}
+
+// TestDeliverySlowEtcdKeepsSessions: a replica that etcd answers more
+// slowly than one heartbeat interval, though well within the freshness
+// window (TTL - fence-after - margin), keeps its agents connected: the
+// lease is granted and renewed, a new stream's ownership check is
+// answered, the agent hears its Assignment, its add-on converges, and no
+// stream is ended by the host for three TTLs. Each grant, renewal and
+// ownership check was once cut off at one heartbeat interval, so that
+// such a replica (or a loaded machine, where etcd answers as slowly)
+// refused every agent or left it without an Assignment, and let its
+// lease run out.
+func TestDeliverySlowEtcdKeepsSessions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	etcd := startSharedEtcd(t, ctx)
+	proxy := netproxy.Start(t, strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
+	env := newDLEnvVia(t, etcd.Endpoints(), [][]string{{"http://" + proxy.Addr()}})
+	const cluster = "slow-etcd"
+	uid, _, err := env.createCluster(ctx, cluster, []string{"i-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A round trip of 1.5 heartbeat intervals: a third of the window.
+	proxy.SetLatency(3 * dlHeartbeat / 4)
+	rec := &dlRecorder{}
+	if _, err := newDLAgent(t, env, rec, uid, cluster, "i-1", env.replica(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\nrecorded:\n%s", append(args, formatAssignments(rec))...)
+	}
+	if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, a := range rec.assignments {
+			if a.instance == "i-1" && a.role == deliveryv1.Role_ROLE_EXECUTOR {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		fail("i-1 was not assigned the executor over the slow replica: %v", err)
+	}
+	if err := env.createAddon(ctx, cluster, "saltbush-noop", 1); err != nil {
+		t.Fatalf("CreateAddon: %v", err)
+	}
+	if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
+		a, err := env.addon(ctx, uid, "saltbush-noop")
+		return settled(a, 0), err
+	}); err != nil {
+		fail("saltbush-noop did not converge over the slow replica: %v", err)
+	}
+	// The session must live on renewals that each take longer than an
+	// interval: three TTLs without a lapse.
+	time.Sleep(3 * dlSessionTTL)
+	e, err := env.executor(ctx, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	ends := len(rec.ends)
+	rec.mu.Unlock()
+	if ends > 0 || e.GetInstanceId() != "i-1" || e.GetEpoch() != 1 {
+		fail("over a replica etcd answers in 1.5 heartbeat intervals: executor %s epoch %d, want i-1 at epoch 1 and no stream ended by the host",
+			e.GetInstanceId(), e.GetEpoch())
 	}
 }
 

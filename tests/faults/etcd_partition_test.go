@@ -810,16 +810,20 @@ func (a *linkAgent) describe() string {
 // TestEtcdSlowForOneReplica: replica a reaches etcd through a proxy that
 // adds latency to each direction; b reaches it directly. i-1, the one
 // member, is the executor with its stream on a (the real agent's link,
-// given both addresses). In each phase, in order:
-//   - below the renewal bound (20ms each way; a's lease renewals answer
-//     well within the heartbeat interval they are allowed): SDK requests
-//     on a succeed, slower by at least a round trip, a stays ready, and
-//     an update converges through i-1;
-//   - beyond it (150ms each way: a renewal's round trip exceeds the
-//     heartbeat interval): SDK requests on a still succeed within their
-//     deadlines and a stays ready, but a cannot keep sessions fresh, so
-//     i-1's stream there is fenced (session_not_renewed); the agent must
-//     get served all the same — by b — and an update converges;
+// given both addresses). A grant or renewal of a's session lease may take
+// as long as the freshness window (session TTL − fence-after − margin)
+// and still keep its sessions fresh. In each phase, in order:
+//   - well below a heartbeat interval (20ms each way): SDK requests on a
+//     succeed, slower by at least a round trip, a stays ready, and an
+//     update converges through i-1;
+//   - beyond a heartbeat interval, within the window (150ms each way): the
+//     same — a renewal answered in more than an interval still counts;
+//   - beyond the window (600ms each way: a renewal's round trip exceeds
+//     it): SDK reads on a still succeed and a stays ready, but a cannot
+//     keep sessions fresh, so i-1's stream there is fenced
+//     (session_not_renewed) and a refuses it again; the agent must get
+//     served all the same — by b — and an update (sent through b: a's
+//     writes need several round trips, each past the window) converges;
 //   - latency gone: a is ready and serves requests as before.
 func TestEtcdSlowForOneReplica(t *testing.T) {
 	// The agent's open timeout, in the ratio the real agent's default
@@ -853,21 +857,30 @@ func TestEtcdSlowForOneReplica(t *testing.T) {
 	waitAddon(t, ctx, env, uid, addonName, 1, "the add-on ACTIVE through i-1 on "+ra.name)
 	once := ra.srv.EKS(t, func(o *eks.Options) { o.Retryer = aws.NopRetryer{} })
 
+	window := dlSessionTTL - dlFenceAfter - dlMargin
 	phases := []struct {
 		name    string
 		latency time.Duration
-		// beyond: a renewal's round trip exceeds the heartbeat interval.
+		// beyond: a renewal's round trip exceeds the freshness window.
 		beyond bool
 	}{
-		{"below the renewal bound", 20 * time.Millisecond, false},
-		{"beyond the renewal bound", 150 * time.Millisecond, true},
+		{"below a heartbeat interval", 20 * time.Millisecond, false},
+		{"beyond a heartbeat interval, within the window", 150 * time.Millisecond, false},
+		{"beyond the window", 600 * time.Millisecond, true},
 		{"latency gone", 0, false},
 	}
 	gen := int64(1)
 	for _, ph := range phases {
 		t.Run(ph.name, func(t *testing.T) {
-			if ph.beyond && 2*ph.latency <= dlHeartbeat {
-				t.Fatalf("a round trip of %s is within the heartbeat interval %s", 2*ph.latency, dlHeartbeat)
+			if ph.beyond != (2*ph.latency > window) {
+				t.Fatalf("phase %q: a round trip of %s against the window %s", ph.name, 2*ph.latency, window)
+			}
+			// Beyond the window a's writes (several round trips) would
+			// run into the store's request deadline: the update goes
+			// through b.
+			writer, updateName := once, "UpdateAddon"
+			if ph.beyond {
+				writer, updateName = rb.eks, "UpdateAddon through "+rb.name
 			}
 			proxy.SetLatency(ph.latency)
 			start := time.Now()
@@ -888,8 +901,8 @@ func TestEtcdSlowForOneReplica(t *testing.T) {
 					_, err := once.ListAddons(ctx, &eks.ListAddonsInput{ClusterName: aws.String(cluster)})
 					return err
 				}},
-				{"UpdateAddon", true, func() error {
-					_, err := once.UpdateAddon(ctx, &eks.UpdateAddonInput{ClusterName: aws.String(cluster), AddonName: aws.String(addonName),
+				{updateName, !ph.beyond, func() error {
+					_, err := writer.UpdateAddon(ctx, &eks.UpdateAddonInput{ClusterName: aws.String(cluster), AddonName: aws.String(addonName),
 						ConfigurationValues: aws.String(dlConfig(addonName, int(gen+1)))})
 					return err
 				}},
@@ -899,7 +912,7 @@ func TestEtcdSlowForOneReplica(t *testing.T) {
 				d := time.Since(callStart)
 				took = append(took, fmt.Sprintf("%s %s", call.name, d.Round(time.Millisecond)))
 				if err != nil {
-					t.Fatalf("%s on %s with %s latency each way: %v (after %s)", call.name, ra.name, ph.latency, err, d)
+					t.Fatalf("%s with %s latency each way on %s: %v (after %s)", call.name, ph.latency, ra.name, err, d)
 				}
 				if call.write && d < 2*ph.latency {
 					t.Errorf("%s on %s took %s, less than one etcd round trip (%s)", call.name, ra.name, d, 2*ph.latency)
@@ -919,7 +932,7 @@ func TestEtcdSlowForOneReplica(t *testing.T) {
 			fenced, _, _, endErr := agent.fencedStream(ra.srv.GRPCAddr(), start)
 			switch {
 			case ph.beyond && fenced.IsZero():
-				t.Errorf("with renewals beyond the heartbeat interval, i-1's stream on %s was not fenced for not renewing (ended: %v)\n%s", ra.name, endErr, agent.describe())
+				t.Errorf("with renewals beyond the freshness window, i-1's stream on %s was not fenced for not renewing (ended: %v)\n%s", ra.name, endErr, agent.describe())
 			case ph.beyond && agent.heard(ra.srv.GRPCAddr(), fenced) > 0:
 				// A replica that cannot keep a session fresh refuses a
 				// stream before saying a word; admitted, the agent would
