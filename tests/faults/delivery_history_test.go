@@ -24,6 +24,8 @@ import (
 
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
+	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store"
 )
 
@@ -42,23 +44,45 @@ const (
 	historyDefaultParallel  = 16
 )
 
-// Waits of the schedules, from the delivery timing the replicas run with
-// (dlTiming).
+// The schedules' delivery timing: the fault tests' (dlTiming) with a
+// session TTL one second longer, so that the freshness window (TTL -
+// fence-after - margin) is 2s rather than 1s. The schedules run 16 at a
+// time in one race-built process beside the rest of `make test`, which
+// loads two cores four or five times over at its start: there a 1s
+// window was missed for minutes at a time (streams fenced "not renewed in
+// time" dozens of times each, schedules that never converged), while the
+// heartbeat, fence-after and margin the protocol is exercised with stay
+// those of the other delivery fault tests.
+const (
+	historyTTL        = dlSessionTTL + time.Second
+	historyHeartbeat  = dlHeartbeat
+	historyFenceAfter = dlFenceAfter
+	historyMargin     = dlMargin
+)
+
+func historyTiming(c *server.Config) {
+	c.Delivery.SessionTTL = historyTTL
+	c.Delivery.HeartbeatInterval = historyHeartbeat
+	c.Delivery.FenceAfter = historyFenceAfter
+	c.Delivery.SafetyMargin = historyMargin
+}
+
+// Waits of the schedules, from that timing.
 const (
 	// historyStep bounds the wait between operations: a couple of
 	// heartbeats, so the system reacts to some operations before the
 	// next and not to others.
-	historyStep = 2 * dlHeartbeat
+	historyStep = 2 * historyHeartbeat
 	// historyAway bounds how long a cut agent stays away: not long enough
 	// for its session to run out.
-	historyAway = dlSessionTTL - dlMargin
+	historyAway = historyTTL - historyMargin
 	// historyPause bounds an idle pause.
-	historyPause = dlSessionTTL
+	historyPause = historyTTL
 	// historyExpiryLimit bounds the wait for a cut executor's session to
 	// expire: the TTL from the last renewal (rounded up to whole seconds
 	// when the stream's session moves onto a lease of its own), and
 	// etcd's expiry of the lease, with room to spare.
-	historyExpiryLimit = 3 * dlSessionTTL
+	historyExpiryLimit = 3 * historyTTL
 )
 
 func historyEnv(t *testing.T, name string, def int64) int64 {
@@ -154,7 +178,8 @@ func TestDeliveryHistory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	etcd := startSharedEtcd(t, ctx)
-	env := newDLEnv(t, etcd.Endpoints(), 2)
+	env := newDLEnv(t, etcd.Endpoints(), 2, servertest.WithConfig(historyTiming))
+	env.fenceAfter = historyFenceAfter
 	t.Logf("%d schedules, %d at a time, seeds %d..%d", n, parallel, base, base+int64(n)-1)
 
 	totals := &historyTotals{}
@@ -496,7 +521,7 @@ func (s *historySchedule) cutExecutor() {
 	// Drawn whatever the executor, so the operations that follow replay
 	// alike.
 	how := s.rng.IntN(3)
-	away := dlFenceAfter/5 + time.Duration(s.rng.Int64N(int64(dlFenceAfter*4/5)))
+	away := historyFenceAfter/5 + time.Duration(s.rng.Int64N(int64(historyFenceAfter*4/5)))
 	k := s.rng.IntN(3)
 	e, err := s.env.executor(s.ctx, s.uid)
 	if err != nil || e == nil || s.agents[e.GetInstanceId()] == nil {
@@ -685,7 +710,7 @@ func (s *historySchedule) drain() {
 }
 
 func (s *historySchedule) pause() {
-	d := dlFenceAfter/3 + time.Duration(s.rng.Int64N(int64(historyPause-dlFenceAfter/3)))
+	d := historyFenceAfter/3 + time.Duration(s.rng.Int64N(int64(historyPause-historyFenceAfter/3)))
 	s.logf("pause %s", d)
 	time.Sleep(d)
 }
