@@ -574,6 +574,9 @@ func (s *historySchedule) awaitExpiry(a *dlAgent, extra time.Duration, target *d
 		s.late.Add(1)
 		s.totals.expiryLate.Add(1)
 		s.logf("  %s's session still there %s after the cut: %v", a.instance, time.Since(start).Round(time.Millisecond), err)
+		// Failed here, the schedule prints its record (the parent's
+		// count alone would not say which session or why).
+		s.t.Errorf("%s's session outlived its stream by more than %s: %v", a.instance, historyExpiryLimit, err)
 	} else {
 		s.totals.expiryWaits.Add(1)
 		s.logf("  %s's session expired %s after the cut", a.instance, time.Since(start).Round(time.Millisecond))
