@@ -427,6 +427,19 @@ func (rc *dlRecorder) ended(err error) {
 	rc.ends[why]++
 }
 
+// toldExecutor reports whether instance received an Assignment as the
+// executor, at epoch (at any epoch when 0).
+func (rc *dlRecorder) toldExecutor(instance string, epoch int64) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, a := range rc.assignments {
+		if a.instance == instance && a.role == deliveryv1.Role_ROLE_EXECUTOR && (epoch == 0 || a.epoch == epoch) {
+			return true
+		}
+	}
+	return false
+}
+
 func (rc *dlRecorder) errorf(format string, args ...any) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

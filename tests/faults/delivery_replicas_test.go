@@ -392,14 +392,7 @@ func TestDeliveryReplicaCutOffFromEtcd(t *testing.T) {
 	t.Logf("%s: replica %s cut off from etcd", cutAt.Format("15:04:05.000"), env.replica(0).name)
 	// The session of i-1 expires; i-2 is assigned epoch 2 and told so.
 	if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		for _, a := range rec.assignments {
-			if a.instance == "i-2" && a.role == deliveryv1.Role_ROLE_EXECUTOR && a.epoch == 2 {
-				return true, nil
-			}
-		}
-		return false, nil
+		return rec.toldExecutor("i-2", 2), nil
 	}); err != nil {
 		t.Fatalf("i-2 was not assigned epoch 2: %v", err)
 	}
@@ -451,14 +444,7 @@ func TestDeliverySlowEtcdKeepsSessions(t *testing.T) {
 		t.Fatalf(format+"\nrecorded:\n%s", append(args, formatAssignments(rec))...)
 	}
 	if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		for _, a := range rec.assignments {
-			if a.instance == "i-1" && a.role == deliveryv1.Role_ROLE_EXECUTOR {
-				return true, nil
-			}
-		}
-		return false, nil
+		return rec.toldExecutor("i-1", 0), nil
 	}); err != nil {
 		fail("i-1 was not assigned the executor over the slow replica: %v", err)
 	}
