@@ -409,10 +409,12 @@ type dlRecorder struct {
 	// status (or the connect error): a schedule that does not converge
 	// says what kept its agents off.
 	ends map[string]int
+	// endsOf counts those ends by instance.
+	endsOf map[string]int
 }
 
 // ended counts a stream's end the test did not cause.
-func (rc *dlRecorder) ended(err error) {
+func (rc *dlRecorder) ended(instance string, err error) {
 	why := "ended cleanly"
 	if st, ok := status.FromError(err); ok && err != nil {
 		why = st.Code().String() + ": " + st.Message()
@@ -422,9 +424,18 @@ func (rc *dlRecorder) ended(err error) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if rc.ends == nil {
-		rc.ends = map[string]int{}
+		rc.ends, rc.endsOf = map[string]int{}, map[string]int{}
 	}
 	rc.ends[why]++
+	rc.endsOf[instance]++
+}
+
+// endedStreams is how many streams of instance ended without the test
+// causing it.
+func (rc *dlRecorder) endedStreams(instance string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.endsOf[instance]
 }
 
 // toldExecutor reports whether instance received an Assignment as the
@@ -681,7 +692,7 @@ func (a *dlAgent) open(r *dlReplica) *dlStream {
 	}
 	if err != nil {
 		if a.ctx.Err() == nil {
-			a.rec.ended(err)
+			a.rec.ended(a.instance, err)
 		}
 		cancel()
 		close(s.done)
@@ -705,7 +716,7 @@ func (s *dlStream) process() {
 				// last message it heard, stream or no stream (or until
 				// a later stream tells it otherwise).
 				if !s.cutByTest.Load() && s.a.ctx.Err() == nil {
-					s.a.rec.ended(in.Err)
+					s.a.rec.ended(s.a.instance, in.Err)
 				}
 				return
 			}

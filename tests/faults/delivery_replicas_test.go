@@ -482,9 +482,10 @@ func TestDeliverySlowEtcdKeepsSessions(t *testing.T) {
 // the session could then expire 1.4s before the agent stopped). With the
 // tightest timing that is accepted, the test watches the live executor's
 // lease — etcd reports its remaining TTL in whole seconds — and checks it
-// never has less than 2s left (below fence-after + margin here), then
-// cuts the stream and checks by the agents' clocks that the successor was
-// not assigned before the old executor stopped by itself.
+// never has less than 2s left (below fence-after + margin here) while
+// the host keeps the stream, then cuts the stream and checks by the
+// agents' clocks that the successor was not assigned before the old
+// executor stopped by itself.
 func TestDeliverySessionOutlivesSelfFence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -529,23 +530,52 @@ func TestDeliverySessionOutlivesSelfFence(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("i-2 did not connect: %v", err)
 	}
-	resp, err := env.cli.Get(ctx, env.prefix+store.SessionKey(uid, "i-1"))
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("session of i-1: %v %v", resp, err)
+	// sessionLease waits for i-1's session to be on a lease other than
+	// not and returns it.
+	sessionLease := func(not clientv3.LeaseID) clientv3.LeaseID {
+		var lease clientv3.LeaseID
+		if err := waitFor(ctx, 20*time.Second, func() (bool, error) {
+			resp, err := env.cli.Get(ctx, env.prefix+store.SessionKey(uid, "i-1"))
+			if err != nil || len(resp.Kvs) != 1 {
+				return false, err
+			}
+			lease = clientv3.LeaseID(resp.Kvs[0].Lease)
+			return lease != not, nil
+		}); err != nil {
+			t.Fatalf("session of i-1: %v", err)
+		}
+		return lease
 	}
-	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	lease := sessionLease(clientv3.NoLease)
 
-	// While the stream is live, the lease always has at least 2s left.
+	// While the stream is live, the lease always has at least 2s left: a
+	// renewal within the freshness window (TTL - fence-after - margin)
+	// leaves TTL - interval - window = 2.55s. A lower reading means a
+	// renewal later than the window (a stalled replica on a loaded
+	// machine); the host must then stop counting the session fresh and end
+	// the stream, so it was not live. The watch goes on with the session
+	// of the agent's next stream.
+	readings, stalls, ended := 0, 0, rec.endedStreams("i-1")
 	for deadline := time.Now().Add(3 * ttl); time.Now().Before(deadline); {
 		r, err := env.cli.TimeToLive(ctx, lease)
 		if err != nil {
 			t.Fatal(err)
 		}
+		readings++
 		if r.TTL < 2 {
-			t.Fatalf("i-1's stream is live, yet its session has less than 2s left (TTL reading %d)", r.TTL)
+			if err := waitFor(ctx, ttl+fenceAfter, func() (bool, error) {
+				return rec.endedStreams("i-1") > ended, nil
+			}); err != nil {
+				t.Fatalf("i-1's stream is live, yet its session has less than 2s left (TTL reading %d)", r.TTL)
+			}
+			stalls++
+			ended = rec.endedStreams("i-1")
+			lease = sessionLease(lease)
+			continue
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	t.Logf("%d readings of the live session's TTL; %d renewals beyond the window, each followed by the host ending the stream", readings, stalls)
 	one.hold()
 	if err := waitFor(ctx, 20*time.Second, func() (bool, error) {
 		e, err := env.executor(ctx, uid)
