@@ -3,13 +3,14 @@ package conformance
 import (
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
+
+	"github.com/saltbush/saltbush/tests/saltbushbin"
 )
 
 // Edge cases found in review, each once a defect.
@@ -56,11 +57,7 @@ func TestAdminReportRejectedFails(t *testing.T) {
 	h := newAddonHarness(t)
 	addonCreate(t, h, &eks.CreateAddonInput{AddonName: aws.String("coredns")})
 
-	bin := filepath.Join(t.TempDir(), "saltbush")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush").CombinedOutput(); err != nil {
-		t.Fatalf("build saltbush: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "admin", "--grpc-addr", h.srv.GRPCAddr(), "--account", h.account, "--tls-dir", h.srv.Config.TLSDir(),
+	cmd := exec.Command(saltbushbin.Path(t), "admin", "--grpc-addr", h.srv.GRPCAddr(), "--account", h.account, "--tls-dir", h.srv.Config.TLSDir(),
 		"addon", "report", h.cluster, "coredns", "READY", "--generation", "7")
 	out, err := cmd.CombinedOutput()
 	if got := h.get(t, "coredns"); got.GetStatus() != "CREATING" {

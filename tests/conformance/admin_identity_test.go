@@ -29,6 +29,7 @@ import (
 	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/saltbushbin"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
@@ -39,11 +40,7 @@ type aidCLI struct {
 
 func newAIDCLI(t *testing.T, srv *servertest.Server) *aidCLI {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "saltbush")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush").CombinedOutput(); err != nil {
-		t.Fatalf("build saltbush: %v\n%s", err, out)
-	}
-	return &aidCLI{bin: bin, addr: srv.GRPCAddr(), tlsDir: srv.Config.TLSDir()}
+	return &aidCLI{bin: saltbushbin.Path(t), addr: srv.GRPCAddr(), tlsDir: srv.Config.TLSDir()}
 }
 
 // run runs `saltbush admin --grpc-addr ADDR --tls-dir DIR args...` with

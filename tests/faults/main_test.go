@@ -3,10 +3,10 @@ package faults
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/saltbush/saltbush/tests/saltbushbin"
 )
 
 // The tests that run the real `saltbush serve` as a child process, kill
@@ -51,13 +51,11 @@ var serveBinary struct {
 func buildSaltbush(t *testing.T) string {
 	t.Helper()
 	serveBinary.once.Do(func() {
-		bin := filepath.Join(serveBinary.dir, "saltbush")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			serveBinary.built = fmt.Errorf("go build: %v\n%s", err, out)
+		if bin := os.Getenv(saltbushbin.Env); bin != "" {
+			serveBinary.path = bin
 			return
 		}
-		serveBinary.path = bin
+		serveBinary.path, serveBinary.built = saltbushbin.Build(serveBinary.dir)
 	})
 	if serveBinary.built != nil {
 		t.Fatal(serveBinary.built)

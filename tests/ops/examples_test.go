@@ -45,6 +45,7 @@ import (
 	"github.com/saltbush/saltbush/tests/agentproc"
 	"github.com/saltbush/saltbush/tests/etcdtls"
 	"github.com/saltbush/saltbush/tests/fakeagent"
+	"github.com/saltbush/saltbush/tests/saltbushbin"
 	"github.com/saltbush/saltbush/tlsclient"
 )
 
@@ -214,10 +215,10 @@ func TestExamples(t *testing.T) {
 
 	// saltbush from docs/examples/saltbush.service, on that etcd.
 	bin := filepath.Join(dir, "bin")
-	saltbush := filepath.Join(bin, "saltbush")
-	if out, err := exec.Command("go", "build", "-o", saltbush, "github.com/saltbush/saltbush/cmd/saltbush").CombinedOutput(); err != nil {
-		t.Fatalf("go build saltbush: %v\n%s", err, out)
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	saltbush := saltbushbin.Path(t)
 	sbUnit := readUnit(t, filepath.Join(root, "docs/examples/saltbush.service"))
 	if sbUnit.exec[0] != "/usr/local/bin/saltbush" || sbUnit.exec[1] != "serve" {
 		t.Fatalf("saltbush unit runs %v", sbUnit.exec[:2])

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/saltbush/saltbush/errdefs"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/saltbushbin"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
 
@@ -52,10 +52,7 @@ func admin(t *testing.T, srv *servertest.Server, bin, stdin string, args ...stri
 func TestAdminRoleCommands(t *testing.T) {
 	srv := servertest.Start(t)
 	ctx := ctxT(t)
-	bin := filepath.Join(t.TempDir(), "saltbush")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush").CombinedOutput(); err != nil {
-		t.Fatalf("build saltbush: %v\n%s", err, out)
-	}
+	bin := saltbushbin.Path(t)
 	ok := func(stdin string, args ...string) map[string]any {
 		t.Helper()
 		m, stderr, err := admin(t, srv, bin, stdin, args...)
