@@ -25,12 +25,15 @@ import (
 )
 
 // Build compiles cmd/saltbush-agent into dir (with the race detector when
-// race) and returns the binary's path.
+// race) and returns the binary's path. A race build is linked by the Go
+// linker alone, as `make unit` links the tests (see the Makefile's
+// TEST_LDFLAGS): the agent's dependencies import package plugin, whose
+// cgo would otherwise bring in the host linker for nothing.
 func Build(dir string, race bool) (string, error) {
 	bin := filepath.Join(dir, "saltbush-agent")
 	args := []string{"build", "-o", bin}
 	if race {
-		args = append(args, "-race")
+		args = append(args, "-race", "-ldflags=-linkmode=internal")
 	}
 	cmd := exec.Command("go", append(args, "github.com/saltbush/saltbush/cmd/saltbush-agent")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
