@@ -222,13 +222,16 @@ $(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum) $(TOOLCH
 	touch $@
 
 ## unit: every test of both modules. go test starts packages in the order
-## it is given them, -p at a time: the longest are named first so that
-## they do not start last and set the run's length alone. UNIT_P is how
+## it is given them, -p at a time: those taking more than about 15 seconds
+## are named first, longest first, so that none starts last and sets the
+## run's length alone (the last minute is then seconds-long packages,
+## three at a time). UNIT_P is how
 ## many run (or link) at once: 3 by default, which keeps both cores busy
 ## (the long packages mostly wait on real processes); at 2 the cores were
 ## idle a quarter of the time and make test took 20 minutes instead of 17.
 SLOW_PACKAGES := ./tests/faults ./tests/addons ./tests/agent ./tests/podcreds ./tests/access \
-	./tests/nodetest ./tests/conformance ./tests/eksctl ./tests/clients ./server/delivery
+	./tests/nodetest ./tests/conformance ./tests/eksctl ./tests/clients ./server/delivery \
+	./tests/ops ./tests/backup ./tests/kubetest ./guest/apply ./server/addon ./tests/sts ./store ./tests/load
 UNIT_P ?= 3
 # The test packages that run the real agent (tests/agent, access, addons,
 # eksctl, podcreds) share one race build of it (agentproc.RaceBinaryEnv),
@@ -240,7 +243,7 @@ SALTBUSH_TEST_BIN := $(CURDIR)/bin/test/saltbush
 # relinks only those whose inputs changed instead of every one each run (a
 # race-built test binary takes about 3 CPU-seconds to link). A directory
 # holds one binary per package name, so the packages named like one under
-# tests/ keep theirs apart, and run after the others. A new such pair
+# tests/ keep theirs apart, and run first (they are quick). A new such pair
 # fails with "cannot write test binary NAME.test for multiple packages":
 # add the one outside tests/ to TESTS_APART.
 TEST_BIN := $(CURDIR)/bin/test
@@ -253,9 +256,9 @@ unit: kube eksctl node
 	$(GO) build -race $(TEST_LDFLAGS) -o $(AGENT_RACE_BIN) ./cmd/saltbush-agent
 	$(GO) build -o $(SALTBUSH_TEST_BIN) ./cmd/saltbush
 	status=0; \
+	$(UNIT_ENV) $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -p $(UNIT_P) -o $(TEST_BIN)/apart/ $(TESTS_APART) || status=1; \
 	$(UNIT_ENV) $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -p $(UNIT_P) -o $(TEST_BIN)/main/ \
 		$(SLOW_PACKAGES) $$($(LIST_TESTED) | grep -vxF $(addprefix -e ,$(TESTS_APART))) || status=1; \
-	$(UNIT_ENV) $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -p $(UNIT_P) -o $(TEST_BIN)/apart/ $(TESTS_APART) || status=1; \
 	cd api && $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -o $(TEST_BIN)/api/ $$($(LIST_TESTED)) || status=1; \
 	exit $$status
 
