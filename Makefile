@@ -39,7 +39,6 @@ TESTFLAGS ?= -count=1 -race -timeout=20m
 # (unit keeps them, below): without, each link took a third longer.
 TEST_LDFLAGS := -ldflags='-linkmode=internal -s -w'
 
-
 .PHONY: all build run test checks generate check-generated lint vulndb vulndb-selftest breaking baseline contract-selftest unit fuzz-short fuzz bench kube eksctl node images-verify examples-verify demo
 
 all: build
