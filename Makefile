@@ -226,10 +226,10 @@ $(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum) $(TOOLCH
 ## it is given them, -p at a time: those taking more than about 15 seconds
 ## are named first, longest first, so that none starts last and sets the
 ## run's length alone (the last minute is then seconds-long packages,
-## three at a time). UNIT_P is how
-## many run (or link) at once: 3 by default, which keeps both cores busy
-## (the long packages mostly wait on real processes); at 2 the cores were
-## idle a quarter of the time and make test took 20 minutes instead of 17.
+## three at a time). UNIT_P is how many run (or link) at once: 3 by
+## default, which keeps both cores busy (the long packages mostly wait on
+## real processes); at 2 the cores were idle a quarter of the time and make
+## test took 20 minutes instead of 17.
 SLOW_PACKAGES := ./tests/faults ./tests/addons ./tests/agent ./tests/podcreds ./tests/access \
 	./tests/nodetest ./tests/conformance ./tests/eksctl ./tests/clients ./server/delivery \
 	./tests/ops ./tests/backup ./tests/kubetest ./guest/apply ./server/addon ./tests/sts ./store ./tests/load
