@@ -10,6 +10,7 @@ import (
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/loopport"
 )
 
 // watch starts a watch that ends with the test.
@@ -177,14 +178,8 @@ func TestWatchCompaction(t *testing.T) {
 
 func TestWatchResumesAfterRestart(t *testing.T) {
 	t.Parallel()
-	clientURL, err := embedetcd.FreeURL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerURL, err := embedetcd.FreeURL()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Reserved: the restart binds them again.
+	clientURL, peerURL := loopport.URL(t, "http"), loopport.URL(t, "http")
 	cfg := embedetcd.Config{Dir: t.TempDir(), ClientURL: clientURL, PeerURL: peerURL}
 	_, stop := startEtcd(t, cfg)
 	client := clientFor(t, clientURL)

@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +33,7 @@ import (
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/tests/agentproc"
 	"github.com/saltbush/saltbush/tests/kubetest"
+	"github.com/saltbush/saltbush/tests/loopport"
 	"github.com/saltbush/saltbush/tests/netproxy"
 )
 
@@ -168,7 +168,7 @@ func Start(ctx context.Context, tb testing.TB, cluster string, o Options) *World
 	// The webhooks' kubeconfigs exist before the apiserver starts, as
 	// K3s's ExecStartPre makes them (images/k3s).
 	agentDir := tb.TempDir()
-	webhookAddr, webhookDir := freeAddr(tb), filepath.Join(agentDir, "webhook")
+	webhookAddr, webhookDir := loopport.Addr(tb), filepath.Join(agentDir, "webhook")
 	cmd := exec.CommandContext(ctx, o.AgentBinary, "webhook-config", "--config", filepath.Join(agentDir, "none.yaml"),
 		"--state-dir", filepath.Join(agentDir, "state"), "--webhook-addr", webhookAddr, "--webhook-dir", webhookDir)
 	if err := os.WriteFile(filepath.Join(agentDir, "none.yaml"), nil, 0o600); err != nil {
@@ -336,16 +336,6 @@ func Env(extra ...string) []string {
 		}
 	}
 	return append(env, extra...)
-}
-
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
 }
 
 // WaitPodWebhook waits until the executor has configured the pod identity

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"github.com/saltbush/saltbush/guest/agent"
 	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server/servertest"
+	"github.com/saltbush/saltbush/tests/loopport"
 )
 
 // Build compiles cmd/saltbush-agent into dir (with the race detector when
@@ -115,11 +115,13 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 			return nil, err
 		}
 	}
-	addr, err := freeAddr()
+	// Held while the agent runs: the address is passed on before the
+	// agent binds it.
+	port, err := loopport.Reserve("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{Instance: o.Instance, StateDir: o.StateDir, StatusAddr: addr, done: make(chan error, 1),
+	p := &Process{Instance: o.Instance, StateDir: o.StateDir, StatusAddr: port.Addr(), done: make(chan error, 1),
 		LogPath: filepath.Join(o.Dir, "agent-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".log")}
 	args := append([]string{"run",
 		"--config", filepath.Join(o.Dir, "none.yaml"), // an empty file: everything is a flag
@@ -132,6 +134,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	}, o.Args...)
 	logFile, err := os.Create(p.LogPath)
 	if err != nil {
+		port.Release()
 		return nil, err
 	}
 	p.cmd = exec.Command(o.Binary, args...)
@@ -140,9 +143,15 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		_ = logFile.Close()
+		port.Release()
 		return nil, fmt.Errorf("start agent %s: %w", o.Instance, err)
 	}
-	go func() { p.done <- p.cmd.Wait(); _ = logFile.Close() }()
+	go func() {
+		err := p.cmd.Wait()
+		_ = logFile.Close()
+		port.Release()
+		p.done <- err
+	}()
 	return p, nil
 }
 
@@ -239,13 +248,4 @@ func (p *Process) Usage() (rssBytes int64, cpu time.Duration, err error) {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	const ticks = 100 // USER_HZ on Linux
 	return rssBytes, time.Duration(utime+stime) * time.Second / ticks, nil
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String(), nil
 }

@@ -27,8 +27,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tests/etcdtls"
+	"github.com/saltbush/saltbush/tests/loopport"
 )
 
 // clusterToken is --initial-cluster-token: the restore must name the same
@@ -67,11 +67,7 @@ func newEtcdCluster(t *testing.T, dir string, size int) *etcdCluster {
 	for i := range size {
 		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: filepath.Join(dir, fmt.Sprintf("etcd-%d", i))}
 		for _, u := range []*string{&m.clientURL, &m.peerURL} {
-			free, err := embedetcd.FreeURL()
-			if err != nil {
-				t.Fatal(err)
-			}
-			*u = strings.Replace(free, "http://", "https://", 1)
+			*u = loopport.URL(t, "https")
 		}
 		m.serverCert, m.serverKy = c.pki.Issue(t, m.name+"-server", x509.ExtKeyUsageServerAuth)
 		m.peerCert, m.peerKey = c.pki.Issue(t, m.name+"-peer", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)

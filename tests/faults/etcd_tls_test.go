@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/loopport"
 )
 
 // TestExternalEtcdWithTLS runs saltbush against an etcd that serves only
@@ -22,10 +22,9 @@ func TestExternalEtcdWithTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	certs := servertest.NewPKI(t, t.TempDir())
-	clientURL, _ := embedetcd.FreeURL()
 	etcd, err := embedetcd.Start(ctx, embedetcd.Config{
 		Dir: t.TempDir(), UnsafeNoFsync: true,
-		ClientURL: strings.Replace(clientURL, "http://", "https://", 1),
+		ClientURL: loopport.URL(t, "https"),
 		ClientTLS: &transport.TLSInfo{
 			CertFile: certs.ServerCertFile, KeyFile: certs.ServerKeyFile, TrustedCAFile: certs.CAFile, ClientCertAuth: true,
 		},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/loopport"
 )
 
 // TestReadinessFollowsEtcd: with its etcd gone, saltbush reports not ready
@@ -22,8 +23,7 @@ func TestReadinessFollowsEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	clientURL, _ := embedetcd.FreeURL()
-	peerURL, _ := embedetcd.FreeURL()
+	clientURL, peerURL := loopport.URL(t, "http"), loopport.URL(t, "http")
 	cfg := embedetcd.Config{Dir: dir, ClientURL: clientURL, PeerURL: peerURL, UnsafeNoFsync: true}
 	etcd, err := embedetcd.Start(ctx, cfg)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/loopport"
 )
 
 // The cluster's fixed network and identity settings.
@@ -111,7 +112,7 @@ type Cluster struct {
 	binDir string
 	files  pkiFiles
 	extra  []string
-	port   int
+	port   *loopport.Reservation
 }
 
 // Start starts a cluster in a new temporary directory and returns once it
@@ -281,84 +282,75 @@ func (c *Cluster) writePKI() (pkiFiles, error) {
 	return f, nil
 }
 
-// apiServerAttempts bounds the starts on a fresh port when another process
-// took the one picked (it was free when picked, not necessarily when the
-// apiserver binds it).
-const apiServerAttempts = 3
-
-// startAPIServer starts the kube-apiserver and waits for /readyz.
+// startAPIServer starts the kube-apiserver and waits for /readyz. Its
+// port is reserved for the cluster's life (package loopport), so that a
+// restart finds it free.
 func (c *Cluster) startAPIServer(ctx context.Context, binDir string, f pkiFiles, extra []string) error {
 	policy := filepath.Join(c.dir, "audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 		return fmt.Errorf("write audit policy: %w", err)
 	}
-	for attempt := 1; ; attempt++ {
-		port, err := freePort(c.address)
+	if c.port == nil {
+		port, err := loopport.Reserve(c.address.String())
 		if err != nil {
 			return err
 		}
-		if c.port != 0 {
-			port = c.port // a restart keeps the address clients know
-		}
-		c.host = "https://" + net.JoinHostPort(c.address.String(), strconv.Itoa(port))
-		c.admin = c.UserConfig(AdminUser, "system:masters")
-		args := []string{
-			"--etcd-servers=" + strings.Join(c.etcd.Endpoints(), ","),
-			"--bind-address=" + c.address.String(),
-			"--advertise-address=" + c.address.String(),
-		}
-		if c.address.IsLoopback() {
-			// A loopback address cannot be an endpoint of the kubernetes
-			// Service; the Service is still created, with no endpoints
-			// (nothing in the cluster has a network to reach them).
-			args = append(args, "--endpoint-reconciler-type=none")
-		}
-		args = append(args,
-			"--secure-port="+strconv.Itoa(port),
-			"--tls-cert-file="+f.servingCert,
-			"--tls-private-key-file="+f.servingKey,
-			"--client-ca-file="+f.caCert,
-			"--service-account-issuer="+c.issuer,
-			"--service-account-key-file="+f.saPub,
-			"--service-account-signing-key-file="+f.saKey,
-			"--service-cluster-ip-range="+ServiceClusterIPRange,
-			// kube-proxy and CNI DaemonSets run privileged.
-			"--allow-privileged=true",
-			"--audit-log-path="+c.auditLog,
-			"--audit-log-format=json",
-			"--audit-policy-file="+policy,
-			// Blocking: a write's event is in the log before its response
-			// is sent, so a test may read the log right after a call.
-			"--audit-log-mode=blocking",
-			"--profiling=false",
-			// Its own serving certificates would go to /var/run/kubernetes.
-			"--cert-dir="+filepath.Join(c.dir, "pki"),
-		)
-		// The caller's authorization settings replace the default rather
-		// than add to it: --authorization-mode is a list flag (a second one
-		// appends), and --authorization-config may not be combined with it.
-		if !hasFlag(extra, "--authorization-mode") && !hasFlag(extra, "--authorization-config") {
-			args = append(args, "--authorization-mode=Node,RBAC")
-		}
-		if c.issuer != ServiceAccountIssuer {
-			args = append(args, "--service-account-jwks-uri="+c.issuer+"/keys")
-		}
-		args = append(args, extra...)
-		p, err := StartProcess(apiServerBinary, filepath.Join(binDir, apiServerBinary), args, filepath.Join(c.dir, apiServerBinary+".log"))
-		if err != nil {
-			return err
-		}
-		err = c.waitAPIServer(ctx, p)
-		if err == nil {
-			c.apiServer, c.port = p, port
-			return nil
-		}
-		p.Stop()
-		if exited, _ := p.Exited(); exited && attempt < apiServerAttempts && portClash.MatchString(p.LogTail()) {
-			continue
-		}
+		c.port = port
+	}
+	c.host = "https://" + c.port.Addr()
+	c.admin = c.UserConfig(AdminUser, "system:masters")
+	args := []string{
+		"--etcd-servers=" + strings.Join(c.etcd.Endpoints(), ","),
+		"--bind-address=" + c.address.String(),
+		"--advertise-address=" + c.address.String(),
+	}
+	if c.address.IsLoopback() {
+		// A loopback address cannot be an endpoint of the kubernetes
+		// Service; the Service is still created, with no endpoints
+		// (nothing in the cluster has a network to reach them).
+		args = append(args, "--endpoint-reconciler-type=none")
+	}
+	args = append(args,
+		"--secure-port="+strconv.Itoa(c.port.Port()),
+		"--tls-cert-file="+f.servingCert,
+		"--tls-private-key-file="+f.servingKey,
+		"--client-ca-file="+f.caCert,
+		"--service-account-issuer="+c.issuer,
+		"--service-account-key-file="+f.saPub,
+		"--service-account-signing-key-file="+f.saKey,
+		"--service-cluster-ip-range="+ServiceClusterIPRange,
+		// kube-proxy and CNI DaemonSets run privileged.
+		"--allow-privileged=true",
+		"--audit-log-path="+c.auditLog,
+		"--audit-log-format=json",
+		"--audit-policy-file="+policy,
+		// Blocking: a write's event is in the log before its response
+		// is sent, so a test may read the log right after a call.
+		"--audit-log-mode=blocking",
+		"--profiling=false",
+		// Its own serving certificates would go to /var/run/kubernetes.
+		"--cert-dir="+filepath.Join(c.dir, "pki"),
+	)
+	// The caller's authorization settings replace the default rather
+	// than add to it: --authorization-mode is a list flag (a second one
+	// appends), and --authorization-config may not be combined with it.
+	if !hasFlag(extra, "--authorization-mode") && !hasFlag(extra, "--authorization-config") {
+		args = append(args, "--authorization-mode=Node,RBAC")
+	}
+	if c.issuer != ServiceAccountIssuer {
+		args = append(args, "--service-account-jwks-uri="+c.issuer+"/keys")
+	}
+	args = append(args, extra...)
+	p, err := StartProcess(apiServerBinary, filepath.Join(binDir, apiServerBinary), args, filepath.Join(c.dir, apiServerBinary+".log"))
+	if err != nil {
 		return err
 	}
+	if err := c.waitAPIServer(ctx, p); err != nil {
+		p.Stop()
+		return err
+	}
+	c.apiServer = p
+	return nil
 }
 
 // RotateServiceAccountKey gives the apiserver a new service-account key
@@ -391,9 +383,6 @@ func hasFlag(args []string, flag string) bool {
 	}
 	return false
 }
-
-// portClash matches the apiserver's complaint that its port was taken.
-var portClash = regexp.MustCompile(`address already in use`)
 
 // waitAPIServer polls /readyz until it answers 200, the process exits or
 // ctx ends.
@@ -617,6 +606,9 @@ func (c *Cluster) Stop() {
 		if c.apiServer != nil {
 			c.apiServer.Stop()
 		}
+		if c.port != nil {
+			c.port.Release()
+		}
 		if c.etcd != nil {
 			c.etcd.Close()
 		}
@@ -796,16 +788,6 @@ func (c *Cluster) ControllerManagerLog() string {
 // the order the apiserver logged them.
 func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
 	return parseAuditLog(c.auditLog)
-}
-
-// freePort returns a port of address that was free a moment ago.
-func freePort(address net.IP) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(address.String(), "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // WebhookAPIServerArgs are the kube-apiserver flags that point it at a

@@ -41,10 +41,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
-	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tests/agentproc"
 	"github.com/saltbush/saltbush/tests/etcdtls"
 	"github.com/saltbush/saltbush/tests/fakeagent"
+	"github.com/saltbush/saltbush/tests/loopport"
 	"github.com/saltbush/saltbush/tests/saltbushbin"
 	"github.com/saltbush/saltbush/tlsclient"
 )
@@ -132,11 +132,7 @@ func TestExamples(t *testing.T) {
 	var cp, pp, mp [members]string
 	for i := range members {
 		for _, p := range []*string{&cp[i], &pp[i], &mp[i]} {
-			u, err := embedetcd.FreeURL()
-			if err != nil {
-				t.Fatal(err)
-			}
-			*p = strings.TrimPrefix(u, "http://")
+			*p = loopport.Addr(t)
 		}
 	}
 	type started struct {
