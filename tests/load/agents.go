@@ -48,7 +48,7 @@ type fleet struct {
 
 	mu       sync.Mutex
 	live     []*agent          // agents that said Hello (heartbeats, repeats)
-	examples map[string]string // a message of each kind of stream end
+	examples map[string]string // a message of each kind of stream end, and of Fence
 }
 
 // agent is one guest agent. stream is replaced by run (on a reconnect)
@@ -182,6 +182,16 @@ func (f *fleet) streamEnded(code codes.Code, msg string) {
 	}
 }
 
+// fenced counts a Fence, and keeps the first one's words.
+func (f *fleet) fenced(instance string, fence *deliveryv1.Fence) {
+	f.rec.countError(opStream, "Fence", false)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.examples["Fence"]; !ok {
+		f.examples["Fence"] = fmt.Sprintf("%s at epoch %d: %s", instance, fence.GetEpoch(), fence.GetReason())
+	}
+}
+
 // connect opens a stream and says Hello, resuming from the last desired
 // set applied (the host resends nothing that is still current).
 func (a *agent) connect(ctx context.Context) error {
@@ -279,7 +289,7 @@ func (a *agent) run(ctx context.Context, assigned chan<- struct{}) {
 		case m.GetDesiredSet() != nil:
 			f.sets.Add(1)
 		case m.GetFence() != nil:
-			f.rec.countError(opStream, "Fence", false)
+			f.fenced(a.instance, m.GetFence())
 		case m.GetReportResult() != nil && len(inFlight) > 0:
 			res := m.GetReportResult()
 			d := in.At.Sub(inFlight[0])

@@ -30,11 +30,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
+	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
 	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
 	"github.com/saltbush/saltbush/server/iam"
+	"github.com/saltbush/saltbush/store"
 	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tlsclient"
 )
@@ -498,3 +500,30 @@ func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h *countingHandler) WithGroup(string) slog.Handler { return h }
+
+// reassignedExecutors describes every cluster whose delivery executor is
+// past its first epoch, with the reason its record gives: under a steady
+// load no executor should change, and a report refused for a stale epoch
+// (an unexpected error) is explained by it.
+func (e *env) reassignedExecutors(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, c := range e.clusters {
+		resp, err := e.etcdCli.Get(ctx, store.DefaultPrefix+store.ExecutorKey(c.uid))
+		if err != nil {
+			return nil, fmt.Errorf("executor of cluster %s: %w", c.name, err)
+		}
+		if len(resp.Kvs) != 1 {
+			out = append(out, c.name+": no executor")
+			continue
+		}
+		ex := &storagev1.ExecutorRecord{}
+		if err := store.Decode(resp.Kvs[0].Value, ex); err != nil {
+			return nil, fmt.Errorf("executor of cluster %s: %w", c.name, err)
+		}
+		if ex.GetEpoch() != 1 {
+			out = append(out, fmt.Sprintf("%s: %s at epoch %d since %s (%s)", c.name, ex.GetInstanceId(), ex.GetEpoch(),
+				ex.GetSince().AsTime().Format("15:04:05.000"), ex.GetReason()))
+		}
+	}
+	return out, nil
+}

@@ -242,6 +242,9 @@ type result struct {
 	compactions     int
 	compactErrs     int
 	memory          verdict
+	// reassigned are the clusters whose executor is past epoch 1 after
+	// the load (env.reassignedExecutors).
+	reassigned []string
 }
 
 // runOnce sets up a world with n replicas, runs the load on it for
@@ -344,6 +347,9 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 	f.mu.Unlock()
 	res.compactions, res.compactErrs = cmp.runs, cmp.errs
 	res.memory = judgeMemory(res.samples, o.flatPct)
+	if res.reassigned, err = e.reassignedExecutors(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
+	}
 	done = stepper(progress)("shutdown")
 	stopAgents()
 	f.close()

@@ -145,6 +145,10 @@ func printResult(w io.Writer, r *result) {
 		p("  none\n")
 	}
 	for _, code := range sortedKeys(r.streamEnds) {
+		if code == "Fence" {
+			p("  agent fenced, e.g. %q\n", r.streamEnds[code])
+			continue
+		}
 		p("  agent stream ended %s, e.g. %q\n", code, r.streamEnds[code])
 	}
 	p("unexpected errors: %d\n", unexpected)
@@ -159,6 +163,14 @@ func printResult(w io.Writer, r *result) {
 	}
 	if o.compactEvery > 0 {
 		p("etcd compactions: %d (%d failed)\n", r.compactions, r.compactErrs)
+	}
+	if len(r.reassigned) == 0 {
+		p("delivery executors: every cluster's first (epoch 1) still\n")
+	} else {
+		p("delivery executors reassigned, setup and load:\n")
+		for _, s := range r.reassigned {
+			p("  %s\n", s)
+		}
 	}
 	if n := len(r.samples); n > 0 {
 		a, b := r.samples[0], r.samples[n-1]
