@@ -628,7 +628,10 @@ func (a *dlAgent) loop() {
 			}
 			continue
 		}
-		s := a.open(r)
+		s := a.open(r, target)
+		if s == nil {
+			continue // cut or held while it was about to connect
+		}
 		<-s.done
 		a.mu.Lock()
 		if a.cur == s {
@@ -674,11 +677,21 @@ type dlStream struct {
 	reports map[*deliveryv1.Report]*dlReport
 }
 
-func (a *dlAgent) open(r *dlReplica) *dlStream {
+// open starts a stream to r, chosen for target, unless the agent was cut
+// or held since the loop decided to connect (nil): cut and hold end the
+// stream that is current, and one that became current after they looked
+// would escape them, and live on while the test waits for its session to
+// expire.
+func (a *dlAgent) open(r, target *dlReplica) *dlStream {
 	ctx, cancel := context.WithCancel(a.ctx)
 	s := &dlStream{a: a, replica: r.name, cancel: cancel, done: make(chan struct{}), inject: make(chan string),
 		session: fakeagent.NewSession(a.instance, &a.applied, fakeagent.SessionOptions{}), reports: map[*deliveryv1.Report]*dlReport{}}
 	a.mu.Lock()
+	if a.held || time.Now().Before(a.awayUntil) || a.target != target {
+		a.mu.Unlock()
+		cancel()
+		return nil
+	}
 	a.streams++
 	s.id = a.streams
 	a.cur = s
