@@ -251,8 +251,13 @@ TEST_BIN := $(CURDIR)/bin/test
 TESTS_APART := $(addprefix github.com/saltbush/saltbush/,catalog/addons guest/agent guest/podidentity server/access server/sts)
 # Lists the packages that have tests (go test -o counts the others too).
 LIST_TESTED = $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...
+# HISTORY_SCHEDULES is how many randomized schedules tests/faults'
+# TestDeliveryHistory runs (seeds 1 to it): the short form here, its
+# largest test at about a CPU-second per schedule; .ci/run runs the long
+# form, 256.
+HISTORY_SCHEDULES ?= 96
 UNIT_ENV := SALTBUSH_AGENT_RACE_BIN=$(AGENT_RACE_BIN) SALTBUSH_BIN=$(SALTBUSH_TEST_BIN) SALTBUSH_KUBE_BIN=$(KUBE_BIN) \
-	SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN)
+	SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) SALTBUSH_HISTORY_SCHEDULES=$(HISTORY_SCHEDULES)
 unit: kube eksctl node
 	$(GO) build -race $(TEST_LDFLAGS) -o $(AGENT_RACE_BIN) ./cmd/saltbush-agent
 	$(GO) build -o $(SALTBUSH_TEST_BIN) ./cmd/saltbush

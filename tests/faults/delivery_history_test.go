@@ -158,8 +158,8 @@ func (ht *historyTotals) reject(reason string) {
 //
 // Seeds: schedule i uses seed base+i, base from -delivery.seed,
 // $SALTBUSH_HISTORY_SEED or 1; $SALTBUSH_HISTORY_SCHEDULES schedules
-// (default 256, what `make test` runs), $SALTBUSH_HISTORY_PARALLEL at a
-// time (default 16). A failing schedule prints its seed and operations;
+// (default 256, what CI runs; `make test` runs 96, its HISTORY_SCHEDULES),
+// $SALTBUSH_HISTORY_PARALLEL at a time (default 16). A failing schedule prints its seed and operations;
 // rerun it alone with -delivery.seed=SEED and SALTBUSH_HISTORY_SCHEDULES=1
 // (the operations replay as far as the system's answers do: which agent
 // is the executor, which calls are refused; the timing of the replica
