@@ -102,7 +102,10 @@ func tryReserve(host string, port int) (*Reservation, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		_ = f.Close()
-		return nil, nil // something else listens there
+		if errors.Is(err, unix.EADDRINUSE) {
+			return nil, nil // something else listens there
+		}
+		return nil, fmt.Errorf("reserve a port: %w", err) // the host, not the port
 	}
 	_ = ln.Close()
 	return &Reservation{host: host, port: port, lock: f}, nil

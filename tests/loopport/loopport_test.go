@@ -64,6 +64,14 @@ func TestTryReserve(t *testing.T) {
 		})
 	}
 
+	t.Run("a host that is not this machine's", func(t *testing.T) {
+		// TEST-NET-1 (RFC 5737): no interface here has it.
+		if r, err := Reserve("192.0.2.1"); err == nil {
+			r.Release()
+			t.Fatalf("reserved port %d on 192.0.2.1", r.Port())
+		}
+	})
+
 	t.Run("released", func(t *testing.T) {
 		port := held.Port()
 		held.Release()
