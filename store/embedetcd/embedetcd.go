@@ -261,6 +261,13 @@ type ClusterConfig struct {
 	Size          int
 	UnsafeNoFsync bool
 	Logger        *zap.Logger
+	// URL picks each member's client and peer URL; FreeURL when nil.
+	// FreeURL's port goes back to the kernel's ephemeral range until the
+	// member binds it, and again while a stopped member waits to be
+	// restarted on it, where any outgoing connection may take it as its
+	// source port. Callers that stop and restart members pass ports they
+	// hold for the cluster's life instead.
+	URL func() (string, error)
 }
 
 // StartCluster starts Size members that form one cluster, and waits until
@@ -270,14 +277,18 @@ func StartCluster(ctx context.Context, cc ClusterConfig) (*Cluster, error) {
 	if n == 0 {
 		n = 3
 	}
+	pick := cc.URL
+	if pick == nil {
+		pick = FreeURL
+	}
 	c := &Cluster{}
 	var initial []string
 	for i := 0; i < n; i++ {
-		cu, err := FreeURL()
+		cu, err := pick()
 		if err != nil {
 			return nil, err
 		}
-		pu, err := FreeURL()
+		pu, err := pick()
 		if err != nil {
 			return nil, err
 		}

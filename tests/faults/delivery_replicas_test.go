@@ -65,7 +65,7 @@ func TestDeliveryTwoReplicas(t *testing.T) {
 	t.Run("three-member etcd", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		etcd, err := embedetcd.StartCluster(ctx, embedetcd.ClusterConfig{Dir: t.TempDir(), Size: 3, UnsafeNoFsync: true})
+		etcd, err := embedetcd.StartCluster(ctx, embedetcd.ClusterConfig{Dir: t.TempDir(), Size: 3, UnsafeNoFsync: true, URL: heldURL(t)})
 		if err != nil {
 			t.Fatalf("start 3-member etcd: %v", err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/saltbush/saltbush/server/servertest"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/loopport"
 	"github.com/saltbush/saltbush/tests/netproxy"
 	"github.com/saltbush/saltbush/tests/wanterr"
 )
@@ -35,7 +36,7 @@ type proxiedMembers struct {
 
 func startProxiedMembers(ctx context.Context, t *testing.T) *proxiedMembers {
 	t.Helper()
-	cluster, err := embedetcd.StartCluster(ctx, embedetcd.ClusterConfig{Dir: t.TempDir(), Size: 3, UnsafeNoFsync: true})
+	cluster, err := embedetcd.StartCluster(ctx, embedetcd.ClusterConfig{Dir: t.TempDir(), Size: 3, UnsafeNoFsync: true, URL: heldURL(t)})
 	if err != nil {
 		t.Fatalf("start 3-member etcd: %v", err)
 	}
@@ -231,4 +232,11 @@ func membersAgree(ctx context.Context, t *testing.T, cluster *embedetcd.Cluster)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// heldURL picks etcd members' URLs from ports reserved until t ends, so
+// that a stopped member's port is still free when it restarts (package
+// loopport says why a port the kernel picked may not be).
+func heldURL(t *testing.T) func() (string, error) {
+	return func() (string, error) { return loopport.URL(t, "http"), nil }
 }
