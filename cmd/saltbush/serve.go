@@ -15,7 +15,7 @@ import (
 
 func newServeCommand() *cobra.Command {
 	cfg := server.DefaultConfig()
-	var logLevel string
+	var logLevel, profilingAddr string
 	var logJSON bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -48,6 +48,11 @@ func newServeCommand() *cobra.Command {
 			cfg.Addon.Region = cfg.Cluster.Region
 			cfg.Addon.IdempotencyTTL = cfg.Cluster.IdempotencyTTL
 			cfg.Banner = os.Stderr
+			if profilingAddr != "" {
+				if err := serveProfiling(cmd.Context(), profilingAddr); err != nil {
+					return err
+				}
+			}
 			srv, err := server.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -96,5 +101,6 @@ func newServeCommand() *cobra.Command {
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON lines instead of text")
+	f.StringVar(&profilingAddr, "profiling-addr", "", "serve Go's runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; off when empty (they take no credentials: bind loopback)")
 	return cmd
 }

@@ -101,7 +101,7 @@ func (f *fleet) connectAll(ctx context.Context, e *env, certTTL time.Duration) e
 		if err != nil {
 			return err
 		}
-		conn, err := grpc.NewClient(e.replicas[m.replica].srv.GRPCAddr(), grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg)))
+		conn, err := grpc.NewClient(e.replicas[m.replica].grpcAddr, grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg)))
 		if err != nil {
 			return err
 		}

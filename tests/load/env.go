@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +35,6 @@ import (
 
 	controlv1 "github.com/saltbush/saltbush/api/saltbush/control/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
-	"github.com/saltbush/saltbush/identity"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/catalog"
 	"github.com/saltbush/saltbush/server/cluster/clustertest"
@@ -42,29 +45,40 @@ import (
 )
 
 // env is one run's world: a 3-member embedded etcd, the saltbush replicas
-// over it (in this process, built as `saltbush serve` builds them), and
-// the tenants the clients act as.
+// over it, and the tenants the clients act as. The etcd members and the
+// replicas run in this process (built as `saltbush serve` builds them) or,
+// with -apart, each in a process of its own (apart.go).
 type env struct {
-	dir      string
-	etcd     *embedetcd.Cluster
+	dir           string
+	region        string // the replicas' (server.DefaultConfig's)
+	etcdEndpoints []string
+	// stopEtcd stops the members (their process, with -apart).
+	stopEtcd func()
 	etcdCli  *clientv3.Client
 	replicas []*replica
 	admin    *grpc.ClientConn
 	control  controlv1.ClusterControlServiceClient
+	identity controlv1.IdentityControlServiceClient
 	tenants  []*tenant
 	clusters []*clusterInfo
 	logs     *logCounter
+	// procs are the processes apart from this one (-apart): the etcd
+	// members' and each replica's, which the sampler reads.
+	procs *system
 
 	closeOnce sync.Once
 }
 
 // replica is one running saltbush.
 type replica struct {
-	srv  *server.Server
-	cfg  server.Config
-	url  string
-	stop context.CancelFunc
-	done chan error
+	name     string
+	url      string // the façade's base URL
+	grpcAddr string
+	// tlsDir holds the gRPC port's CA and the admin CLI's certificate
+	// (server.Config.TLSDir).
+	tlsDir string
+	// stop ends the replica and waits until it has.
+	stop func()
 }
 
 // tenant is an account, the IAM user its clients sign as (an EKS policy
@@ -100,7 +114,7 @@ var subnets = []string{"subnet-0a1b2c3d4e5f60718", "subnet-0f1e2d3c4b5a69788"}
 // startEnv starts etcd and the replicas and makes the tenants and the
 // ACTIVE clusters with their members (agents connect later).
 func startEnv(ctx context.Context, o *options, nReplicas int, dir string, progress io.Writer) (_ *env, err error) {
-	e := &env{dir: dir, logs: newLogCounter(o.verbose, progress)}
+	e := &env{dir: dir, region: server.DefaultConfig().Cluster.Region, logs: newLogCounter(o.verbose, progress)}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -108,30 +122,48 @@ func startEnv(ctx context.Context, o *options, nReplicas int, dir string, progre
 	}()
 	step := stepper(progress)
 
+	if o.apart {
+		e.procs = &system{bin: o.saltbushBin, dir: dir, logs: e.logs, godebug: o.childGODEBUG}
+	}
 	done := step("3-member etcd")
-	cl, err := embedetcd.StartCluster(ctx, embedetcd.ClusterConfig{Dir: filepath.Join(dir, "etcd"), Size: 3, UnsafeNoFsync: !o.fsync})
+	if e.procs != nil {
+		err = e.procs.startEtcd(ctx, o.fsync)
+		e.etcdEndpoints, e.stopEtcd = e.procs.etcdEndpoints, e.procs.stopEtcd
+	} else {
+		var cl *embedetcd.Cluster
+		cl, err = embedetcd.StartCluster(ctx, embedetcd.ClusterConfig{Dir: filepath.Join(dir, "etcd"), Size: 3, UnsafeNoFsync: !o.fsync})
+		if err == nil {
+			e.etcdEndpoints, e.stopEtcd = cl.Endpoints(), cl.Close
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	e.etcd = cl
-	if e.etcdCli, err = clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
+	if e.etcdCli, err = clientv3.New(clientv3.Config{Endpoints: e.etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	done()
 
 	done = step(fmt.Sprintf("%d saltbush replica(s)", nReplicas))
-	cat, err := catalog.Load()
-	if err != nil {
-		return nil, fmt.Errorf("load the add-on catalogue: %w", err)
-	}
 	masterKey := make([]byte, iam.MasterKeySize)
 	if _, err := rand.Read(masterKey); err != nil {
 		return nil, err
 	}
+	var cat *catalog.Catalog
+	if e.procs == nil {
+		if cat, err = catalog.Load(); err != nil {
+			return nil, fmt.Errorf("load the add-on catalogue: %w", err)
+		}
+	}
 	// One after the other: the first bootstraps the empty store, the
 	// others find it bootstrapped (as production replicas may).
 	for i := range nReplicas {
-		r, err := startReplica(ctx, o, i, cl.Endpoints(), filepath.Join(dir, fmt.Sprintf("replica-%d", i)), masterKey, cat, e.logs)
+		var r *replica
+		if e.procs != nil {
+			r, err = e.procs.startReplica(ctx, o, i, masterKey)
+		} else {
+			r, err = startReplica(ctx, o, i, e.etcdEndpoints, filepath.Join(dir, fmt.Sprintf("replica-%d", i)), masterKey, cat, e.logs)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -140,19 +172,20 @@ func startEnv(ctx context.Context, o *options, nReplicas int, dir string, progre
 	done()
 
 	r0 := e.replicas[0]
-	tlsCfg, err := tlsclient.Load(filepath.Join(r0.cfg.TLSDir(), "ca.crt"), filepath.Join(r0.cfg.TLSDir(), "admin.crt"),
-		filepath.Join(r0.cfg.TLSDir(), "admin.key"), "127.0.0.1")
+	tlsCfg, err := tlsclient.Load(filepath.Join(r0.tlsDir, "ca.crt"), filepath.Join(r0.tlsDir, "admin.crt"),
+		filepath.Join(r0.tlsDir, "admin.key"), "127.0.0.1")
 	if err != nil {
 		return nil, fmt.Errorf("admin credentials: %w", err)
 	}
-	if e.admin, err = grpc.NewClient(r0.srv.GRPCAddr(), grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg))); err != nil {
+	if e.admin, err = grpc.NewClient(r0.grpcAddr, grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg))); err != nil {
 		return nil, fmt.Errorf("dial gRPC: %w", err)
 	}
 	e.control = controlv1.NewClusterControlServiceClient(e.admin)
+	e.identity = controlv1.NewIdentityControlServiceClient(e.admin)
 
 	done = step(fmt.Sprintf("%d accounts, their users and %d roles each", o.accounts, rolesPerTenant))
 	for a := range o.accounts {
-		t, err := makeTenant(ctx, r0.srv.IAM(), fmt.Sprintf("%012d", 100000000000+a))
+		t, err := e.makeTenant(ctx, fmt.Sprintf("%012d", 100000000000+a))
 		if err != nil {
 			return nil, err
 		}
@@ -197,38 +230,49 @@ func startReplica(ctx context.Context, o *options, i int, endpoints []string, di
 		return nil, fmt.Errorf("start replica %d: %w", i, err)
 	}
 	serveCtx, stop := context.WithCancel(context.Background())
-	r := &replica{srv: srv, cfg: cfg, url: "http://" + srv.HTTPAddr(), stop: stop, done: make(chan error, 1)}
-	go func() { r.done <- srv.Serve(serveCtx) }()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(serveCtx) }()
+	r := &replica{name: cfg.ReplicaName, url: "http://" + srv.HTTPAddr(), grpcAddr: srv.GRPCAddr(), tlsDir: cfg.TLSDir()}
+	r.stop = func() {
+		stop()
+		if err := <-done; err != nil {
+			_, _ = fmt.Fprintf(os.Stderr, "load: replica %s: serve: %v\n", r.name, err)
+		}
+		srv.Close()
+	}
 	return r, nil
 }
 
-func makeTenant(ctx context.Context, keys *iam.Service, account string) (*tenant, error) {
-	if _, err := keys.CreateAccount(ctx, account, "load-"+account); err != nil {
+// makeTenant makes an account, its operator user with an access key and
+// its roles, through the identity RPCs (as `saltbush admin` does).
+func (e *env) makeTenant(ctx context.Context, account string) (*tenant, error) {
+	if _, err := e.identity.CreateAccount(ctx, &controlv1.CreateAccountRequest{AccountId: account, Name: "load-" + account}); err != nil {
 		return nil, fmt.Errorf("create account %s: %w", account, err)
 	}
 	t := &tenant{account: account, userARN: "arn:aws:iam::" + account + ":user/load-operator", clusterRA: "arn:aws:iam::" + account + ":role/eks-cluster"}
 	for _, arn := range []string{t.userARN, t.clusterRA} {
-		if _, err := keys.CreatePrincipal(ctx, arn); err != nil {
+		if _, err := e.identity.CreatePrincipal(ctx, &controlv1.CreatePrincipalRequest{Arn: arn}); err != nil {
 			return nil, fmt.Errorf("create principal %s: %w", arn, err)
 		}
 	}
 	for r := range rolesPerTenant {
 		arn := fmt.Sprintf("arn:aws:iam::%s:role/team-%02d", account, r)
-		if _, err := keys.CreatePrincipal(ctx, arn); err != nil {
+		if _, err := e.identity.CreatePrincipal(ctx, &controlv1.CreatePrincipalRequest{Arn: arn}); err != nil {
 			return nil, fmt.Errorf("create principal %s: %w", arn, err)
 		}
 		t.roles = append(t.roles, arn)
 	}
-	if _, err := keys.PutPolicy(ctx, account, "load-operator", tenantPolicy); err != nil {
+	if _, err := e.identity.PutPolicy(ctx, &controlv1.PutPolicyRequest{AccountId: account, Name: "load-operator", Document: tenantPolicy}); err != nil {
 		return nil, fmt.Errorf("put policy in %s: %w", account, err)
 	}
-	if err := keys.AttachPolicy(ctx, t.userARN, "load-operator"); err != nil {
+	if _, err := e.identity.AttachPolicy(ctx, &controlv1.AttachPolicyRequest{PrincipalArn: t.userARN, PolicyName: "load-operator"}); err != nil {
 		return nil, fmt.Errorf("attach policy to %s: %w", t.userARN, err)
 	}
-	var err error
-	if t.akid, t.secret, err = keys.CreateAccessKey(ctx, t.userARN); err != nil {
+	key, err := e.identity.CreateAccessKey(ctx, &controlv1.CreateAccessKeyRequest{PrincipalArn: t.userARN})
+	if err != nil {
 		return nil, fmt.Errorf("create access key for %s: %w", t.userARN, err)
 	}
+	t.akid, t.secret = key.GetAccessKeyId(), key.GetSecretAccessKey()
 	return t, nil
 }
 
@@ -320,7 +364,7 @@ func (e *env) setupSDK(t *tenant, r *replica) *eks.Client {
 
 func (e *env) sdkWith(t *tenant, r *replica, conns int, retryer aws.Retryer) *eks.Client {
 	return eks.New(eks.Options{
-		Region:       r.cfg.Cluster.Region,
+		Region:       e.region,
 		BaseEndpoint: aws.String(r.url),
 		Credentials:  credentials.NewStaticCredentialsProvider(t.akid, t.secret, ""),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
@@ -331,16 +375,31 @@ func (e *env) sdkWith(t *tenant, r *replica, conns int, retryer aws.Retryer) *ek
 }
 
 // agentTLS is the mTLS configuration of an agent of cluster uid, instance,
-// with a certificate from saltbush's CA (as `saltbush admin cert issue
-// --agent` makes one).
+// with a key of its own and a certificate from saltbush's CA, issued as
+// `saltbush admin cert issue --agent` has it issued.
 func (e *env) agentTLS(ctx context.Context, uid, instance string, ttl time.Duration) (*tls.Config, error) {
-	ca := e.replicas[0].srv.Authority()
-	certPEM, keyPEM, _, err := ca.IssueLocal(ctx, identity.AgentID(uid, instance), ttl)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.identity.IssueCertificate(ctx, &controlv1.IssueCertificateRequest{
+		CsrPem:     string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr})),
+		Subject:    &controlv1.IssueCertificateRequest_Agent{Agent: &controlv1.AgentSubject{ClusterUid: uid, Instance: instance}},
+		TtlSeconds: int64(ttl / time.Second),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("issue the certificate of %s: %w", instance, err)
 	}
-	bundle, _ := ca.Bundle()
-	return tlsclient.Config(bundle, certPEM, keyPEM, "127.0.0.1")
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	return tlsclient.Config([]byte(out.GetCaBundlePem()), []byte(out.GetCertificatePem()), keyPEM, "127.0.0.1")
 }
 
 // close stops everything startEnv started, in reverse; later calls do
@@ -353,22 +412,16 @@ func (e *env) stopAll() {
 	}
 	var wg sync.WaitGroup
 	for _, r := range e.replicas {
-		wg.Go(func() {
-			r.stop()
-			if err := <-r.done; err != nil {
-				_, _ = fmt.Fprintf(os.Stderr, "load: replica %s: serve: %v\n", r.url, err)
-			}
-			r.srv.Close()
-		})
+		wg.Go(r.stop)
 	}
 	wg.Wait()
 	if e.etcdCli != nil {
 		_ = e.etcdCli.Close()
 	}
-	if e.etcd != nil {
+	if e.stopEtcd != nil {
 		// About a second per member: each waits up to a second for its
 		// peers' connections to end.
-		e.etcd.Close()
+		e.stopEtcd()
 	}
 }
 
@@ -458,29 +511,36 @@ type countingHandler struct {
 func (h *countingHandler) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
 
 func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
-	h.l.mu.Lock()
-	defer h.l.mu.Unlock()
-	key := r.Level.String() + " " + r.Message
+	var errText string
+	var sb strings.Builder
+	for _, a := range h.attrs {
+		sb.WriteString(" " + a.String())
+	}
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "err" {
-			key += " (" + errClass(a.Value.String()) + ")"
-			return false
+		if a.Key == "err" && errText == "" {
+			errText = a.Value.String()
 		}
+		sb.WriteString(" " + a.String())
 		return true
 	})
-	h.l.counts[key]++
-	if h.l.verbose {
-		var sb strings.Builder
-		for _, a := range h.attrs {
-			sb.WriteString(" " + a.String())
-		}
-		r.Attrs(func(a slog.Attr) bool {
-			sb.WriteString(" " + a.String())
-			return true
-		})
-		_, _ = fmt.Fprintf(h.l.out, "%s %s %s %s%s\n", r.Time.Format("15:04:05.000"), h.replica, r.Level, r.Message, sb.String())
-	}
+	h.l.count(r.Level.String(), r.Message, errText,
+		fmt.Sprintf("%s %s %s %s%s", r.Time.Format("15:04:05.000"), h.replica, r.Level, r.Message, sb.String()))
 	return nil
+}
+
+// count counts one record at level WARN or above by its level, message
+// and the kind of its error; with -v it prints line.
+func (l *logCounter) count(level, msg, errText, line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := level + " " + msg
+	if errText != "" {
+		key += " (" + errClass(errText) + ")"
+	}
+	l.counts[key]++
+	if l.verbose {
+		_, _ = fmt.Fprintln(l.out, line)
+	}
 }
 
 // errClass sorts a logged error into a few kinds, so counts stay

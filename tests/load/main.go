@@ -57,6 +57,10 @@ type options struct {
 	csv, png, dir  string
 	keep, verbose  bool
 	pprof          string
+	apart          bool
+	saltbushBin    string
+	childGODEBUG   string
+	childPprof     string
 	seed           uint64
 	flatPct        float64
 
@@ -89,6 +93,10 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the data directory after the run")
 	fs.BoolVar(&o.verbose, "v", false, "print the replicas' warnings and errors as they are logged (they are counted either way)")
 	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060) while the program runs, to profile the replicas under load")
+	fs.BoolVar(&o.apart, "apart", false, "run the etcd members in a child process and each replica as `saltbush serve`, so that their CPU, memory and profiles are theirs alone, not shared with the clients and agents")
+	fs.StringVar(&o.saltbushBin, "saltbush", "", "with -apart, the saltbush binary the replicas run ($SALTBUSH_BIN, else cmd/saltbush built into the run's directory)")
+	fs.StringVar(&o.childGODEBUG, "child-godebug", "", "with -apart, GODEBUG of the etcd members' and the replicas' processes (e.g. gctrace=1: their logs in the run's directory show each GC)")
+	fs.StringVar(&o.childPprof, "child-pprof", "", "with -apart, serve the etcd members' profiles on this address and replica i's on its port + 1 + i (saltbush serve --profiling-addr)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the clients' random choices")
 	fs.Float64Var(&o.flatPct, "flat", 1, "memory counts as flat when RSS and heap grow by at most this percent of their mean per minute over the second half")
 	fs.Usage = func() {
@@ -119,6 +127,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if o.clients < o.accounts || o.clusters < o.accounts {
 		errs = append(errs, fmt.Errorf("every account needs a client and a cluster: -clients %d and -clusters %d must be at least -accounts %d", o.clients, o.clusters, o.accounts))
 	}
+	if !o.apart && (o.saltbushBin != "" || o.childGODEBUG != "" || o.childPprof != "") {
+		errs = append(errs, errors.New("-saltbush, -child-godebug and -child-pprof need -apart"))
+	}
 	var err error
 	if o.mix, err = parseMix(o.mixSpec); err != nil {
 		errs = append(errs, err)
@@ -127,6 +138,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 }
 
 func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role, os.Args[1:]))
+	}
 	o, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -179,6 +193,14 @@ func servePprof(ctx context.Context, addr string) error {
 // runAll runs the replica counts -replicas asks for, one after the other,
 // and prints each result and, for both, the comparison.
 func runAll(ctx context.Context, o *options, out, progress io.Writer) ([]*result, error) {
+	if o.apart && o.saltbushBin == "" {
+		bin, cleanup, err := saltbushBinary(o.dir, progress)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		o.saltbushBin = bin
+	}
 	counts := map[string][]int{"1": {1}, "2": {2}, "both": {1, 2}}[o.replicas]
 	var results []*result
 	for i, n := range counts {
@@ -299,7 +321,7 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 		limiter = rate.NewLimiter(rate.Limit(o.rate), 1)
 	}
 	_, _ = fmt.Fprintf(out, "load for %s (setup took %.1fs):\n", o.duration, res.setup.Seconds())
-	smp := newSampler(e.etcdCli, e.etcd.Endpoints(), rec, opNames(), out)
+	smp := newSampler(e.etcdCli, e.etcdEndpoints, e.procs, rec, opNames(), out)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	// The series ends when the load does: the calls still finishing

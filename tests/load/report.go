@@ -178,7 +178,13 @@ func printResult(w io.Writer, r *result) {
 			"etcd DB %.1f → %.1f MiB (in use %.1f → %.1f), keys %d → %d, process CPU %.2f cores on average\n",
 			mib(a.RSS), mib(b.RSS), mib(a.HeapLive), mib(b.HeapLive), mib(a.HeapInuse), mib(b.HeapInuse), mib(a.StackInuse), mib(b.StackInuse), a.Goroutines, b.Goroutines,
 			mib(uint64(max(a.DBSize, 0))), mib(uint64(max(b.DBSize, 0))), mib(uint64(max(a.DBInUse, 0))), mib(uint64(max(b.DBInUse, 0))),
-			a.Keys, b.Keys, meanCPU(r.samples))
+			a.Keys, b.Keys, meanCPU(r.samples, func(s sample) float64 { return s.CPU }))
+		if r.o.apart {
+			p("processes (-apart): the figures above are the replicas' (saltbush serve) summed; the etcd members' process used %.2f cores "+
+				"on average (RSS %.1f → %.1f MiB), this harness process (clients, agents, sampler) %.2f\n",
+				meanCPU(r.samples, func(s sample) float64 { return s.EtcdCPU }), mib(a.EtcdRSS), mib(b.EtcdRSS),
+				meanCPU(r.samples, func(s sample) float64 { return s.LoadCPU }))
+		}
 	}
 	p("memory: %s\n", r.memory)
 }
@@ -216,10 +222,12 @@ func meanLoad(ss []sample) float64 {
 	return t / float64(len(ss))
 }
 
-func meanCPU(ss []sample) float64 {
+// meanCPU is the mean over the samples (the baseline left out) of the
+// cores cpu reads from each.
+func meanCPU(ss []sample, cpu func(sample) float64) float64 {
 	var t, d float64
 	for _, s := range ss[min(1, len(ss)):] {
-		t += s.CPU * s.Interval.Seconds()
+		t += cpu(s) * s.Interval.Seconds()
 		d += s.Interval.Seconds()
 	}
 	if d == 0 {
@@ -320,7 +328,7 @@ func writeCSV(path string, rs []*result) error {
 	w := csv.NewWriter(f)
 	ops := append(opNames(), opReport)
 	head := []string{"replicas", "t_s", "rss_mib", "heap_live_mib", "heap_inuse_mib", "stack_mib", "goroutines", "etcd_db_mib", "etcd_db_in_use_mib", "etcd_keys",
-		"etcd_writes_per_s", "load1", "cpu_cores", "sdk_ok", "sdk_ok_per_s", "sdk_p50_ms", "sdk_p99_ms", "errors"}
+		"etcd_writes_per_s", "load1", "cpu_cores", "etcd_cpu_cores", "load_cpu_cores", "sdk_ok", "sdk_ok_per_s", "sdk_p50_ms", "sdk_p99_ms", "errors"}
 	for _, op := range ops {
 		key := strings.ReplaceAll(op, " ", "_")
 		head = append(head, key+"_ok", key+"_p50_ms", key+"_p99_ms", key+"_errors")
@@ -335,7 +343,7 @@ func writeCSV(path string, rs []*result) error {
 			}
 			row := []string{strconv.Itoa(r.replicas), ff(s.At.Seconds()), ff(mib(s.RSS)), ff(mib(s.HeapLive)), ff(mib(s.HeapInuse)), ff(mib(s.StackInuse)),
 				strconv.Itoa(s.Goroutines), ff(mib(uint64(max(s.DBSize, 0)))), ff(mib(uint64(max(s.DBInUse, 0)))), strconv.FormatInt(s.Keys, 10),
-				ff(s.Writes), ff(s.Load1), ff(s.CPU), strconv.FormatInt(s.SDKOps, 10), ff(perSec), ff(ms2(s.P50)), ff(ms2(s.P99)), strconv.FormatInt(s.Errs, 10)}
+				ff(s.Writes), ff(s.Load1), ff(s.CPU), ff(s.EtcdCPU), ff(s.LoadCPU), strconv.FormatInt(s.SDKOps, 10), ff(perSec), ff(ms2(s.P50)), ff(ms2(s.P99)), strconv.FormatInt(s.Errs, 10)}
 			for _, op := range ops {
 				iv := s.PerOp[op]
 				row = append(row, strconv.FormatInt(iv.hist.n, 10), ff(ms2(iv.hist.quantile(0.5))), ff(ms2(iv.hist.quantile(0.99))), strconv.FormatInt(iv.errs, 10))

@@ -23,8 +23,11 @@ import (
 // size, and what the SDK clients and agents did in the interval that ended
 // at At.
 type sample struct {
-	At        time.Duration // since the load started
-	RSS       uint64        // bytes, the whole process (etcd members, replicas, clients, agents)
+	At time.Duration // since the load started
+	// RSS, the heap, stacks, goroutines and CPU are saltbush's: this whole
+	// process (etcd members, replicas, clients, agents), or with -apart
+	// the replicas' processes summed.
+	RSS       uint64 // bytes
 	HeapInuse uint64
 	// HeapLive is the heap the last GC marked live: what the program
 	// holds, without the garbage the next GC frees (HeapInuse swings by
@@ -38,7 +41,12 @@ type sample struct {
 	Revision   int64   // etcd's revision: the writes since it started
 	Writes     float64 // etcd writes per second over the interval (revisions)
 	Load1      float64 // the machine's 1-minute load average
-	CPU        float64 // this process's CPU over the interval, in cores
+	CPU        float64 // CPU over the interval, in cores
+	// EtcdCPU and LoadCPU are, with -apart, the etcd members' process's
+	// and this one's (the harness's) CPU over the interval; EtcdRSS the
+	// members' resident set.
+	EtcdCPU, LoadCPU float64
+	EtcdRSS          uint64
 
 	Interval time.Duration
 	SDKOps   int64
@@ -50,6 +58,13 @@ type sample struct {
 	PerOp    map[string]intervalSnapshot
 }
 
+// procStats is what a sample reads of a process (or of several, summed).
+type procStats struct {
+	RSS, HeapLive, HeapInuse, StackInuse uint64
+	Goroutines                           int
+	CPU                                  time.Duration // user + system, so far
+}
+
 // sampler takes a sample every period, prints it, and keeps the series
 // (a few hundred points at most: it is not what a long run grows by).
 type sampler struct {
@@ -58,26 +73,45 @@ type sampler struct {
 	rec     *recorder
 	sdkOps  []string
 	out     io.Writer
+	// procs are the -apart run's other processes; nil when everything
+	// runs in this one.
+	procs *system
 
-	start   time.Time
-	last    time.Time
-	lastCPU time.Duration
-	lastRev int64
-	samples []sample
+	start                             time.Time
+	last                              time.Time
+	lastCPU, lastEtcdCPU, lastSelfCPU time.Duration
+	lastRev                           int64
+	samples                           []sample
 }
 
-func newSampler(cli *clientv3.Client, members []string, rec *recorder, sdkOps []string, out io.Writer) *sampler {
-	return &sampler{cli: cli, members: members, rec: rec, sdkOps: sdkOps, out: out}
+func newSampler(cli *clientv3.Client, members []string, procs *system, rec *recorder, sdkOps []string, out io.Writer) *sampler {
+	return &sampler{cli: cli, members: members, procs: procs, rec: rec, sdkOps: sdkOps, out: out}
+}
+
+// saltbush reads saltbush's figures: this process's, or with -apart the
+// replicas'.
+func (s *sampler) saltbush(ctx context.Context) procStats {
+	if s.procs != nil {
+		return s.procs.replicasStats(ctx)
+	}
+	return selfStats()
 }
 
 // begin takes the baseline (t = 0, no operations) and starts the clock.
 func (s *sampler) begin(ctx context.Context) {
 	s.start = time.Now()
 	s.last = s.start
-	s.lastCPU = processCPU()
+	s.lastCPU = s.saltbush(ctx).CPU
+	if s.procs != nil {
+		s.lastEtcdCPU, s.lastSelfCPU = s.procs.etcd.cpu(), processCPU()
+	}
 	s.rec.takeInterval()
-	_, _ = fmt.Fprintf(s.out, "%7s %8s %8s %6s %8s %7s %8s %6s %5s %6s %7s %7s %7s %6s\n",
-		"t", "RSS MiB", "live MiB", "gorout", "etcd MiB", "keys", "writes/s", "load1", "CPU", "ops/s", "p50 ms", "p99 ms", "reports", "errors")
+	apart := ""
+	if s.procs != nil {
+		apart = fmt.Sprintf(" %6s %6s", "etcd", "load")
+	}
+	_, _ = fmt.Fprintf(s.out, "%7s %8s %8s %6s %8s %7s %8s %6s %5s%s %6s %7s %7s %7s %6s\n",
+		"t", "RSS MiB", "live MiB", "gorout", "etcd MiB", "keys", "writes/s", "load1", "CPU", apart, "ops/s", "p50 ms", "p99 ms", "reports", "errors")
 	s.take(ctx)
 }
 
@@ -98,22 +132,25 @@ func (s *sampler) run(ctx context.Context, period time.Duration) {
 // take records and prints one sample.
 func (s *sampler) take(ctx context.Context) sample {
 	now := time.Now()
-	cpu := processCPU()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(live)
+	st := s.saltbush(ctx)
 	sm := sample{
-		At: now.Sub(s.start), RSS: vmRSS(), HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse, Goroutines: runtime.NumGoroutine(),
-		Load1: loadAverage(), Interval: now.Sub(s.last),
-	}
-	if live[0].Value.Kind() == metrics.KindUint64 {
-		sm.HeapLive = live[0].Value.Uint64()
+		At: now.Sub(s.start), RSS: st.RSS, HeapLive: st.HeapLive, HeapInuse: st.HeapInuse, StackInuse: st.StackInuse,
+		Goroutines: st.Goroutines, Load1: loadAverage(), Interval: now.Sub(s.last),
 	}
 	if sm.Interval > 0 {
-		sm.CPU = float64(cpu-s.lastCPU) / float64(sm.Interval)
+		sm.CPU = float64(st.CPU-s.lastCPU) / float64(sm.Interval)
 	}
-	s.last, s.lastCPU = now, cpu
+	s.lastCPU = st.CPU
+	if s.procs != nil {
+		etcdCPU, selfCPU := s.procs.etcd.cpu(), processCPU()
+		if sm.Interval > 0 {
+			sm.EtcdCPU = float64(etcdCPU-s.lastEtcdCPU) / float64(sm.Interval)
+			sm.LoadCPU = float64(selfCPU-s.lastSelfCPU) / float64(sm.Interval)
+		}
+		s.lastEtcdCPU, s.lastSelfCPU = etcdCPU, selfCPU
+		sm.EtcdRSS = s.procs.etcd.rss()
+	}
+	s.last = now
 	sm.DBSize, sm.DBInUse, sm.Keys, sm.Revision = s.etcdSize(ctx)
 	if s.lastRev > 0 && sm.Revision > 0 && sm.Interval > 0 {
 		sm.Writes = float64(sm.Revision-s.lastRev) / sm.Interval.Seconds()
@@ -140,9 +177,13 @@ func (s *sampler) take(ctx context.Context) sample {
 	if sm.Interval > 0 && sm.At > 0 {
 		opsPerSec = float64(sm.SDKOps) / sm.Interval.Seconds()
 	}
-	_, _ = fmt.Fprintf(s.out, "%6.0fs %8.1f %8.1f %6d %8.1f %7d %8.1f %6.2f %5.2f %6.1f %7.2f %7.2f %7d %6d\n",
+	apart := ""
+	if s.procs != nil {
+		apart = fmt.Sprintf(" %6.2f %6.2f", sm.EtcdCPU, sm.LoadCPU)
+	}
+	_, _ = fmt.Fprintf(s.out, "%6.0fs %8.1f %8.1f %6d %8.1f %7d %8.1f %6.2f %5.2f%s %6.1f %7.2f %7.2f %7d %6d\n",
 		sm.At.Seconds(), mib(sm.RSS), mib(sm.HeapLive), sm.Goroutines, mib(uint64(max(sm.DBSize, 0))), sm.Keys, sm.Writes, sm.Load1, sm.CPU,
-		opsPerSec, ms2(sm.P50), ms2(sm.P99), sm.Reports, sm.Errs)
+		apart, opsPerSec, ms2(sm.P50), ms2(sm.P99), sm.Reports, sm.Errs)
 	return sm
 }
 
@@ -213,9 +254,26 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// vmRSS is the process's resident set (/proc/self/status), in bytes.
-func vmRSS() uint64 {
-	f, err := os.Open("/proc/self/status")
+// selfStats is this process's figures.
+func selfStats() procStats {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	st := procStats{
+		RSS: statusRSS("/proc/self/status"), HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse,
+		Goroutines: runtime.NumGoroutine(), CPU: processCPU(),
+	}
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	if live[0].Value.Kind() == metrics.KindUint64 {
+		st.HeapLive = live[0].Value.Uint64()
+	}
+	return st
+}
+
+// statusRSS is the resident set a /proc/PID/status file gives, in bytes
+// (0 when it cannot be read: the process has exited).
+func statusRSS(path string) uint64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}
