@@ -131,6 +131,22 @@ func parseMix(s string) (*mix, error) {
 	return m, nil
 }
 
+// readOpNames are the operations that change nothing (Describe, List),
+// writeOpNames the others.
+func readOpNames() []string { return opNamesWhere(true) }
+
+func writeOpNames() []string { return opNamesWhere(false) }
+
+func opNamesWhere(read bool) []string {
+	var out []string
+	for _, o := range sdkOps {
+		if isRead := strings.HasPrefix(o.name, "Describe") || strings.HasPrefix(o.name, "List"); isRead == read {
+			out = append(out, o.name)
+		}
+	}
+	return out
+}
+
 func opNames() []string {
 	var out []string
 	for _, o := range sdkOps {

@@ -123,7 +123,7 @@ func startEnv(ctx context.Context, o *options, nReplicas int, dir string, progre
 	step := stepper(progress)
 
 	if o.apart {
-		e.procs = &system{bin: o.saltbushBin, dir: dir, logs: e.logs, godebug: o.childGODEBUG}
+		e.procs = &system{bin: o.saltbushBin, dir: dir, logs: e.logs, godebug: o.childGODEBUG, pprof: o.childPprof}
 	}
 	done := step("3-member etcd")
 	if e.procs != nil {

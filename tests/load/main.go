@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,11 +40,13 @@ import (
 
 // options are the flags.
 type options struct {
-	replicas       string
-	duration       time.Duration
-	sample         time.Duration
-	clients        int
-	rate           float64
+	replicas string
+	duration time.Duration
+	sample   time.Duration
+	clients  int
+	rateSpec string
+	// rates are -rate's: one, or several for a sweep.
+	rates          []float64
 	accounts       int
 	clusters       int
 	agents         int
@@ -75,7 +79,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 3*time.Minute, "how long the load runs (after setup)")
 	fs.DurationVar(&o.sample, "sample", 10*time.Second, "how often RSS, heap, goroutines, etcd's size and the interval's latencies are sampled and printed")
 	fs.IntVar(&o.clients, "clients", 48, "concurrent AWS SDK clients (spread over the accounts and the replicas); each owns some of its account's clusters")
-	fs.Float64Var(&o.rate, "rate", 100, "SDK calls per second over all clients; 0 runs them closed loop (each calls again as soon as it has an answer)")
+	fs.StringVar(&o.rateSpec, "rate", "100", "SDK calls per second over all clients; 0 runs them closed loop (each calls again as soon as it has an answer). "+
+		"A list (e.g. 100,200,400,800) sweeps: each rate runs for -duration on the same world, one after the other, and the results say where the p99 crosses 100 ms")
 	fs.IntVar(&o.accounts, "accounts", 6, "AWS accounts (tenants), each with an IAM user whose policy allows eks:*; the clusters are spread over them")
 	fs.IntVar(&o.clusters, "clusters", 700, "ACTIVE clusters")
 	fs.IntVar(&o.agents, "agents", 2100, "guest agents, each holding one delivery stream; agent i is a member of cluster i mod -clusters")
@@ -121,8 +126,16 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if o.duration <= 0 || o.sample <= 0 {
 		errs = append(errs, errors.New("-duration and -sample must be positive"))
 	}
-	if o.accounts < 1 || o.clusters < 1 || o.clients < 1 || o.agents < 0 || o.rate < 0 {
-		errs = append(errs, errors.New("-accounts, -clusters and -clients must be at least 1, -agents and -rate not negative"))
+	if o.accounts < 1 || o.clusters < 1 || o.clients < 1 || o.agents < 0 {
+		errs = append(errs, errors.New("-accounts, -clusters and -clients must be at least 1, -agents not negative"))
+	}
+	for _, f := range strings.Split(o.rateSpec, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || r < 0 {
+			errs = append(errs, fmt.Errorf("-rate: %q is not a rate (calls per second, 0 or more)", f))
+			continue
+		}
+		o.rates = append(o.rates, r)
 	}
 	if o.clients < o.accounts || o.clusters < o.accounts {
 		errs = append(errs, fmt.Errorf("every account needs a client and a cluster: -clients %d and -clusters %d must be at least -accounts %d", o.clients, o.clusters, o.accounts))
@@ -211,14 +224,16 @@ func runAll(ctx context.Context, o *options, out, progress io.Writer) ([]*result
 			debug.FreeOSMemory()
 		}
 		res, err := runOnce(ctx, o, n, out, progress)
+		results = append(results, res...)
 		if err != nil {
 			return results, fmt.Errorf("%d replica(s): %w", n, err)
 		}
-		printResult(out, res)
-		results = append(results, res)
 	}
 	if len(results) > 1 {
 		printComparison(out, results)
+	}
+	if len(o.rates) > 1 {
+		printCrossing(out, results, 100*time.Millisecond)
 	}
 	return results, nil
 }
@@ -252,6 +267,11 @@ type result struct {
 	connected  int
 	ops        []opSummary
 	all        opSummary // every SDK operation together
+	// reads are the Describe and List operations together, writes the
+	// others.
+	reads, writes opSummary
+	// rate is the offered rate (calls per second; 0 closed loop).
+	rate       float64
 	samples    []sample
 	sets, acks int64
 	reports    int64
@@ -270,12 +290,17 @@ type result struct {
 }
 
 // runOnce sets up a world with n replicas, runs the load on it for
-// -duration, and tears it down.
-func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_ *result, err error) {
-	res := &result{replicas: n, o: o, loadBefore: loadAverages(), clusters: o.clusters, agents: o.agents}
+// -duration at each of -rate's rates in turn, and tears it down. It
+// prints each rate's result as it ends.
+func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_ []*result, err error) {
+	setup := &result{replicas: n, o: o, loadBefore: loadAverages(), clusters: o.clusters, agents: o.agents}
+	rates := make([]string, len(o.rates))
+	for i, r := range o.rates {
+		rates[i] = rateText(r)
+	}
 	_, _ = fmt.Fprintf(out, "\n== saltbush load, %d replica(s): %d clusters, %d agents, %d SDK clients, %s ==\n",
-		n, o.clusters, o.agents, o.clients, rateText(o.rate))
-	_, _ = fmt.Fprintf(out, "load average before setup: %s\n", res.loadBefore)
+		n, o.clusters, o.agents, o.clients, strings.Join(rates, ", then "))
+	_, _ = fmt.Fprintf(out, "load average before setup: %s\n", setup.loadBefore)
 	dir, err := os.MkdirTemp(o.dir, "saltbush-load-")
 	if err != nil {
 		return nil, err
@@ -298,7 +323,7 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 		f.close()
 	}()
 	done := stepper(progress)(fmt.Sprintf("%d agents connected and assigned", o.agents))
-	if err := f.connectAll(agentCtx, e, o.duration+time.Hour); err != nil {
+	if err := f.connectAll(agentCtx, e, o.duration*time.Duration(len(o.rates))+time.Hour); err != nil {
 		return nil, err
 	}
 	done()
@@ -309,18 +334,41 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 		return nil, err
 	}
 	done()
-	res.setup = time.Since(t0)
-	res.connected = f.connected()
-	res.setupReconnects = f.reconnects.Load()
+	setup.setup = time.Since(t0)
+	setup.connected = f.connected()
+	setup.setupReconnects = f.reconnects.Load()
+
+	var results []*result
+	for _, r := range o.rates {
+		res := *setup
+		res.rate = r
+		if err := measure(ctx, o, e, f, clients, rec, &res, out, progress); err != nil {
+			return results, err
+		}
+		printResult(out, &res)
+		results = append(results, &res)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	done = stepper(progress)("shutdown")
+	stopAgents()
+	f.close()
+	e.close()
+	done()
+	return results, nil
+}
+
+// measure runs the load at res.rate for -duration and fills in res with
+// what it measured.
+func measure(ctx context.Context, o *options, e *env, f *fleet, clients []*client, rec *recorder, res *result, out, progress io.Writer) error {
 	rec.reset()
 	f.reset()
-
-	// The load.
 	var limiter *rate.Limiter
-	if o.rate > 0 {
-		limiter = rate.NewLimiter(rate.Limit(o.rate), 1)
+	if res.rate > 0 {
+		limiter = rate.NewLimiter(rate.Limit(res.rate), 1)
 	}
-	_, _ = fmt.Fprintf(out, "load for %s (setup took %.1fs):\n", o.duration, res.setup.Seconds())
+	_, _ = fmt.Fprintf(out, "load at %s for %s (setup took %.1fs):\n", rateText(res.rate), o.duration, res.setup.Seconds())
 	smp := newSampler(e.etcdCli, e.etcdEndpoints, e.procs, rec, opNames(), out)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -338,6 +386,7 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 	start := time.Now()
 	for _, c := range clients {
 		c.limiter = limiter
+		c.throttleExpected = o.throttleRate > 0 && (res.rate == 0 || res.rate/float64(o.accounts) > o.throttleRate)
 		load.Go(func() { c.run(runCtx) })
 	}
 	select {
@@ -362,22 +411,17 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 	res.loadAfter = loadAverages()
 	res.ops = rec.summary()
 	res.all = rec.merged(opNames())
+	res.reads, res.writes = rec.merged(readOpNames()), rec.merged(writeOpNames())
 	res.samples = smp.samples
 	res.sets, res.acks, res.reports, res.repeats, res.reconnects = f.sets.Load(), f.acks.Load(), f.reports.Load(), f.repeats.Load(), f.reconnects.Load()
 	f.mu.Lock()
-	res.streamEnds = f.examples
+	res.streamEnds = maps.Clone(f.examples)
 	f.mu.Unlock()
 	res.compactions, res.compactErrs = cmp.runs, cmp.errs
 	res.memory = judgeMemory(res.samples, o.flatPct)
-	if res.reassigned, err = e.reassignedExecutors(context.WithoutCancel(ctx)); err != nil {
-		return nil, err
-	}
-	done = stepper(progress)("shutdown")
-	stopAgents()
-	f.close()
-	e.close()
-	done()
-	return res, nil
+	var err error
+	res.reassigned, err = e.reassignedExecutors(context.WithoutCancel(ctx))
+	return err
 }
 
 func rateText(r float64) string {
@@ -397,8 +441,7 @@ func makeClients(e *env, o *options, rec *recorder) []*client {
 		t := e.tenants[i%len(e.tenants)]
 		clients[i] = &client{
 			sdk: e.sdk(t, e.replicas[i%len(e.replicas)], 4), tenant: t, rec: rec, mix: o.mix,
-			rng:              rand.New(rand.NewPCG(o.seed, uint64(i))), //nolint:gosec // G404: the mix's choices, not secrets
-			throttleExpected: o.throttleRate > 0 && (o.rate == 0 || o.rate/float64(o.accounts) > o.throttleRate),
+			rng: rand.New(rand.NewPCG(o.seed, uint64(i))), //nolint:gosec // G404: the mix's choices, not secrets
 		}
 		byTenant[t] = append(byTenant[t], clients[i])
 	}

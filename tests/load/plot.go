@@ -33,7 +33,7 @@ func writePNG(path string, rs []*result) error {
 	lat.Add(plotter.NewGrid())
 
 	mem := plot.New()
-	mem.Title.Text = "memory of the process (etcd ×3, replicas, clients, agents)"
+	mem.Title.Text = "memory of saltbush (the process: etcd ×3, replicas, clients, agents; with -apart the replicas')"
 	mem.X.Label.Text = "time since the load started (s)"
 	mem.Y.Label.Text = "MiB"
 	mem.Y.Min = 0
@@ -46,7 +46,7 @@ func writePNG(path string, rs []*result) error {
 	var maxLat, maxMem float64
 	for i, r := range rs {
 		col := runColors[i%len(runColors)]
-		name := replicaWord(r.replicas)
+		name := r.label()
 		var p50, p99, rss, heap plotter.XYs
 		for _, s := range r.samples {
 			t := s.At.Seconds()

@@ -88,6 +88,59 @@ func (v verdict) String() string {
 		v.heapSlope, 100*v.heapSlope/v.heapMean, v.heapMean, v.threshold, v.goroutinesAt[0], v.goroutinesAt[1])
 }
 
+// printCrossing says, for each replica count of a sweep, between which
+// rates the p99 of all SDK calls, of the reads and of the writes first
+// went above limit.
+func printCrossing(w io.Writer, rs []*result, limit time.Duration) {
+	_, _ = fmt.Fprintf(w, "\n== where the p99 crosses %s ==\n", limit)
+	byReplicas := map[int][]*result{}
+	var counts []int
+	for _, r := range rs {
+		if _, ok := byReplicas[r.replicas]; !ok {
+			counts = append(counts, r.replicas)
+		}
+		byReplicas[r.replicas] = append(byReplicas[r.replicas], r)
+	}
+	for _, n := range counts {
+		for _, k := range []struct {
+			name string
+			of   func(*result) opSummary
+		}{
+			{"all SDK calls", func(r *result) opSummary { return r.all }},
+			{"reads", func(r *result) opSummary { return r.reads }},
+			{"writes", func(r *result) opSummary { return r.writes }},
+		} {
+			_, _ = fmt.Fprintf(w, "%s, %s: %s\n", replicaWord(n), k.name, crossing(byReplicas[n], k.of, limit))
+		}
+	}
+}
+
+// crossing describes where, in rs (one replica count, rates ascending as
+// given), the p99 that of reads first exceeds limit.
+func crossing(rs []*result, of func(*result) opSummary, limit time.Duration) string {
+	at := func(r *result) string {
+		return fmt.Sprintf("%s (%.1f succeeded/s, p99 %.1f ms)", rateText(r.rate), float64(r.all.Count)/r.elapsed.Seconds(), ms2(of(r).P99))
+	}
+	for i, r := range rs {
+		if of(r).P99 <= limit {
+			continue
+		}
+		if i == 0 {
+			return "above it already at " + at(r)
+		}
+		return "between " + at(rs[i-1]) + " and " + at(r)
+	}
+	return "not crossed; the last rate was " + at(rs[len(rs)-1])
+}
+
+// label names a result: its replicas, and in a sweep its rate.
+func (r *result) label() string {
+	if len(r.o.rates) > 1 {
+		return replicaWord(r.replicas) + ", " + rateText(r.rate)
+	}
+	return replicaWord(r.replicas)
+}
+
 func replicaWord(n int) string {
 	if n == 1 {
 		return "1 replica"
@@ -100,13 +153,13 @@ func printResult(w io.Writer, r *result) {
 	o := r.o
 	secs := r.elapsed.Seconds()
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format, args...) }
-	p("\n== results: %s ==\n", replicaWord(r.replicas))
+	p("\n== results: %s ==\n", r.label())
 	p("machine: %d CPUs (%s), GOMAXPROCS %d, %s; load average before setup %s, after the load %s, mean of the samples %.2f\n",
 		runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), r.loadBefore, r.loadAfter, meanLoad(r.samples))
 	p("setup %.1fs: %d ACTIVE clusters over %d accounts, %d/%d agents connected (%d streams reopened during setup), %d add-ons and %d access entries per cluster prefilled; etcd fsync %v\n",
 		r.setup.Seconds(), r.clusters, o.accounts, r.connected, r.agents, r.setupReconnects, min(o.prefillAddons, len(loadAddons)), o.prefillEntries, o.fsync)
 	p("load: %.1fs, %d SDK clients, %s; throttle %g/s burst %d per account; executors repeat reports every %s\n",
-		secs, o.clients, rateText(o.rate), o.throttleRate, o.throttleBurst, o.reportEvery)
+		secs, o.clients, rateText(r.rate), o.throttleRate, o.throttleBurst, o.reportEvery)
 	calls := r.all.Count + r.all.Unexpected + r.all.Predicted
 	p("throughput: %d SDK calls = %.1f calls/s (%.1f/s succeeded); agents: %d reports of new generations, %d repeated, %d ReportResults = %.1f/s; %d desired sets received, %d acks; %d streams reopened\n",
 		calls, float64(calls)/secs, float64(r.all.Count)/secs, r.reports, r.repeats, reportResults(r), float64(reportResults(r))/secs, r.sets, r.acks, r.reconnects)
@@ -256,7 +309,7 @@ func printComparison(w io.Writer, rs []*result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "\t"
 	for _, r := range rs {
-		head += replicaWord(r.replicas) + "\t"
+		head += r.label() + "\t"
 	}
 	_, _ = fmt.Fprintln(tw, head)
 	line := func(name string, f func(r *result) string) {
@@ -270,6 +323,12 @@ func printComparison(w io.Writer, rs []*result) {
 		return fmt.Sprintf("%.1f", float64(r.all.Count)/r.elapsed.Seconds())
 	})
 	line("SDK p50 / p99 ms", func(r *result) string { return fmt.Sprintf("%.2f / %.2f", ms2(r.all.P50), ms2(r.all.P99)) })
+	line("reads (Describe, List) p50 / p99 ms", func(r *result) string {
+		return fmt.Sprintf("%.2f / %.2f", ms2(r.reads.P50), ms2(r.reads.P99))
+	})
+	line("writes p50 / p99 ms", func(r *result) string {
+		return fmt.Sprintf("%.2f / %.2f", ms2(r.writes.P50), ms2(r.writes.P99))
+	})
 	for _, op := range []string{opDescribeAddon, opCreateAddon, opUpdateAddon, opCreateAccessEntry, opAssociatePolicy, opReport} {
 		line(op+" p50 / p99 ms", func(r *result) string {
 			for _, s := range r.ops {
@@ -327,7 +386,7 @@ func writeCSV(path string, rs []*result) error {
 	}
 	w := csv.NewWriter(f)
 	ops := append(opNames(), opReport)
-	head := []string{"replicas", "t_s", "rss_mib", "heap_live_mib", "heap_inuse_mib", "stack_mib", "goroutines", "etcd_db_mib", "etcd_db_in_use_mib", "etcd_keys",
+	head := []string{"replicas", "rate", "t_s", "rss_mib", "heap_live_mib", "heap_inuse_mib", "stack_mib", "goroutines", "etcd_db_mib", "etcd_db_in_use_mib", "etcd_keys",
 		"etcd_writes_per_s", "load1", "cpu_cores", "etcd_cpu_cores", "load_cpu_cores", "sdk_ok", "sdk_ok_per_s", "sdk_p50_ms", "sdk_p99_ms", "errors"}
 	for _, op := range ops {
 		key := strings.ReplaceAll(op, " ", "_")
@@ -341,7 +400,7 @@ func writeCSV(path string, rs []*result) error {
 			if s.At > 0 && s.Interval > 0 {
 				perSec = float64(s.SDKOps) / s.Interval.Seconds()
 			}
-			row := []string{strconv.Itoa(r.replicas), ff(s.At.Seconds()), ff(mib(s.RSS)), ff(mib(s.HeapLive)), ff(mib(s.HeapInuse)), ff(mib(s.StackInuse)),
+			row := []string{strconv.Itoa(r.replicas), ff(r.rate), ff(s.At.Seconds()), ff(mib(s.RSS)), ff(mib(s.HeapLive)), ff(mib(s.HeapInuse)), ff(mib(s.StackInuse)),
 				strconv.Itoa(s.Goroutines), ff(mib(uint64(max(s.DBSize, 0)))), ff(mib(uint64(max(s.DBInUse, 0)))), strconv.FormatInt(s.Keys, 10),
 				ff(s.Writes), ff(s.Load1), ff(s.CPU), ff(s.EtcdCPU), ff(s.LoadCPU), strconv.FormatInt(s.SDKOps, 10), ff(perSec), ff(ms2(s.P50)), ff(ms2(s.P99)), strconv.FormatInt(s.Errs, 10)}
 			for _, op := range ops {
