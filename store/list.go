@@ -70,6 +70,9 @@ func (s *Store) List(ctx context.Context, opts ListOptions) (Page, error) {
 	}
 	end := clientv3.GetPrefixRangeEnd(s.Key(opts.Prefix))
 
+	if err := s.refuse(opts.Prefix); err != nil {
+		return Page{}, err
+	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	getOpts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit + 1))}

@@ -102,6 +102,8 @@ type Store struct {
 	// seen is the highest revision etcd answered any request of this
 	// store at: a read from the view waits until the view has it.
 	seen atomic.Int64
+	// down, while set, refuses requests (SetUnavailable).
+	down atomic.Pointer[unavailable]
 }
 
 // New returns a Store on client. It loads the shared store metadata, creating
@@ -182,8 +184,12 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 }
 
 // Ping checks that etcd answers a linearizable read, for readiness probes.
+// It asks for a member with a leader: a member without one answers "no
+// leader" at once rather than holding the read until the deadline (during
+// an election, or for good when the quorum is lost). It reaches etcd even
+// while the store refuses requests (SetUnavailable).
 func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel := s.withTimeout(ctx)
+	ctx, cancel := s.withTimeout(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	resp, err := s.client.Get(ctx, s.Key(metaKey), clientv3.WithCountOnly())
 	if err != nil {
@@ -213,6 +219,9 @@ func (s *Store) GetSerializable(ctx context.Context, key string, into proto.Mess
 }
 
 func (s *Store) get(ctx context.Context, key string, into proto.Message, opts ...clientv3.OpOption) (int64, error) {
+	if err := s.refuse(key); err != nil {
+		return 0, err
+	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	resp, err := s.client.Get(ctx, s.Key(key), opts...)

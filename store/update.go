@@ -34,6 +34,9 @@ type UpdateFunc func(cur proto.Message, txn *Txn) error
 // did change, a failed guard or create is retried with the rest, on the
 // fresh record.
 func (s *Store) GuaranteedUpdate(ctx context.Context, key string, into proto.Message, update UpdateFunc) (int64, error) {
+	if err := s.refuse(key); err != nil {
+		return 0, err
+	}
 	getCtx, cancel := s.withTimeout(ctx)
 	resp, err := s.client.Get(getCtx, s.Key(key))
 	cancel()

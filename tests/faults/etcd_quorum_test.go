@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,29 +31,30 @@ import (
 
 // storeRequestTimeout is the store's deadline for each etcd request
 // (store.Options.RequestTimeout's default, which the server keeps;
-// docs/operations.md, "Limits and timeouts"): under quorum loss a request
-// waits for it and answers 503.
+// docs/operations.md, "Limits and timeouts"): until the replica knows the
+// quorum is lost, a request waits for it and answers 503.
 const storeRequestTimeout = 5 * time.Second
 
 // TestEtcdQuorumLoss runs saltbush on a 3-member etcd cluster and stops
 // two members, the leader among them (from the time the second is cut
-// off, quorum is lost). While quorum is lost: the agent
-// holding the cluster's executor grant is fenced (session_not_renewed) and
-// its streams get no new grant; /readyz answers 503 and gRPC health
-// NOT_SERVING; a burst of concurrent requests, reads and writes, each
-// answers ServiceUnavailableException (503) within a bound (3× the
-// store's request timeout) and nothing hangs; the goroutines the burst
-// took are given back. Once the members are back: ready again, writes
-// succeed, what was written before is intact, and the agent is assigned
-// again.
+// off, quorum is lost). While quorum is lost: the agent holding the
+// cluster's executor grant is fenced (session_not_renewed) and its streams
+// get no new grant; /readyz answers 503 and gRPC health NOT_SERVING; once
+// the replica's probes have failed for longer than an election takes, it
+// refuses requests at once (saltbush_etcd_requests_refused 1), and a burst
+// of concurrent requests, reads and writes, each answers
+// ServiceUnavailableException (503) and nothing hangs; the goroutines the
+// burst took are given back. Once the members are back: ready again
+// without anyone's help, writes succeed, what was written before is
+// intact, and the agent is assigned again.
 //
-// saltbush does not answer early while it knows etcd is unreachable (nor
-// does kube-apiserver): a request waits for its etcd request's deadline
-// and answers 503, and readiness is what takes the replica out of a load
-// balancer's rotation. Answering from the readiness probe's last result
-// would refuse requests etcd could serve (a read served by the member the
-// client reached, a quorum back since the last probe), and a client
-// retrying on 503 would only spend its attempts sooner.
+// Refusing at once is a choice kube-apiserver does not make (its requests
+// wait out their etcd deadline): a request that cannot be served should
+// not hold a client, a connection and a goroutine for seconds, nor make a
+// retrying client wait that long per attempt. The grace before it (longer
+// than an election) keeps a change of leader in a healthy cluster from
+// refusing anything, and the probes every quarter second while etcd fails
+// see the quorum come back.
 func TestEtcdQuorumLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -122,11 +127,13 @@ func TestEtcdQuorumLoss(t *testing.T) {
 		t.Errorf("fenced %s after the cut, want within 3× the session TTL (%s)", since, dlSessionTTL)
 	}
 	t.Logf("executor fenced %s after the cut (session TTL %s)", fenced.fencedAt.Sub(cutAt).Round(time.Millisecond), dlSessionTTL)
+	waitRefusing(ctx, t, srv, 1)
+	t.Logf("requests refused at once from %s after the cut", time.Since(cutAt).Round(time.Millisecond))
 	lossBaseline := settledGoroutines()
 
 	burst := quorumBurst(ctx, t, srv, c, principals[1], addon)
-	t.Logf("burst of %d requests under quorum loss: every one 503 after %s at most (bound %s); goroutines %d before, %d at most during, %d after",
-		burst.requests, burst.slowest.Round(time.Millisecond), 3*storeRequestTimeout, lossBaseline, burst.peak,
+	t.Logf("burst of %d requests under quorum loss: every one 503, the slowest after %s, the median after %s (the store's request timeout is %s); goroutines %d before, %d at most during, %d after",
+		burst.requests, burst.slowest.Round(time.Microsecond), burst.median.Round(time.Microsecond), storeRequestTimeout, lossBaseline, burst.peak,
 		settleGoroutines(t, lossBaseline, "after the burst"))
 	if burst.peak <= lossBaseline {
 		t.Errorf("goroutines during the burst %d, not above the %d before: the requests were not in flight together", burst.peak, lossBaseline)
@@ -153,6 +160,7 @@ func TestEtcdQuorumLoss(t *testing.T) {
 	t.Logf("quorum lost for %s; both members back %s after the cut", quorumAt.Sub(cutAt).Round(time.Millisecond),
 		time.Since(cutAt).Round(time.Millisecond))
 	waitReady(ctx, t, srv, health, healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+	waitRefusing(ctx, t, srv, 0)
 	if _, err := client.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(c.name),
 		PrincipalArn: aws.String(principals[2]), KubernetesGroups: []string{"after"}}); err != nil {
 		t.Fatalf("CreateAccessEntry after recovery: %v", err)
@@ -218,6 +226,46 @@ func waitReady(ctx context.Context, t *testing.T, srv *servertest.Server, health
 	}
 }
 
+// waitRefusing waits (30 s) until the replica's
+// saltbush_etcd_requests_refused is want.
+func waitRefusing(ctx context.Context, t *testing.T, srv *servertest.Server, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := metricValue(ctx, srv.URL+"/metrics", "saltbush_etcd_requests_refused")
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("saltbush_etcd_requests_refused = %v (%v), want %v", got, err, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// metricValue reads one unlabelled sample of a Prometheus text page.
+func metricValue(ctx context.Context, url, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", url, name)
+}
+
 // settledGoroutines counts the process's goroutines once idle HTTP
 // connections are closed (their goroutines belong to no request).
 func settledGoroutines() int {
@@ -247,15 +295,15 @@ func settleGoroutines(t *testing.T, baseline int, when string) int {
 
 // burstResult is what quorumBurst saw.
 type burstResult struct {
-	requests int
-	slowest  time.Duration
-	peak     int
+	requests        int
+	slowest, median time.Duration
+	peak            int
 }
 
 // quorumBurst sends concurrent requests of every kind, without the SDK's
 // retries, while quorum is lost: each must answer 503
-// ServiceUnavailableException within 3× the store's request timeout. It
-// counts the process's goroutines while they are in flight.
+// ServiceUnavailableException, and none may hang (3× the store's request
+// timeout). It counts the process's goroutines while they are in flight.
 func quorumBurst(ctx context.Context, t *testing.T, srv *servertest.Server, c loadCluster, principal string, addon *eks.CreateAddonOutput) burstResult {
 	t.Helper()
 	const perKind = 5
@@ -321,9 +369,11 @@ func quorumBurst(ctx context.Context, t *testing.T, srv *servertest.Server, c lo
 			})
 		}
 	}
+	// Counted at once as well: refused at once, the requests may all be
+	// answered before the first tick.
+	res := burstResult{requests: len(kinds) * perKind, peak: runtime.NumGoroutine()}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	res := burstResult{requests: len(kinds) * perKind}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	bound := time.After(3*storeRequestTimeout + 5*time.Second)
@@ -338,8 +388,10 @@ func quorumBurst(ctx context.Context, t *testing.T, srv *servertest.Server, c lo
 		}
 	}
 	close(answers)
+	var elapsed []time.Duration
 	for a := range answers {
 		res.slowest = max(res.slowest, a.elapsed)
+		elapsed = append(elapsed, a.elapsed)
 		if a.elapsed > 3*storeRequestTimeout {
 			t.Errorf("%s answered after %s, want within 3× the store's request timeout (%s)", a.kind, a.elapsed, 3*storeRequestTimeout)
 		}
@@ -350,6 +402,8 @@ func quorumBurst(ctx context.Context, t *testing.T, srv *servertest.Server, c lo
 		}
 		wanterr.AWS(t, a.err, "ServiceUnavailableException", http.StatusServiceUnavailable)
 	}
+	slices.Sort(elapsed)
+	res.median = elapsed[len(elapsed)/2]
 	return res
 }
 

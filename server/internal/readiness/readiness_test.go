@@ -96,3 +96,105 @@ func TestHealthFollowsEtcdUntilShutdown(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	waitFor(healthpb.HealthCheckResponse_NOT_SERVING, 1)
 }
+
+// recordingGate records what the tracker told it.
+type recordingGate struct {
+	changes chan string
+}
+
+func (g *recordingGate) SetUnavailable(cause error) { g.changes <- "unavailable: " + cause.Error() }
+func (g *recordingGate) SetAvailable()              { g.changes <- "available" }
+
+// countingEtcd is fakeEtcd counting the probes that reached it, and
+// those /readyz made (their context carries readyzProbe).
+type countingEtcd struct {
+	fakeEtcd
+	pings, readyzPings atomic.Int64
+}
+
+type readyzProbe struct{}
+
+func (c *countingEtcd) ping(ctx context.Context) error {
+	c.pings.Add(1)
+	if ctx.Value(readyzProbe{}) != nil {
+		c.readyzPings.Add(1)
+	}
+	return c.fakeEtcd.ping(ctx)
+}
+
+func TestGateClosesOnlyAfterGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		// closes: the failing probes outlast the grace, so the gate
+		// closes; else they are an election's worth, and it never does.
+		closes bool
+	}{
+		{name: "failures shorter than the grace", grace: time.Hour},
+		{name: "failures longer than the grace", grace: 20 * time.Millisecond, closes: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			etcd := &countingEtcd{}
+			gate := &recordingGate{changes: make(chan string, 10)}
+			tr := New(Config{
+				Ping: etcd.ping, Interval: 5 * time.Millisecond, Grace: tc.grace, Gate: gate,
+				Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); tr.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			readyz := func() *httptest.ResponseRecorder {
+				w := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+				tr.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), readyzProbe{}, true)))
+				return w
+			}
+
+			etcd.down.Store(true)
+			if !tc.closes {
+				// Several failed probes in a row, then etcd answers again.
+				for start := etcd.pings.Load(); etcd.pings.Load() < start+5; {
+					time.Sleep(time.Millisecond)
+				}
+				etcd.down.Store(false)
+				for start := etcd.pings.Load(); etcd.pings.Load() < start+2; {
+					time.Sleep(time.Millisecond)
+				}
+				select {
+				case c := <-gate.changes:
+					t.Fatalf("the gate was told %q by failures shorter than the grace", c)
+				default:
+				}
+				if got := testutil.ToFloat64(tr.refusing); got != 0 {
+					t.Fatalf("saltbush_etcd_requests_refused = %v, want 0", got)
+				}
+				return
+			}
+			if c := <-gate.changes; c != "unavailable: context deadline exceeded" {
+				t.Fatalf("the gate was told %q, want unavailable", c)
+			}
+			if got := testutil.ToFloat64(tr.refusing); got != 1 {
+				t.Fatalf("saltbush_etcd_requests_refused = %v while closed, want 1", got)
+			}
+			// /readyz answers from the closed gate without asking etcd.
+			w := readyz()
+			if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "requests refused until it answers") {
+				t.Fatalf("/readyz while closed = %d %q", w.Code, w.Body)
+			}
+			if n := etcd.readyzPings.Load(); n != 0 {
+				t.Fatalf("/readyz probed etcd %d times while the gate was closed, want 0", n)
+			}
+			etcd.down.Store(false)
+			if c := <-gate.changes; c != "available" {
+				t.Fatalf("the gate was told %q after etcd answered, want available", c)
+			}
+			if got := testutil.ToFloat64(tr.refusing); got != 0 {
+				t.Fatalf("saltbush_etcd_requests_refused = %v after etcd answered, want 0", got)
+			}
+			if w := readyz(); w.Code != http.StatusOK {
+				t.Fatalf("/readyz after etcd answered = %d %q", w.Code, w.Body)
+			}
+		})
+	}
+}
