@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/saltbush/saltbush/profiling"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/server/iam"
 )
@@ -48,9 +49,10 @@ func newServeCommand() *cobra.Command {
 			cfg.Addon.Region = cfg.Cluster.Region
 			cfg.Addon.IdempotencyTTL = cfg.Cluster.IdempotencyTTL
 			cfg.Banner = os.Stderr
+			// As etcd's --enable-pprof and kube-apiserver's --profiling.
 			if profilingAddr != "" {
-				if err := serveProfiling(cmd.Context(), profilingAddr); err != nil {
-					return err
+				if err := profiling.Serve(cmd.Context(), profilingAddr); err != nil {
+					return fmt.Errorf("--profiling-addr: %w", err)
 				}
 			}
 			srv, err := server.New(cmd.Context(), cfg)

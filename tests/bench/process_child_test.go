@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/saltbush/saltbush/server"
+	"github.com/saltbush/saltbush/tests/saltbushbin"
 	"github.com/saltbush/saltbush/tlsclient"
 )
 
@@ -153,43 +153,16 @@ func startServerChild(b *testing.B, bin string, fsync bool) *serverChild {
 		b.Fatalf("saltbush serve not serving within %s; its log ends:\n%s", childStartTimeout, c.log)
 	}
 	c.url, c.grpcAddr = "http://"+addrs.HTTP, addrs.GRPC
-	if err := c.waitReady(ctx); err != nil {
+	if err := saltbushbin.WaitReady(ctx, c.url, c.exited); err != nil {
+		if errors.Is(err, saltbushbin.ErrExited) {
+			err = fmt.Errorf("%w (%v)", err, c.exitErr())
+		}
 		b.Fatalf("saltbush serve: %v; its log ends:\n%s", err, c.log)
 	}
 	if err := c.readCredentials(); err != nil {
 		b.Fatalf("saltbush serve: %v", err)
 	}
 	return c
-}
-
-// waitReady polls /readyz until it answers 200 (etcd reachable through
-// the server's store) or ctx ends.
-func (c *serverChild) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url+"/readyz", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("GET /readyz: %s", resp.Status)
-		}
-		select {
-		case <-tick.C:
-		case <-c.exited:
-			return fmt.Errorf("exited before ready (%v)", c.exitErr())
-		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last: %v)", ctx.Err(), err)
-		}
-	}
 }
 
 // readCredentials reads what serve wrote into its data directory before

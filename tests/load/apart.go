@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/saltbush/saltbush/profiling"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tests/saltbushbin"
@@ -75,7 +75,7 @@ func runEtcdMembers(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *pprofAddr != "" {
-		if err := servePprof(ctx, *pprofAddr); err != nil {
+		if err := profiling.Serve(ctx, *pprofAddr); err != nil {
 			return err
 		}
 	}
@@ -277,7 +277,7 @@ func (s *system) startReplica(ctx context.Context, o *options, i int, masterKey 
 		r.stop()
 		return nil, fmt.Errorf("replica %s not serving within %s; its log is %s", name, childStartTimeout, c.logPath)
 	}
-	if err := waitReady(ctx, r.url, c.exited); err != nil {
+	if err := saltbushbin.WaitReady(ctx, r.url, c.exited); err != nil {
 		r.stop()
 		return nil, fmt.Errorf("replica %s: %w; its log is %s", name, err, c.logPath)
 	}
@@ -307,35 +307,6 @@ func saltbushBinary(parent string, progress io.Writer) (bin string, cleanup func
 	}
 	done()
 	return bin, func() { _ = os.RemoveAll(dir) }, nil
-}
-
-// waitReady polls url's /readyz until it answers 200 or ctx ends.
-func waitReady(ctx context.Context, url string, exited <-chan struct{}) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("GET /readyz: %s", resp.Status)
-		}
-		select {
-		case <-tick.C:
-		case <-exited:
-			return errors.New("exited before ready")
-		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last: %v)", ctx.Err(), err)
-		}
-	}
 }
 
 // child is a process this program started. Its stderr goes to a file in

@@ -21,9 +21,6 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime"
@@ -36,6 +33,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"golang.org/x/time/rate"
+
+	"github.com/saltbush/saltbush/profiling"
 )
 
 // options are the flags.
@@ -165,7 +164,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if o.pprof != "" {
-		if err := servePprof(ctx, o.pprof); err != nil {
+		if err := profiling.Serve(ctx, o.pprof); err != nil {
 			fmt.Fprintln(os.Stderr, "load:", err)
 			os.Exit(1)
 		}
@@ -179,28 +178,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
-}
-
-// servePprof serves the profiles of this process (every replica, etcd
-// member, client and agent in it) on addr until ctx ends.
-func servePprof(ctx context.Context, addr string) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("-pprof: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	return nil
 }
 
 // runAll runs the replica counts -replicas asks for, one after the other,
