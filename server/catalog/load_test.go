@@ -93,7 +93,7 @@ func TestLoadFS_Valid(t *testing.T) {
 func TestLoadFS_BundleNeedingClusterFacts(t *testing.T) {
 	m := demoFS()
 	m["demo/v1.0.0-eksbuild.1/bundle/10-cm.yaml"] = &fstest.MapFile{Data: []byte(strings.Replace(demoTemplate,
-		"data:\n", "data:\n  server: {{ quote (required \"endpoint\" .Endpoint) }}\n  dns: {{ quote (required \"serviceIpv4Cidr\" .ClusterDNSIP) }}\n", 1))}
+		"\ndata:\n", "\ndata:\n  server: {{ quote (required \"endpoint\" .Endpoint) }}\n  dns: {{ quote (required \"serviceIpv4Cidr\" .ClusterDNSIP) }}\n", 1))}
 	c, err := LoadFS(m)
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +101,17 @@ func TestLoadFS_BundleNeedingClusterFacts(t *testing.T) {
 	a, _ := c.Addon("demo")
 	v, _ := a.Version("v1.0.0-eksbuild.1")
 	out, err := v.Render(checkParams())
-	if err != nil || !strings.Contains(string(out), `server: https://10.0.0.1:6443`) || !strings.Contains(string(out), "dns: 10.43.0.10") {
-		t.Fatalf("Render = %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("Render = %v", err)
+	}
+	var data map[string]any
+	for _, o := range parseBundle(t, out) {
+		if o.kind() == "ConfigMap" {
+			data, _ = o["data"].(map[string]any)
+		}
+	}
+	if data["server"] != "https://10.0.0.1:6443" || data["dns"] != "10.43.0.10" {
+		t.Fatalf("ConfigMap data %v, want server https://10.0.0.1:6443 and dns 10.43.0.10\n%s", data, out)
 	}
 }
 

@@ -97,10 +97,15 @@ func (d *renderData) RoleARN(serviceAccount string) string {
 	return d.ServiceAccountRoleARN
 }
 
-// Render produces the bundle as multi-document YAML. Each object is decoded
-// and re-encoded, so the output is canonical (sorted keys, no comments, no
-// empty documents) and the same params always give the same bytes, which
-// K3s's checksum relies on. Objects are checked for apiVersion, kind,
+// Render produces the bundle as multi-document YAML whose documents are
+// JSON objects (JSON is YAML: every YAML reader, the agent's included,
+// reads them). Each object is decoded and re-encoded, so the output is
+// canonical (sorted keys, no comments, no empty documents) and the same
+// params always give the same bytes, which K3s's checksum relies on. The
+// documents are encoded as JSON rather than YAML's block style because
+// the delivery watch renders every new generation of every add-on on
+// every replica, and the YAML emitter was most of that work: a third of a
+// replica's allocations under load. Objects are checked for apiVersion, kind,
 // metadata.name, namespace placement and duplicates. A bundle that needs a
 // cluster fact p lacks fails with an error wrapping *MissingFactError.
 func (v *Version) Render(p RenderParams) ([]byte, error) {
@@ -152,6 +157,8 @@ func (v *Version) render(p RenderParams) ([]byte, error) {
 	}
 
 	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
 	seen := map[string]bool{}
 	for _, name := range v.files {
 		var buf bytes.Buffer
@@ -184,14 +191,13 @@ func (v *Version) render(p RenderParams) ([]byte, error) {
 				return nil, fmt.Errorf("%s document %d: %s is rendered twice", name, i, id)
 			}
 			seen[id] = true
-			y, err := yaml.Marshal(obj)
-			if err != nil {
-				return nil, fmt.Errorf("%s document %d: %v", name, i, err)
-			}
 			if out.Len() > 0 {
 				out.WriteString("---\n")
 			}
-			out.Write(y)
+			// One line of JSON and its newline; <, > and & as they are.
+			if err := enc.Encode(obj); err != nil {
+				return nil, fmt.Errorf("%s document %d: %v", name, i, err)
+			}
 		}
 	}
 	if out.Len() == 0 {

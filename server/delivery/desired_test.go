@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"sigs.k8s.io/yaml"
 
 	deliveryv1 "github.com/saltbush/saltbush/api/saltbush/delivery/v1"
 	storagev1 "github.com/saltbush/saltbush/api/saltbush/storage/v1"
@@ -195,10 +196,11 @@ func TestDesiredSetRendersWithTheClusterFacts(t *testing.T) {
 	if len(first.GetAddons()) != 2 || first.GetDigest() == early.GetDigest() {
 		t.Fatalf("once ACTIVE: %d add-ons, digest changed %v", len(first.GetAddons()), first.GetDigest() != early.GetDigest())
 	}
-	for _, want := range []string{"cluster: prod", "endpoint: https://10.0.0.1:6443", "ca: " + testCA, "cidr: 172.20.0.0/16",
-		"dns: 172.20.0.10", "region: eu-west-1"} {
-		if m := string(first.GetAddons()[0].GetManifest()); !strings.Contains(m, want) {
-			t.Errorf("manifest lacks %q:\n%s", want, m)
+	data := configMapData(t, first.GetAddons()[0].GetManifest())
+	for k, want := range map[string]string{"cluster": "prod", "endpoint": "https://10.0.0.1:6443", "ca": testCA, "cidr": "172.20.0.0/16",
+		"dns": "172.20.0.10", "region": "eu-west-1"} {
+		if got := data[k]; got != want {
+			t.Errorf("manifest's ConfigMap: %s = %q, want %q", k, got, want)
 		}
 	}
 
@@ -373,4 +375,24 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// configMapData is the data of the ConfigMap in a rendered manifest
+// (multi-document YAML).
+func configMapData(t *testing.T, manifest []byte) map[string]string {
+	t.Helper()
+	for _, doc := range strings.Split(string(manifest), "\n---\n") {
+		var obj struct {
+			Kind string            `json:"kind"`
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("manifest document: %v\n%s", err, doc)
+		}
+		if obj.Kind == "ConfigMap" {
+			return obj.Data
+		}
+	}
+	t.Fatalf("no ConfigMap in the manifest:\n%s", manifest)
+	return nil
 }
