@@ -71,24 +71,44 @@ func (s *Service) admit(ctx context.Context, agent *identity.Agent, h *deliveryv
 	if h.GetInstanceId() != agent.Instance || identity.ValidateAccountID(h.GetCluster().GetAccountId()) != nil || h.GetCluster().GetName() == "" {
 		return nil, 0, refused
 	}
-	c, rev, err := s.clusters.Get(ctx, &controlv1.ClusterRef{AccountId: h.GetCluster().GetAccountId(), Name: h.GetCluster().GetName()})
+	ref := &controlv1.ClusterRef{AccountId: h.GetCluster().GetAccountId(), Name: h.GetCluster().GetName()}
+	// From the read view first: in a connect storm every agent of a
+	// cluster reads its record, which a linearizable Get decoded once per
+	// agent (a 1,000-member record a thousand times); the view decodes
+	// each version once. A stale record costs nothing: the session's write
+	// is guarded by the revision read here (openSession), so the agent
+	// connects again. A refusal is confirmed linearizably, so that a
+	// member added a moment ago through another replica is admitted.
+	c, rev, err := s.clusters.Read(ctx, ref)
+	if err = admissible(agent, c, err, refused); err != nil {
+		c, rev, err = s.clusters.Get(ctx, ref)
+		if err = admissible(agent, c, err, refused); err != nil {
+			return nil, 0, err
+		}
+	}
+	return c, rev, nil
+}
+
+// admissible says why agent may not connect to c, as read with err; nil
+// when it may.
+func admissible(agent *identity.Agent, c *storagev1.ClusterRecord, err error, refused *errdefs.Error) error {
 	var apiErr *errdefs.Error
 	switch {
 	case errors.As(err, &apiErr):
-		return nil, 0, refused.WithCause(err)
+		return refused.WithCause(err)
 	case err != nil:
-		return nil, 0, err
+		return err
 	case c.GetUid() != agent.ClusterUID:
-		return nil, 0, refused
+		return refused
 	}
 	sn := &snapshot{cluster: c}
 	if !sn.member(agent.Instance) {
-		return nil, 0, errdefs.AccessDenied("Instance %s is not a member of cluster %s.", agent.Instance, c.GetName())
+		return errdefs.AccessDenied("Instance %s is not a member of cluster %s.", agent.Instance, c.GetName())
 	}
 	if !sn.serving() {
-		return nil, 0, errdefs.InvalidRequest("Cluster %s is %s: it takes no deliveries.", c.GetName(), c.GetStatus())
+		return errdefs.InvalidRequest("Cluster %s is %s: it takes no deliveries.", c.GetName(), c.GetStatus())
 	}
-	return c, rev, nil
+	return nil
 }
 
 // openSession records the agent's session on the replica's lease, which

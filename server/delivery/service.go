@@ -101,6 +101,9 @@ func (c Config) timing() *deliveryv1.Timing {
 // Clusters reads cluster records.
 type Clusters interface {
 	Get(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
+	// Read is Get from the replica's read view: the record may be shared
+	// with other readers, and must not be changed.
+	Read(ctx context.Context, ref *controlv1.ClusterRef) (*storagev1.ClusterRecord, int64, error)
 }
 
 // Service is delivery's host side. It is safe for concurrent use.
