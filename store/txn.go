@@ -69,17 +69,6 @@ func NewTxn() *Txn { return &Txn{} }
 // Empty reports whether the transaction has no writes.
 func (t *Txn) Empty() bool { return len(t.ops) == 0 }
 
-// firstKey names the transaction in errors: its first write's key, or its
-// first compare's when it writes nothing.
-func (t *Txn) firstKey() string {
-	switch {
-	case len(t.ops) > 0:
-		return t.ops[0].key
-	case len(t.cmps) > 0:
-		return t.cmps[0].key
-	}
-	return "transaction"
-}
 
 func (t *Txn) encode(rec proto.Message) []byte {
 	b, err := Encode(rec)
@@ -209,7 +198,7 @@ func (s *Store) commit(ctx context.Context, t *Txn, elseOps []clientv3.Op) (Resu
 	if t.err != nil {
 		return Result{}, nil, t.err
 	}
-	if err := s.refuse(t.firstKey()); err != nil {
+	if err := s.refuse(firstKey(t)); err != nil {
 		return Result{}, nil, err
 	}
 	ctx, cancel := s.withTimeout(ctx)
