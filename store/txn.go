@@ -69,7 +69,6 @@ func NewTxn() *Txn { return &Txn{} }
 // Empty reports whether the transaction has no writes.
 func (t *Txn) Empty() bool { return len(t.ops) == 0 }
 
-
 func (t *Txn) encode(rec proto.Message) []byte {
 	b, err := Encode(rec)
 	if err != nil && t.err == nil {
