@@ -68,14 +68,32 @@ func (a *agentStream) report(ctx context.Context, r *deliveryv1.Report) ([]*deli
 		issues = append(issues, &storagev1.AddonIssue{Code: is.GetCode(), Message: is.GetMessage(), ResourceIds: is.GetResourceIds()})
 	}
 	executorKey, executorRev := store.ExecutorKey(a.uid), sn.executorRev
-	res, err := a.s.addons.ApplyReport(ctx, addon.Report{
-		ClusterUID: a.uid, AddonName: r.GetAddon(), AddonUID: r.GetAddonUid(), Generation: r.GetGeneration(),
-		Phase: phases[r.GetPhase()], Issues: issues, ExecutorEpoch: r.GetEpoch(), InstanceID: a.instance,
-	}, func(txn *store.Txn) {
-		// The fence: the executor record is still the one that named
-		// this instance at this epoch.
-		txn.RequireModRevision(executorKey, executorRev)
-	})
+	apply := func(executorRev int64) (addon.ReportResult, error) {
+		return a.s.addons.ApplyReport(ctx, addon.Report{
+			ClusterUID: a.uid, AddonName: r.GetAddon(), AddonUID: r.GetAddonUid(), Generation: r.GetGeneration(),
+			Phase: phases[r.GetPhase()], Issues: issues, ExecutorEpoch: r.GetEpoch(), InstanceID: a.instance,
+		}, func(txn *store.Txn) {
+			// The fence: the executor record is still the one that
+			// named this instance at this epoch.
+			txn.RequireModRevision(executorKey, executorRev)
+		})
+	}
+	res, err := apply(executorRev)
+	if err == nil && res.Reason == addon.ReportStaleEpoch {
+		// The fence compares the executor record's revision in the
+		// snapshot. A record written since that still names this
+		// instance at this epoch, not draining, has not fenced it: judge
+		// again against the record as stored, once.
+		cur := &storagev1.ExecutorRecord{}
+		curRev, gerr := a.s.store.Get(ctx, executorKey, cur)
+		if gerr == nil && curRev != executorRev && cur.GetInstanceId() == a.instance && cur.GetEpoch() == r.GetEpoch() && !cur.GetDraining() {
+			a.s.log.WarnContext(ctx, "report fence: the executor record was rewritten at the same epoch",
+				"cluster_uid", a.uid, "instance", a.instance, "epoch", r.GetEpoch(), "snapshot_revision", sn.revision,
+				"executor_revision_seen", executorRev, "executor_revision_now", curRev, "executor_reason", cur.GetReason(),
+				"executor_since", cur.GetSince().AsTime(), "fence_acked", cur.GetFenceAcked())
+			res, err = apply(curRev)
+		}
+	}
 	var apiErr *errdefs.Error
 	switch {
 	case errors.As(err, &apiErr):
