@@ -312,6 +312,7 @@ bench: kube node
 	$(BENCH) DeliveryReportIngestion -benchtime 5000x && \
 	$(BENCH) DeliveryStreams -benchtime 3x && \
 	$(BENCH) 'AgentToActive|AgentIdle' -benchtime 30x && \
+	$(BENCH) AgentStartupRSS -benchtime 5x && \
 	$(BENCH) AgentFailover -benchtime 3x && \
 	$(BENCH) AccessWebhooks -benchtime 500x && \
 	$(BENCH) PodCredentials -benchtime 1000x && \
