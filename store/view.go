@@ -576,7 +576,9 @@ func (s *viewState) list(st *Store, opts ListOptions, limit int) (Page, error) {
 		}
 		start = opts.Prefix + after + "\x00"
 	}
-	page := Page{Revision: s.rev}
+	// Sized for a usual page, so a page of ten costs one allocation rather
+	// than the appends' four; a full page of a hundred grows it once.
+	page := Page{Revision: s.rev, Items: make([]KV, 0, min(limit, 32))}
 	s.tree.AscendGreaterOrEqual(viewItem{key: start}, func(it viewItem) bool {
 		if !strings.HasPrefix(it.key, opts.Prefix) {
 			return false
