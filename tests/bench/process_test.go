@@ -284,11 +284,7 @@ func medians(runs map[string]map[int][]procRun) map[string]map[int]procRun {
 				for i, r := range rs {
 					v[i] = f(r)
 				}
-				slices.Sort(v)
-				if len(v)%2 == 0 {
-					return (v[len(v)/2-1] + v[len(v)/2]) / 2
-				}
-				return v[len(v)/2]
+				return median(v)
 			}
 			out[name][c] = procRun{
 				runs: len(rs),
