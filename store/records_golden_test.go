@@ -195,6 +195,14 @@ func agentSessionRecordV1() proto.Message {
 		AckedDigest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 }
 
+// agentSessionRecordV2 is a session of an agent that sent its release
+// identity: commit and contract baseline.
+func agentSessionRecordV2() proto.Message {
+	r := agentSessionRecordV1().(*storagev1.AgentSessionRecord)
+	r.AgentCommit, r.AgentContractBaseline = "20a1711c0ffee0ddba11ad0be5ca1ab1e0ddba11", 7
+	return r
+}
+
 func podIdentityAssociationRecordV1() proto.Message {
 	return &storagev1.PodIdentityAssociationRecord{
 		ClusterUid: "6f1c2a4e-8d2b-4c51-9a3e-0b7d5e9f1a22", AccountId: "000000000000", ClusterName: "prod",
@@ -280,6 +288,7 @@ func TestStorageGoldenEncodings(t *testing.T) {
 		{"PrincipalNameRecord.v1.binpb", principalNameRecordV1},
 		{"ExecutorRecord.v1.binpb", executorRecordV1},
 		{"AgentSessionRecord.v1.binpb", agentSessionRecordV1},
+		{"AgentSessionRecord.v2.binpb", agentSessionRecordV2},
 		{"PodIdentityAssociationRecord.v1.binpb", podIdentityAssociationRecordV1},
 		{"PodIdentityServiceAccountRecord.v1.binpb", podIdentityServiceAccountRecordV1},
 		{"OpenIDConnectProviderRecord.v1.binpb", openIDConnectProviderRecordV1},

@@ -29,10 +29,8 @@ import (
 	"github.com/saltbush/saltbush/guest/agent"
 	"github.com/saltbush/saltbush/guest/config"
 	"github.com/saltbush/saltbush/guest/webhook"
+	"github.com/saltbush/saltbush/release"
 )
-
-// version is set at build time (-ldflags "-X main.version=...").
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -44,9 +42,9 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newRunCommand(), newWebhookConfigCommand(), newStatusCommand(), &cobra.Command{
-		Use: "version", Short: "Print the agent's version",
+		Use: "version", Short: "Print the agent's release: module version, commit, contract baseline", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), version)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), release.Current())
 			return err
 		},
 	})
@@ -123,7 +121,8 @@ func writeWebhookConfig(cfg config.Config) (authn, authz string, p *webhook.PKI,
 
 func run(ctx context.Context, cfg config.Config) error {
 	log := newLogger(cfg)
-	a, err := agent.New(cfg, log, version)
+	rel := release.Current()
+	a, err := agent.New(cfg, log, rel)
 	if err != nil {
 		return err
 	}
@@ -168,7 +167,7 @@ func run(ctx context.Context, cfg config.Config) error {
 			}
 		}()
 	}
-	log.Info("saltbush-agent starting", "version", version, "cluster", cfg.ClusterName, "cluster_uid", cfg.ClusterUID,
+	log.Info("saltbush-agent starting", "version", rel.Version, "commit", rel.ShortCommit(), "contract_baseline", rel.ContractBaseline, "cluster", cfg.ClusterName, "cluster_uid", cfg.ClusterUID,
 		"instance", cfg.InstanceID, "endpoints", cfg.Endpoints)
 	return a.Run(ctx)
 }
@@ -228,7 +227,8 @@ func newStatusCommand() *cobra.Command {
 // printStatus writes st for a person; the only error is w's.
 func printStatus(w io.Writer, st agent.Status) error {
 	var head, rows bytes.Buffer
-	fmt.Fprintf(&head, "cluster:   %s (%s)\ninstance:  %s  agent %s\n", st.ClusterName, st.ClusterUID, st.InstanceID, st.Version)
+	fmt.Fprintf(&head, "cluster:   %s (%s)\ninstance:  %s  agent %s (commit %s, contract baseline %d)\n",
+		st.ClusterName, st.ClusterUID, st.InstanceID, st.Version, orNone(st.Commit), st.ContractBaseline)
 	conn := "disconnected"
 	if st.Connected {
 		conn = "connected to " + st.Endpoint

@@ -323,6 +323,7 @@ func (g *goldenEnv) startAgent(t *testing.T, ctx context.Context, cluster, uid, 
 	stream, err := fakeagent.Connect(ctx, g.srv.AgentConn(t, uid, instance), fakeagent.Options{Hello: &deliveryv1.Hello{
 		Cluster:    &deliveryv1.ClusterName{AccountId: g.srv.Config.DevAccount, Name: cluster},
 		InstanceId: instance, BootId: "boot-" + instance, AgentVersion: "golden",
+		AgentCommit: "0123456789abcdef0123456789abcdef01234567", AgentContractBaseline: 7,
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/saltbush/saltbush/errdefs"
+	"github.com/saltbush/saltbush/release"
 )
 
 // The exit codes (docs/operators.md, "The admin CLI").
@@ -67,7 +68,13 @@ func newRootCommand() *cobra.Command {
 	})
 	// cobra adds `completion bash|zsh|fish|powershell` when it executes
 	// (docs/operators.md has the install lines), writing to SetOut's writer.
-	root.AddCommand(newServeCommand(), newAdminCommand())
+	root.AddCommand(newServeCommand(), newAdminCommand(), &cobra.Command{
+		Use: "version", Short: "Print this binary's release: module version, commit, contract baseline", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), release.Current())
+			return err
+		},
+	})
 	return root
 }
 

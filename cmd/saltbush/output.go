@@ -262,7 +262,7 @@ func deliveryTables(r *controlv1.GetDeliveryStatusResponse) []table {
 
 	sessions := table{
 		title:  "Agent sessions:",
-		header: []string{"INSTANCE", "ROLE", "REPLICA", "AGENT VERSION", "CONNECTED", "ACKED VERSION", "ACKED DIGEST", "ACKED AT", "HAS DESIRED"},
+		header: []string{"INSTANCE", "ROLE", "REPLICA", "AGENT VERSION", "COMMIT", "BASELINE", "CONNECTED", "ACKED VERSION", "ACKED DIGEST", "ACKED AT", "HAS DESIRED"},
 		empty:  "No agent sessions.",
 	}
 	for _, s := range r.GetSessions() {
@@ -271,7 +271,8 @@ func deliveryTables(r *controlv1.GetDeliveryStatusResponse) []table {
 			role = "executor"
 		}
 		sessions.rows = append(sessions.rows, []string{
-			s.GetInstanceId(), role, s.GetReplica(), s.GetAgentVersion(), timeCell(s.GetConnectedAt()),
+			s.GetInstanceId(), role, s.GetReplica(), s.GetAgentVersion(), shortCommit(s.GetAgentCommit()),
+			baselineCell(s.GetAgentContractBaseline()), timeCell(s.GetConnectedAt()),
 			generationCell(s.GetAckedVersion()), shortDigest(s.GetAckedDigest()), timeCell(s.GetAckedAt()),
 			yesNo(s.GetAckedDigest() != "" && s.GetAckedDigest() == r.GetDesiredDigest()),
 		})
@@ -396,4 +397,21 @@ func policyCell(doc string) string {
 		return b.String()
 	}
 	return doc
+}
+
+// shortCommit is a commit's first 12 hex digits, "-" when unknown.
+func shortCommit(c string) string {
+	if c == "" {
+		return "-"
+	}
+	return c[:min(len(c), 12)]
+}
+
+// baselineCell is a contract baseline, "-" for an agent that does not
+// send one (older than the field).
+func baselineCell(n uint32) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(n), 10)
 }

@@ -180,8 +180,8 @@ Desired version:  11
 Desired digest:   0123456789ab
 
 Agent sessions:
-INSTANCE  ROLE     REPLICA  AGENT VERSION  CONNECTED  ACKED VERSION  ACKED DIGEST  ACKED AT                 HAS DESIRED
-i-1       standby  -        -              -          11             0123456789ab  2026-12-06 17:15:32 UTC  yes
+INSTANCE  ROLE     REPLICA  AGENT VERSION  COMMIT  BASELINE  CONNECTED  ACKED VERSION  ACKED DIGEST  ACKED AT                 HAS DESIRED
+i-1       standby  -        -              -       -         -          11             0123456789ab  2026-12-06 17:15:32 UTC  yes
 
 Add-ons:
 No add-ons.

@@ -47,13 +47,14 @@ import (
 	"github.com/saltbush/saltbush/guest/podwebhook"
 	"github.com/saltbush/saltbush/guest/state"
 	"github.com/saltbush/saltbush/guest/webhook"
+	"github.com/saltbush/saltbush/release"
 )
 
 // Agent is one running guest agent.
 type Agent struct {
 	cfg     config.Config
 	log     *slog.Logger
-	version string
+	release release.Identity
 	bootID  string
 
 	grant   *grant.Grant
@@ -171,7 +172,7 @@ type event struct {
 
 // New builds an agent from its configuration: it loads the credentials and
 // the state, and connects nothing yet.
-func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
+func New(cfg config.Config, log *slog.Logger, rel release.Identity) (*Agent, error) {
 	creds, err := credentials.New(credentials.Files{Cert: cfg.CertFile, Key: cfg.KeyFile, CA: cfg.CAFile}, log)
 	if err != nil {
 		return nil, err
@@ -180,7 +181,7 @@ func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	restCfg, err := kube.LoadConfig(cfg.Kubeconfig, "saltbush-agent/"+version)
+	restCfg, err := kube.LoadConfig(cfg.Kubeconfig, "saltbush-agent/"+rel.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func New(cfg config.Config, log *slog.Logger, version string) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg: cfg, log: log, version: version, bootID: bootID(),
+		cfg: cfg, log: log, release: rel, bootID: bootID(),
 		grant: g, kube: kc,
 		applier: apply.New(kc.Client, kc.Mapper, log),
 		events:  make(chan event, 1024), kick: make(chan struct{}, 1), dirty: map[string]health.Change{},
@@ -563,7 +564,8 @@ func (a *Agent) save() {
 func (a *Agent) hello() *deliveryv1.Hello {
 	h := &deliveryv1.Hello{
 		Cluster:    &deliveryv1.ClusterName{AccountId: a.cfg.AccountID, Name: a.cfg.ClusterName},
-		InstanceId: a.cfg.InstanceID, BootId: a.bootID, AgentVersion: a.version,
+		InstanceId: a.cfg.InstanceID, BootId: a.bootID,
+		AgentVersion: a.release.Version, AgentCommit: a.release.Commit, AgentContractBaseline: a.release.ContractBaseline,
 	}
 	if d := a.held.Load(); d != nil {
 		h.DesiredVersion, h.DesiredDigest = d.GetVersion(), d.GetDigest()

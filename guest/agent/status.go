@@ -72,7 +72,11 @@ type Status struct {
 	ClusterUID  string `json:"clusterUid"`
 	InstanceID  string `json:"instanceId"`
 	Version     string `json:"agentVersion"`
-	Connected   bool   `json:"connected"`
+	// Commit (12 hex digits, "+dirty" for a modified tree) and
+	// ContractBaseline complete the agent's release identity.
+	Commit           string `json:"agentCommit,omitempty"`
+	ContractBaseline uint32 `json:"contractBaseline"`
+	Connected        bool   `json:"connected"`
 	Endpoint    string `json:"endpoint,omitempty"`
 	Role        string `json:"role"`
 	Epoch       int64  `json:"epoch"`
@@ -122,7 +126,8 @@ type IssueStatus struct {
 // metrics that follow it.
 func (a *Agent) publish() {
 	st := &Status{ClusterName: a.cfg.ClusterName, ClusterUID: a.cfg.ClusterUID, InstanceID: a.cfg.InstanceID,
-		Version: a.version, Connected: a.streamUp, Endpoint: a.link.Endpoint(), At: time.Now()}
+		Version: a.release.Version, Commit: a.release.ShortCommit(), ContractBaseline: a.release.ContractBaseline,
+		Connected: a.streamUp, Endpoint: a.link.Endpoint(), At: time.Now()}
 	if d := a.st.Desired; d != nil {
 		st.DesiredVersion, st.DesiredDigest = d.GetVersion(), d.GetDigest()
 	}

@@ -129,7 +129,8 @@ func (s *Service) openSession(ctx context.Context, c *storagev1.ClusterRecord, c
 		return nil, errNotFresh(h.GetInstanceId())
 	}
 	rec := &storagev1.AgentSessionRecord{
-		InstanceId: h.GetInstanceId(), BootId: h.GetBootId(), AgentVersion: h.GetAgentVersion(),
+		InstanceId: h.GetInstanceId(), BootId: h.GetBootId(),
+		AgentVersion: h.GetAgentVersion(), AgentCommit: h.GetAgentCommit(), AgentContractBaseline: h.GetAgentContractBaseline(),
 		Replica: s.cfg.Replica, ConnectedAt: timestamppb.Now(),
 		// What the agent says it has applied (it resumes from it).
 		AckedVersion: h.GetDesiredVersion(), AckedDigest: h.GetDesiredDigest(),

@@ -43,6 +43,7 @@ func (s *Service) Status(ctx context.Context, ref *controlv1.ClusterRef) (*contr
 			}
 			out.Sessions = append(out.Sessions, &controlv1.AgentSession{
 				InstanceId: r.GetInstanceId(), Replica: r.GetReplica(), BootId: r.GetBootId(), AgentVersion: r.GetAgentVersion(),
+				AgentCommit: r.GetAgentCommit(), AgentContractBaseline: r.GetAgentContractBaseline(),
 				ConnectedAt: r.GetConnectedAt(), AckedVersion: r.GetAckedVersion(), AckedDigest: r.GetAckedDigest(), AckedAt: r.GetAckedAt(),
 			})
 			return nil

@@ -86,6 +86,12 @@ var rules = []rule{
 		root:      func(pkg string) bool { return pkg == module+"/tlsclient" },
 		forbidden: leaf(module + "/tlsclient"),
 	},
+	{
+		// The agent and every binary link it: the standard library only.
+		name:      "release imports nothing of saltbush",
+		root:      func(pkg string) bool { return pkg == module+"/release" },
+		forbidden: leaf(module + "/release"),
+	},
 }
 
 // patterns are what `go list` loads: every root of every rule.
@@ -205,6 +211,7 @@ func TestRulesCanFail(t *testing.T) {
 		m + "/identity":           {m + "/server/pki"},
 		m + "/server/validation":  {m + "/errdefs"},
 		m + "/presence":           {"google.golang.org/protobuf/proto", m + "/errdefs"},
+		m + "/release":            {"runtime/debug", m + "/errdefs"},
 	}
 	want := map[string][]string{
 		rules[0].name: {
@@ -221,6 +228,7 @@ func TestRulesCanFail(t *testing.T) {
 		rules[2].name: {m + "/presence -> " + m + "/errdefs"},
 		rules[3].name: {m + "/errdefs -> " + m + "/store"},
 		rules[4].name: {m + "/tlsclient -> go.etcd.io/etcd/client/pkg/v3/transport"},
+		rules[5].name: {m + "/release -> " + m + "/errdefs"},
 	}
 	for _, r := range rules {
 		got := violations(g, r)

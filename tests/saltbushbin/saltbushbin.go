@@ -19,7 +19,9 @@ const Env = "SALTBUSH_BIN"
 // Build compiles cmd/saltbush into dir and returns the binary's path.
 func Build(dir string) (string, error) {
 	bin := filepath.Join(dir, "saltbush")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush")
+	// -buildvcs=auto: the binary says the commit it was built from
+	// (package release), whatever GOFLAGS the environment sets.
+	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "github.com/saltbush/saltbush/cmd/saltbush")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build saltbush: %v\n%s", err, out)
 	}

@@ -246,9 +246,14 @@ type AgentSession struct {
 	AckedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acked_at,json=ackedAt,proto3" json:"acked_at,omitempty"`
 	// The content digest of that set; equal to desired_digest when the
 	// agent has the cluster's current desired add-ons.
-	AckedDigest   string `protobuf:"bytes,8,opt,name=acked_digest,json=ackedDigest,proto3" json:"acked_digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AckedDigest string `protobuf:"bytes,8,opt,name=acked_digest,json=ackedDigest,proto3" json:"acked_digest,omitempty"`
+	// The agent's release identity beside agent_version: the commit it was
+	// built from and the contract baseline it starts from (CHANGELOG.md);
+	// empty and 0 for an agent that does not send them.
+	AgentCommit           string `protobuf:"bytes,9,opt,name=agent_commit,json=agentCommit,proto3" json:"agent_commit,omitempty"`
+	AgentContractBaseline uint32 `protobuf:"varint,10,opt,name=agent_contract_baseline,json=agentContractBaseline,proto3" json:"agent_contract_baseline,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *AgentSession) Reset() {
@@ -335,6 +340,20 @@ func (x *AgentSession) GetAckedDigest() string {
 		return x.AckedDigest
 	}
 	return ""
+}
+
+func (x *AgentSession) GetAgentCommit() string {
+	if x != nil {
+		return x.AgentCommit
+	}
+	return ""
+}
+
+func (x *AgentSession) GetAgentContractBaseline() uint32 {
+	if x != nil {
+		return x.AgentContractBaseline
+	}
+	return 0
 }
 
 // AddonDelivery is one add-on: desired generation against the last
@@ -543,7 +562,7 @@ const file_saltbush_control_v1_delivery_control_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
-	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xc5\x02\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xa0\x03\n" +
 	"\fAgentSession\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -553,7 +572,10 @@ const file_saltbush_control_v1_delivery_control_proto_rawDesc = "" +
 	"\fconnected_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12#\n" +
 	"\racked_version\x18\x06 \x01(\x03R\fackedVersion\x125\n" +
 	"\backed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\x12!\n" +
-	"\facked_digest\x18\b \x01(\tR\vackedDigest\"\xa5\x02\n" +
+	"\facked_digest\x18\b \x01(\tR\vackedDigest\x12!\n" +
+	"\fagent_commit\x18\t \x01(\tR\vagentCommit\x126\n" +
+	"\x17agent_contract_baseline\x18\n" +
+	" \x01(\rR\x15agentContractBaseline\"\xa5\x02\n" +
 	"\rAddonDelivery\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +

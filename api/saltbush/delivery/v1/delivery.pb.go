@@ -457,8 +457,13 @@ type Hello struct {
 	// the cluster's desired set still has this digest, nothing is resent.
 	DesiredVersion int64  `protobuf:"varint,5,opt,name=desired_version,json=desiredVersion,proto3" json:"desired_version,omitempty"`
 	DesiredDigest  string `protobuf:"bytes,6,opt,name=desired_digest,json=desiredDigest,proto3" json:"desired_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The commit the agent was built from ("" when unknown) and the
+	// contract baseline it starts from (CHANGELOG.md; 0 from an agent older
+	// than these fields). With agent_version, its release identity.
+	AgentCommit           string `protobuf:"bytes,7,opt,name=agent_commit,json=agentCommit,proto3" json:"agent_commit,omitempty"`
+	AgentContractBaseline uint32 `protobuf:"varint,8,opt,name=agent_contract_baseline,json=agentContractBaseline,proto3" json:"agent_contract_baseline,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -531,6 +536,20 @@ func (x *Hello) GetDesiredDigest() string {
 		return x.DesiredDigest
 	}
 	return ""
+}
+
+func (x *Hello) GetAgentCommit() string {
+	if x != nil {
+		return x.AgentCommit
+	}
+	return ""
+}
+
+func (x *Hello) GetAgentContractBaseline() uint32 {
+	if x != nil {
+		return x.AgentContractBaseline
+	}
+	return 0
 }
 
 // Assignment tells the agent its role. It is sent after Hello and again
@@ -1665,7 +1684,7 @@ const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"\theartbeat\x18\x04 \x01(\v2\x1f.saltbush.delivery.v1.HeartbeatH\x00R\theartbeat\x12I\n" +
 	"\rreport_result\x18\x05 \x01(\v2\".saltbush.delivery.v1.ReportResultH\x00R\freportResult\x12o\n" +
 	"\x1bservice_account_keys_result\x18\x06 \x01(\v2..saltbush.delivery.v1.ServiceAccountKeysResultH\x00R\x18serviceAccountKeysResultB\t\n" +
-	"\amessage\"\xf3\x01\n" +
+	"\amessage\"\xce\x02\n" +
 	"\x05Hello\x12;\n" +
 	"\acluster\x18\x01 \x01(\v2!.saltbush.delivery.v1.ClusterNameR\acluster\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1673,7 +1692,9 @@ const file_saltbush_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aboot_id\x18\x03 \x01(\tR\x06bootId\x12#\n" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12'\n" +
 	"\x0fdesired_version\x18\x05 \x01(\x03R\x0edesiredVersion\x12%\n" +
-	"\x0edesired_digest\x18\x06 \x01(\tR\rdesiredDigest\"\xba\x01\n" +
+	"\x0edesired_digest\x18\x06 \x01(\tR\rdesiredDigest\x12!\n" +
+	"\fagent_commit\x18\a \x01(\tR\vagentCommit\x126\n" +
+	"\x17agent_contract_baseline\x18\b \x01(\rR\x15agentContractBaseline\"\xba\x01\n" +
 	"\n" +
 	"Assignment\x12.\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x1a.saltbush.delivery.v1.RoleR\x04role\x12\x14\n" +

@@ -134,9 +134,13 @@ type AgentSessionRecord struct {
 	// The content digest of that set: the agent is in sync when it equals
 	// the desired set's (the version moves with every write under the
 	// cluster, the digest only with the content).
-	AckedDigest   string `protobuf:"bytes,8,opt,name=acked_digest,json=ackedDigest,proto3" json:"acked_digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AckedDigest string `protobuf:"bytes,8,opt,name=acked_digest,json=ackedDigest,proto3" json:"acked_digest,omitempty"`
+	// The agent's commit and contract baseline, from its Hello (empty and
+	// 0 for an agent older than those fields).
+	AgentCommit           string `protobuf:"bytes,9,opt,name=agent_commit,json=agentCommit,proto3" json:"agent_commit,omitempty"`
+	AgentContractBaseline uint32 `protobuf:"varint,10,opt,name=agent_contract_baseline,json=agentContractBaseline,proto3" json:"agent_contract_baseline,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *AgentSessionRecord) Reset() {
@@ -225,6 +229,20 @@ func (x *AgentSessionRecord) GetAckedDigest() string {
 	return ""
 }
 
+func (x *AgentSessionRecord) GetAgentCommit() string {
+	if x != nil {
+		return x.AgentCommit
+	}
+	return ""
+}
+
+func (x *AgentSessionRecord) GetAgentContractBaseline() uint32 {
+	if x != nil {
+		return x.AgentContractBaseline
+	}
+	return 0
+}
+
 var File_saltbush_storage_v1_delivery_proto protoreflect.FileDescriptor
 
 const file_saltbush_storage_v1_delivery_proto_rawDesc = "" +
@@ -238,7 +256,7 @@ const file_saltbush_storage_v1_delivery_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\x1f\n" +
 	"\vfence_acked\x18\x06 \x01(\bR\n" +
-	"fenceAcked\"\xcb\x02\n" +
+	"fenceAcked\"\xa6\x03\n" +
 	"\x12AgentSessionRecord\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
@@ -248,7 +266,10 @@ const file_saltbush_storage_v1_delivery_proto_rawDesc = "" +
 	"\fconnected_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12#\n" +
 	"\racked_version\x18\x06 \x01(\x03R\fackedVersion\x125\n" +
 	"\backed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\x12!\n" +
-	"\facked_digest\x18\b \x01(\tR\vackedDigestB@Z>github.com/saltbush/saltbush/api/saltbush/storage/v1;storagev1b\x06proto3"
+	"\facked_digest\x18\b \x01(\tR\vackedDigest\x12!\n" +
+	"\fagent_commit\x18\t \x01(\tR\vagentCommit\x126\n" +
+	"\x17agent_contract_baseline\x18\n" +
+	" \x01(\rR\x15agentContractBaselineB@Z>github.com/saltbush/saltbush/api/saltbush/storage/v1;storagev1b\x06proto3"
 
 var (
 	file_saltbush_storage_v1_delivery_proto_rawDescOnce sync.Once
