@@ -2,6 +2,8 @@
 # pinned tools (tools/go.mod) themselves; nothing needs installing first.
 
 GO        ?= go
+# `make` alone builds (the stamp rule below would otherwise be the first).
+.DEFAULT_GOAL := all
 # The project builds with the toolchain go.mod's `toolchain` line names
 # (go1.27.3), which the go command fetches through the Go module proxy on
 # first use: the machines' own Go (go1.26.8) is older and lacks security
@@ -10,6 +12,11 @@ export GOTOOLCHAIN := $(shell awk '$$1 == "toolchain" { print $$2 }' go.mod)
 $(if $(GOTOOLCHAIN),,$(error go.mod has no toolchain line))
 # The pinned binaries below (Kubernetes, eksctl, the node's programs) are
 # built again when the toolchain changes, not only when their go.mod does.
+# A binary says which commit it was built from (`saltbush version`, package
+# release): the go command stamps it from the repository unless GOFLAGS
+# says -buildvcs=false, as this machine's environment does. auto stamps
+# inside a git work tree and builds without elsewhere (a source archive).
+export GOFLAGS := $(strip $(filter-out -buildvcs=%,$(GOFLAGS)) -buildvcs=auto)
 TOOLCHAIN_STAMP := bin/.toolchain-$(GOTOOLCHAIN)
 $(TOOLCHAIN_STAMP):
 	mkdir -p bin && rm -f bin/.toolchain-* && touch $@
@@ -232,7 +239,7 @@ $(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum) $(TOOLCH
 ## test took 20 minutes instead of 17.
 SLOW_PACKAGES := ./tests/faults ./tests/addons ./tests/agent ./tests/podcreds ./tests/access \
 	./tests/nodetest ./tests/conformance ./tests/eksctl ./tests/clients ./server/delivery \
-	./tests/ops ./tests/backup ./tests/kubetest ./guest/apply ./server/addon ./tests/sts ./store ./tests/load
+	./tests/ops ./tests/backup ./tests/kubetest ./tests/compat ./guest/apply ./server/addon ./tests/sts ./store ./tests/load
 UNIT_P ?= 3
 # The test packages that run the real agent (tests/agent, access, addons,
 # eksctl, podcreds) share one race build of it (agentproc.RaceBinaryEnv),
@@ -256,7 +263,11 @@ LIST_TESTED = $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}
 # largest test at about a CPU-second per schedule; .ci/run runs the long
 # form, 256.
 HISTORY_SCHEDULES ?= 96
+# The compatibility suite (tests/compat) keeps the binaries of earlier
+# releases it builds from the repository's history in COMPAT_BIN.
+COMPAT_BIN := $(CURDIR)/bin/compat
 UNIT_ENV := SALTBUSH_AGENT_RACE_BIN=$(AGENT_RACE_BIN) SALTBUSH_BIN=$(SALTBUSH_TEST_BIN) SALTBUSH_KUBE_BIN=$(KUBE_BIN) \
+	SALTBUSH_COMPAT_BIN=$(COMPAT_BIN) \
 	SALTBUSH_EKSCTL=$(EKSCTL) SALTBUSH_NODE_BIN=$(NODE_BIN) SALTBUSH_HISTORY_SCHEDULES=$(HISTORY_SCHEDULES)
 unit: kube eksctl node
 	$(GO) build -race $(TEST_LDFLAGS) -o $(AGENT_RACE_BIN) ./cmd/saltbush-agent
@@ -267,6 +278,15 @@ unit: kube eksctl node
 		$(SLOW_PACKAGES) $$($(LIST_TESTED) | grep -vxF $(addprefix -e ,$(TESTS_APART))) || status=1; \
 	cd api && $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -o $(TEST_BIN)/api/ $$($(LIST_TESTED)) || status=1; \
 	exit $$status
+
+.PHONY: compat-all
+## compat-all: the compatibility suite's long form (tests/compat,
+## -compat.all): every release in the upgrade window, not only the oldest
+## that make test runs (docs/contracts.md, "Upgrades").
+compat-all: kube
+	$(GO) build -race $(TEST_LDFLAGS) -o $(AGENT_RACE_BIN) ./cmd/saltbush-agent
+	$(GO) build -o $(SALTBUSH_TEST_BIN) ./cmd/saltbush
+	$(UNIT_ENV) $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -o $(TEST_BIN)/main/ ./tests/compat/ -args -compat.all
 
 ## fuzz-short: explore briefly every parser that takes outside bytes, one
 ## target after another (package:target): SigV4 requests, policy documents,

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,7 +32,9 @@ import (
 // cgo would otherwise bring in the host linker for nothing.
 func Build(dir string, race bool) (string, error) {
 	bin := filepath.Join(dir, "saltbush-agent")
-	args := []string{"build", "-o", bin}
+	// -buildvcs=auto: the binary says the commit it was built from
+	// (package release), whatever GOFLAGS the environment sets.
+	args := []string{"build", "-buildvcs=auto", "-o", bin}
 	if race {
 		args = append(args, "-race", "-ldflags=-linkmode=internal")
 	}
@@ -78,6 +81,9 @@ type Options struct {
 	Dir string
 	// Server is a saltbush replica whose CA issues the certificate.
 	Server *servertest.Server
+	// Issuer issues it instead, when Server is nil: a saltbush running
+	// as a process of its own.
+	Issuer Issuer
 	// Account, Cluster, UID and Instance name the member.
 	Account, Cluster, UID, Instance string
 	// Endpoints are the gRPC endpoints the agent dials.
@@ -88,6 +94,27 @@ type Options struct {
 	StateDir string
 	// Args are extra flags.
 	Args []string
+	// Without are flags of Start's own that the binary does not know (an
+	// earlier release's agent), left out with their values.
+	Without []string
+}
+
+// Issuer issues an agent's certificate for instance of the cluster uid,
+// and gives the CA bundle that verifies saltbush's.
+type Issuer interface {
+	IssueAgent(ctx context.Context, uid, instance string) (certPEM, keyPEM, bundlePEM []byte, err error)
+}
+
+// serverIssuer is an in-process replica's CA.
+type serverIssuer struct{ s *servertest.Server }
+
+func (i serverIssuer) IssueAgent(ctx context.Context, uid, instance string) (certPEM, keyPEM, bundlePEM []byte, err error) {
+	certPEM, keyPEM, _, err = i.s.Authority().IssueLocal(ctx, identity.AgentID(uid, instance), time.Hour)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	bundlePEM, _ = i.s.Authority().Bundle()
+	return certPEM, keyPEM, bundlePEM, nil
 }
 
 // Process is one running agent.
@@ -105,11 +132,14 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	if o.StateDir == "" {
 		o.StateDir = filepath.Join(o.Dir, "state")
 	}
-	certPEM, keyPEM, _, err := o.Server.Authority().IssueLocal(ctx, identity.AgentID(o.UID, o.Instance), time.Hour)
+	issuer := o.Issuer
+	if o.Server != nil {
+		issuer = serverIssuer{o.Server}
+	}
+	certPEM, keyPEM, bundle, err := issuer.IssueAgent(ctx, o.UID, o.Instance)
 	if err != nil {
 		return nil, fmt.Errorf("issue agent certificate: %w", err)
 	}
-	bundle, _ := o.Server.Authority().Bundle()
 	for name, b := range map[string][]byte{"agent.crt": certPEM, "agent.key": keyPEM, "ca.crt": bundle, "none.yaml": nil} {
 		if err := os.WriteFile(filepath.Join(o.Dir, name), b, 0o600); err != nil {
 			return nil, err
@@ -132,6 +162,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		"--pod-identity-webhook-addr", "",
 		"--backoff-initial", "100ms", "--backoff-max", "2s", "--log-level", "debug",
 	}, o.Args...)
+	args = without(args, o.Without)
 	logFile, err := os.Create(p.LogPath)
 	if err != nil {
 		port.Release()
@@ -153,6 +184,20 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		p.done <- err
 	}()
 	return p, nil
+}
+
+// without is args with each flag of names (and its value) left out. The
+// flags are Start's own, each "--name value".
+func without(args, names []string) []string {
+	out := args[:0:0]
+	for i := 0; i < len(args); i++ {
+		if slices.Contains(names, strings.TrimPrefix(args[i], "--")) {
+			i++ // its value
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
 
 // PID is the process id.
