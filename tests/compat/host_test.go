@@ -161,6 +161,14 @@ func (h *host) stop() {
 	h.cmd = nil
 }
 
+// restart stops the replica and starts bin on the same data, etcd and
+// ports: an upgrade or a rollback of this replica.
+func (h *host) restart(bin string) {
+	h.t.Helper()
+	h.stop()
+	h.start(bin)
+}
+
 // errorLines are the ERROR lines of every log the replica wrote.
 func (h *host) errorLines() []string {
 	logs, _ := filepath.Glob(filepath.Join(h.dataDir, "serve-*.log"))

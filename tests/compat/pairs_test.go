@@ -354,7 +354,11 @@ func (w *world) waitActive() {
 	wt := eks.NewAddonActiveWaiter(w.eks, func(o *eks.AddonActiveWaiterOptions) { o.MinDelay, o.MaxDelay = 200*time.Millisecond, time.Second })
 	if err := wt.Wait(context.Background(), &eks.DescribeAddonInput{ClusterName: aws.String(w.cluster), AddonName: aws.String(noop)}, waitLong); err != nil {
 		out, _ := w.eks.DescribeAddon(w.ctx(10*time.Second), &eks.DescribeAddonInput{ClusterName: aws.String(w.cluster), AddonName: aws.String(noop)})
-		w.t.Fatalf("add-on not ACTIVE: %v (last: %s)", err, describe(out))
+		var last *types.Addon
+		if out != nil {
+			last = out.Addon
+		}
+		w.t.Fatalf("add-on not ACTIVE: %v (last: %s)", err, jsonOf(last))
 	}
 }
 
@@ -482,10 +486,11 @@ func (w *world) checkWebhooks(a *agentProc) {
 	}
 }
 
-func describe(out *eks.DescribeAddonOutput) string {
-	if out == nil || out.Addon == nil {
-		return "nothing"
+// jsonOf is v as JSON, for messages.
+func jsonOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
 	}
-	b, _ := json.Marshal(out.Addon)
 	return string(b)
 }
