@@ -41,6 +41,10 @@ var suite struct {
 	// for every package: saltbush (saltbushbin) and the race-built
 	// agent (agentproc.BuildTemp).
 	current compat.Binaries
+	// agentCommit is the commit the current agent says it was built
+	// from (12 hex digits), which a current host records for its
+	// sessions.
+	agentCommit string
 }
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
@@ -75,6 +79,10 @@ func testMain(m *testing.M) int {
 	}
 	defer removeSaltbush()
 	suite.current = compat.Binaries{Saltbush: saltbush, Agent: agent}
+	if suite.agentCommit, err = commitOf(ctx, agent); err != nil {
+		fmt.Fprintln(os.Stderr, "compat:", err)
+		return 1
+	}
 	return kubetest.RunTests(m, kubetest.Options{})
 }
 
@@ -166,6 +174,21 @@ func TestVersion(t *testing.T) {
 			t.Errorf("%s version = %q, want commit %s", filepath.Base(bin), line, suite.repo.Head[:12])
 		}
 	}
+}
+
+// commitOf is the commit a current binary's version command names.
+func commitOf(ctx context.Context, bin string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s version: %v: %s", bin, err, out)
+	}
+	_, rest, ok := strings.Cut(string(out), "(commit ")
+	commit, _, _ := strings.Cut(rest, ",")
+	commit = strings.TrimSuffix(commit, "+dirty")
+	if !ok || len(commit) != 12 {
+		return "", fmt.Errorf("%s version names no commit: %q", bin, out)
+	}
+	return commit, nil
 }
 
 func sha256Hex(b []byte) string {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,7 +128,7 @@ func hostRollback(t *testing.T, oldBins compat.Binaries) {
 		st := w.deliveryStatus()
 		n := 0
 		for _, s := range st.GetSessions() {
-			if s.GetAgentCommit() == suite.repo.Head {
+			if len(s.GetAgentCommit()) == 40 && strings.HasPrefix(s.GetAgentCommit(), suite.agentCommit) {
 				n++
 			}
 		}
