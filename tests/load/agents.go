@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,10 @@ type fleet struct {
 	// sets, acks, reports and repeats count what the agents received and
 	// sent; reconnects the streams opened again after the host ended one.
 	sets, acks, reports, repeats, reconnects atomic.Int64
+	// upgrading is set while a rolling upgrade stops and starts replicas
+	// (runRoll): the streams of a replica that is stopped end then, and
+	// their agents move to another.
+	upgrading atomic.Bool
 
 	mu       sync.Mutex
 	live     []*agent          // agents that said Hello (heartbeats, repeats)
@@ -57,10 +62,16 @@ type agent struct {
 	f        *fleet
 	instance string
 	hello    *deliveryv1.Hello
-	conn     *grpc.ClientConn
-	applied  fakeagent.Applied
+	// conns are one connection per endpoint, its own replica's first
+	// (connectAll); next is the index of the one a stream opens on (read
+	// and changed by connect, and by run once it has started).
+	conns   []*grpc.ClientConn
+	next    int
+	applied fakeagent.Applied
 	// poke asks run to repeat the executor's reports (fleet.pokeRepeats).
 	poke chan struct{}
+	// up says the current stream had its Assignment and has not ended.
+	up atomic.Bool
 
 	mu     sync.Mutex
 	stream *fakeagent.Stream
@@ -73,6 +84,12 @@ func newFleet(rec *recorder, reportEvery time.Duration) *fleet {
 // connectAll dials every member of every cluster, member m of cluster c to
 // replica (c+m) mod replicas so a cluster's members straddle replicas, and
 // waits until each has its Assignment. The agents run until ctx ends.
+//
+// In a rolling run (e.rolling) each agent has every replica as an
+// endpoint, its own first, as the real agent is configured with them all
+// (guest/hostlink): when its replica goes down it opens its stream on the
+// next by itself. Otherwise it has its own replica only, as before, so
+// that the measurements stay comparable.
 func (f *fleet) connectAll(ctx context.Context, e *env, certTTL time.Duration) error {
 	type member struct {
 		c       *clusterInfo
@@ -101,16 +118,24 @@ func (f *fleet) connectAll(ctx context.Context, e *env, certTTL time.Duration) e
 		if err != nil {
 			return err
 		}
-		conn, err := grpc.NewClient(e.replicas[m.replica].grpcAddr, grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg)))
-		if err != nil {
-			return err
-		}
-		a := &agent{f: f, instance: m.inst, conn: conn, poke: make(chan struct{}, 1), hello: &deliveryv1.Hello{
+		a := &agent{f: f, instance: m.inst, poke: make(chan struct{}, 1), hello: &deliveryv1.Hello{
 			Cluster: &deliveryv1.ClusterName{AccountId: m.c.tenant.account, Name: m.c.name}, InstanceId: m.inst,
 			BootId: "boot-1", AgentVersion: "load",
 		}}
+		endpoints := 1
+		if e.rolling {
+			endpoints = len(e.replicas)
+		}
+		for j := range endpoints {
+			conn, err := grpc.NewClient(e.replicas[(m.replica+j)%len(e.replicas)].grpcAddr, grpc.WithTransportCredentials(grpccreds.NewTLS(tlsCfg)))
+			if err != nil {
+				a.closeConns()
+				return err
+			}
+			a.conns = append(a.conns, conn)
+		}
 		if err := a.connect(ctx); err != nil {
-			_ = conn.Close()
+			a.closeConns()
 			return err
 		}
 		f.mu.Lock()
@@ -146,13 +171,19 @@ func retrying(ctx context.Context, attempts int, call func() error) error {
 	return err
 }
 
-// close ends every agent's connection (their streams end with ctx); the
+// close ends every agent's connections (their streams end with ctx); the
 // agents stay counted.
 func (f *fleet) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, a := range f.live {
-		_ = a.conn.Close() // a second Close only says it was closed
+		a.closeConns()
+	}
+}
+
+func (a *agent) closeConns() {
+	for _, c := range a.conns {
+		_ = c.Close() // a second Close only says it was closed
 	}
 }
 
@@ -173,8 +204,40 @@ func (f *fleet) connected() int {
 	return len(f.live)
 }
 
+// up is how many agents have a stream up now: Assignment received, not
+// ended.
+func (f *fleet) up() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, a := range f.live {
+		if a.up.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// waitUp waits until every agent has a stream up, or ctx ends: after a
+// replica went away its agents open theirs on another after a pause.
+func (f *fleet) waitUp(ctx context.Context) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for f.up() < f.connected() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d agents have a stream up: %w", f.up(), f.connected(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// streamEnded counts a stream the host ended. Unavailable is what a
+// replica that is stopped ends its streams with: expected during a
+// rolling upgrade, when replicas are stopped on purpose.
 func (f *fleet) streamEnded(code codes.Code, msg string) {
-	f.rec.countError(opStream, code.String(), false)
+	f.rec.countError(opStream, code.String(), code == codes.Unavailable && f.upgrading.Load())
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.examples[code.String()]; !ok {
@@ -182,9 +245,11 @@ func (f *fleet) streamEnded(code codes.Code, msg string) {
 	}
 }
 
-// fenced counts a Fence, and keeps the first one's words.
+// fenced counts a Fence, and keeps the first one's words. A replica that
+// shuts down fences its executors' streams (delivery's endShuttingDown):
+// expected during a rolling upgrade.
 func (f *fleet) fenced(instance string, fence *deliveryv1.Fence) {
-	f.rec.countError(opStream, "Fence", false)
+	f.rec.countError(opStream, "Fence", f.upgrading.Load() && strings.Contains(fence.GetReason(), "shutting down"))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.examples["Fence"]; !ok {
@@ -192,12 +257,15 @@ func (f *fleet) fenced(instance string, fence *deliveryv1.Fence) {
 	}
 }
 
-// connect opens a stream and says Hello, resuming from the last desired
-// set applied (the host resends nothing that is still current).
+// connect opens a stream on the current endpoint and says Hello,
+// resuming from the last desired set applied (the host resends nothing
+// that is still current). An endpoint that fails to open one is passed
+// over for the next, as the real agent does.
 func (a *agent) connect(ctx context.Context) error {
 	hello := a.applied.Resume(proto.Clone(a.hello).(*deliveryv1.Hello))
-	s, err := fakeagent.Connect(ctx, a.conn, fakeagent.Options{Hello: hello, Heartbeats: fakeagent.ByCaller})
+	s, err := fakeagent.Connect(ctx, a.conns[a.next%len(a.conns)], fakeagent.Options{Hello: hello, Heartbeats: fakeagent.ByCaller})
 	if err != nil {
+		a.next++
 		return err
 	}
 	a.mu.Lock()
@@ -218,10 +286,13 @@ func (a *agent) current() *fakeagent.Stream {
 // run is the agent's protocol loop: it owns the session and the send times
 // of the reports in flight (ReportResults come back in order). The first
 // Assignment is signalled on assigned. A stream the host ends, before it
-// or after, is opened again after a pause, as the real agent does.
+// or after, is opened again after a pause, as the real agent does: on the
+// same endpoint if the host had spoken on it, else on the next (a replica
+// shutting down refuses new streams before its port closes).
 func (a *agent) run(ctx context.Context, assigned chan<- struct{}) {
 	f := a.f
 	first := true
+	heard := false // the host spoke on the current stream
 	session := fakeagent.NewSession(a.instance, &a.applied, fakeagent.SessionOptions{})
 	var inFlight []time.Time
 	stream := a.current()
@@ -263,9 +334,14 @@ func (a *agent) run(ctx context.Context, assigned chan<- struct{}) {
 			in = r
 		}
 		if in.Err != nil {
+			a.up.Store(false)
 			if ctx.Err() != nil {
 				return
 			}
+			if !heard {
+				a.next++
+			}
+			heard = false
 			st := status.Convert(in.Err)
 			f.streamEnded(st.Code(), st.Message())
 			if !a.reconnect(ctx) {
@@ -279,8 +355,10 @@ func (a *agent) run(ctx context.Context, assigned chan<- struct{}) {
 			continue
 		}
 		m := in.Msg
+		heard = true
 		switch {
 		case m.GetAssignment() != nil:
+			a.up.Store(true)
 			f.interval.CompareAndSwap(0, int64(m.GetAssignment().GetTiming().GetHeartbeatInterval().AsDuration()))
 			if first {
 				first = false
@@ -295,9 +373,9 @@ func (a *agent) run(ctx context.Context, assigned chan<- struct{}) {
 			d := in.At.Sub(inFlight[0])
 			inFlight = inFlight[1:]
 			if res.GetAccepted() {
-				f.rec.recordKind(opReport, d, "", false)
+				f.rec.recordKind(opReport, d, "", false, false, "")
 			} else {
-				f.rec.recordKind(opReport, d, "rejected: "+res.GetReason(), reportsExpectedRejected[res.GetReason()])
+				f.rec.recordKind(opReport, d, "rejected: "+res.GetReason(), reportsExpectedRejected[res.GetReason()], false, "")
 			}
 		}
 		taken, err := session.Take(m)

@@ -30,6 +30,7 @@ import (
 	"github.com/saltbush/saltbush/profiling"
 	"github.com/saltbush/saltbush/server"
 	"github.com/saltbush/saltbush/store/embedetcd"
+	"github.com/saltbush/saltbush/tests/loopport"
 	"github.com/saltbush/saltbush/tests/saltbushbin"
 )
 
@@ -107,10 +108,27 @@ type system struct {
 	replicas      []*replicaProc
 }
 
-// replicaProc is a replica's process and where its metrics are.
+// replicaProc is a replica: its current process, which a rolling upgrade
+// replaces (roll.go), and what starting one takes.
 type replicaProc struct {
-	*child
-	metricsURL string
+	name string
+	args []string // serve and its flags, the same for every process
+	// url and grpcAddr are where it serves: its "saltbush serving" line's
+	// addresses, or in a rolling run the reserved ports, which every
+	// process of it listens on.
+	url, grpcAddr string
+	// ports are a rolling run's reserved ports, HTTP's and gRPC's, held
+	// until stop.
+	ports []*loopport.Reservation
+
+	mu  sync.Mutex
+	cur *child // nil between a process's end and the next's start
+	bin string // cur's binary
+	// starts counts the processes started (their logs are apart).
+	starts int
+	// retiredCPU is the CPU time of the replica's processes that have
+	// ended, so that its CPU over the run counts every one.
+	retiredCPU time.Duration
 }
 
 // childEnv is this process's environment without SALTBUSH_ variables
@@ -211,8 +229,10 @@ type servingLine struct {
 
 // startReplica starts replica i as `saltbush serve` over the etcd members,
 // on ports the kernel picks (its "saltbush serving" line says which), and
-// waits until its /readyz answers.
-func (s *system) startReplica(ctx context.Context, o *options, i int, masterKey []byte) (*replica, error) {
+// waits until its /readyz answers. In a rolling run (-saltbush-from) it
+// runs the older binary, on ports reserved for the whole run: the process
+// that replaces it listens where the front and the agents already dial.
+func (s *system) startReplica(ctx context.Context, o *options, i int, masterKey []byte) (_ *replica, err error) {
 	name := fmt.Sprintf("load-%d", i)
 	dataDir := filepath.Join(s.dir, fmt.Sprintf("replica-%d", i))
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -227,9 +247,27 @@ func (s *system) startReplica(ctx context.Context, o *options, i int, masterKey 
 	if err != nil {
 		return nil, err
 	}
+	p := &replicaProc{name: name}
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
+	bin, httpAddr, grpcAddr := s.bin, "127.0.0.1:0", "127.0.0.1:0"
+	if o.saltbushFrom != "" {
+		for range 2 {
+			r, err := loopport.Reserve("127.0.0.1")
+			if err != nil {
+				return nil, fmt.Errorf("replica %s: %w", name, err)
+			}
+			p.ports = append(p.ports, r)
+		}
+		bin, httpAddr, grpcAddr = o.saltbushFrom, p.ports[0].Addr(), p.ports[1].Addr()
+		p.url, p.grpcAddr = "http://"+httpAddr, grpcAddr
+	}
 	args := []string{"serve",
 		"--data-dir", dataDir, "--etcd-endpoints", strings.Join(s.etcdEndpoints, ","), "--master-key-file", keyFile,
-		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--replica-name", name,
+		"--http-addr", httpAddr, "--grpc-addr", grpcAddr, "--replica-name", name,
 		"--throttle-rate", strconv.FormatFloat(o.throttleRate, 'f', -1, 64), "--throttle-burst", strconv.Itoa(o.throttleBurst),
 		// Audit records to a file, as a deployment keeps them; the log
 		// as JSON lines, so the harness parses rather than scrapes it.
@@ -239,10 +277,32 @@ func (s *system) startReplica(ctx context.Context, o *options, i int, masterKey 
 	if pp != "" {
 		args = append(args, "--profiling-addr", pp)
 	}
-	cmd := exec.Command(s.bin, args...)
+	p.args = args
+	if err := s.start(ctx, p, bin); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.replicas = append(s.replicas, p)
+	s.mu.Unlock()
+	return &replica{name: name, url: p.url, grpcAddr: p.grpcAddr, tlsDir: server.Config{DataDir: dataDir}.TLSDir(), stop: p.stop}, nil
+}
+
+// start starts a process of p as bin and waits until its /readyz
+// answers. The first learns p's addresses from its "saltbush serving"
+// line, unless they were reserved. A process that does not become ready
+// is stopped.
+func (s *system) start(ctx context.Context, p *replicaProc, bin string) (err error) {
+	p.mu.Lock()
+	p.starts++
+	logPath := filepath.Join(s.dir, p.name+".log")
+	if p.starts > 1 {
+		logPath = filepath.Join(s.dir, fmt.Sprintf("%s.%d.log", p.name, p.starts))
+	}
+	p.mu.Unlock()
+	cmd := exec.Command(bin, p.args...)
 	cmd.Env = s.childEnv()
 	serving := make(chan servingLine, 1)
-	c, err := startChild(name, cmd, filepath.Join(s.dir, name+".log"), func(line []byte) {
+	c, err := startChild(p.name, cmd, logPath, func(line []byte) {
 		var l servingLine
 		if json.Unmarshal(line, &l) != nil {
 			return
@@ -254,37 +314,72 @@ func (s *system) startReplica(ctx context.Context, o *options, i int, masterKey 
 			}
 		}
 		if l.Level == "WARN" || l.Level == "ERROR" {
-			s.logs.count(l.Level, l.Msg, l.Err, name+" "+string(line))
+			s.logs.count(l.Level, l.Msg, l.Err, p.name+" "+string(line))
 		}
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	r := &replica{name: name, tlsDir: server.Config{DataDir: dataDir}.TLSDir()}
-	r.stop = func() {
-		if err := c.stop(); err != nil {
-			_, _ = fmt.Fprintf(os.Stderr, "load: replica %s: %v\n", name, err)
+	p.mu.Lock()
+	p.cur, p.bin = c, bin
+	p.mu.Unlock()
+	defer func() {
+		if err != nil {
+			p.retire(c)
 		}
-	}
+	}()
 	ctx, cancel := context.WithTimeout(ctx, childStartTimeout)
 	defer cancel()
+	if p.url == "" {
+		select {
+		case l := <-serving:
+			p.url, p.grpcAddr = "http://"+l.HTTP, l.GRPC
+		case <-c.exited:
+			return fmt.Errorf("replica %s exited before serving (%v); its log is %s", p.name, c.exitErr(), c.logPath)
+		case <-ctx.Done():
+			return fmt.Errorf("replica %s not serving within %s; its log is %s", p.name, childStartTimeout, c.logPath)
+		}
+	}
+	if err := saltbushbin.WaitReady(ctx, p.url, c.exited); err != nil {
+		return fmt.Errorf("replica %s: %w (exit: %v); its log is %s", p.name, err, c.exitErr(), c.logPath)
+	}
+	return nil
+}
+
+// retire stops c (if it still runs), p's current process, and counts its
+// CPU time as the replica's past.
+func (p *replicaProc) retire(c *child) {
 	select {
-	case l := <-serving:
-		r.url, r.grpcAddr = "http://"+l.HTTP, l.GRPC
 	case <-c.exited:
-		return nil, fmt.Errorf("replica %s exited before serving (%v); its log is %s", name, c.exitErr(), c.logPath)
-	case <-ctx.Done():
-		r.stop()
-		return nil, fmt.Errorf("replica %s not serving within %s; its log is %s", name, childStartTimeout, c.logPath)
+	default:
+		_ = c.stop() // the caller has the reason it goes
 	}
-	if err := saltbushbin.WaitReady(ctx, r.url, c.exited); err != nil {
-		r.stop()
-		return nil, fmt.Errorf("replica %s: %w; its log is %s", name, err, c.logPath)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retiredCPU += c.cpu()
+	if p.cur == c {
+		p.cur = nil
 	}
-	s.mu.Lock()
-	s.replicas = append(s.replicas, &replicaProc{child: c, metricsURL: r.url + "/metrics"})
-	s.mu.Unlock()
-	return r, nil
+}
+
+// current is p's process (nil between two) and its binary.
+func (p *replicaProc) current() (*child, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur, p.bin
+}
+
+// stop ends the replica's process at the run's end (a process that had
+// exited by itself is reported) and gives its ports back.
+func (p *replicaProc) stop() {
+	if c, _ := p.current(); c != nil {
+		if err := c.stop(); err != nil {
+			_, _ = fmt.Fprintf(os.Stderr, "load: replica %s: %v\n", p.name, err)
+		}
+	}
+	for _, r := range p.ports {
+		r.Release()
+	}
 }
 
 // saltbushBinary is $SALTBUSH_BIN, or else cmd/saltbush built into a
@@ -396,8 +491,17 @@ func (c *child) stop() error {
 const clockTick = 10 * time.Millisecond
 
 // cpu is the child's user + system CPU time so far, every thread's, from
-// /proc/PID/stat (0 once it has exited).
+// /proc/PID/stat, or once it has exited the total that Wait got.
 func (c *child) cpu() time.Duration {
+	select {
+	case <-c.exited:
+		// ProcessState is set before exited closes.
+		if ps := c.cmd.ProcessState; ps != nil {
+			return ps.UserTime() + ps.SystemTime()
+		}
+		return 0
+	default:
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
 	if err != nil {
 		return 0
@@ -472,9 +576,16 @@ func (s *system) replicasStats(ctx context.Context) procStats {
 	s.mu.Unlock()
 	var sum procStats
 	for _, p := range procs {
-		m, _ := replicaMetrics(ctx, p.metricsURL) // a sample without them shows zeros
-		sum.RSS += p.rss()
-		sum.CPU += p.cpu()
+		p.mu.Lock()
+		c, cpu := p.cur, p.retiredCPU
+		p.mu.Unlock()
+		sum.CPU += cpu
+		if c == nil {
+			continue // being restarted
+		}
+		m, _ := replicaMetrics(ctx, p.url+"/metrics") // a sample without them shows zeros
+		sum.RSS += c.rss()
+		sum.CPU += c.cpu()
 		sum.HeapLive += m.HeapLive
 		sum.HeapInuse += m.HeapInuse
 		sum.StackInuse += m.StackInuse

@@ -219,13 +219,18 @@ func (c *client) run(ctx context.Context) {
 
 // record notes a call. ThrottlingException is expected when the offered
 // rate per account is above saltbush's throttle (closed loop, or -rate
-// over -accounts above -throttle-rate).
+// over -accounts above -throttle-rate). A failure is also marked as the
+// SDK's standard retryer sees it (sdkRetryable).
 func (c *client) record(_ context.Context, op string, t0 time.Time, err error, expected bool) {
 	kind := errKind(err)
 	if kind == "ThrottlingException" && c.throttleExpected {
 		expected = true
 	}
-	c.rec.recordKind(op, time.Since(t0), kind, expected)
+	example := ""
+	if err != nil {
+		example = err.Error()
+	}
+	c.rec.recordKind(op, time.Since(t0), kind, expected, sdkRetryable(err), example)
 }
 
 func pickOne[T any](rng *rand.Rand, xs []T) (T, bool) {

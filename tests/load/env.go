@@ -65,6 +65,11 @@ type env struct {
 	// procs are the processes apart from this one (-apart): the etcd
 	// members' and each replica's, which the sampler reads.
 	procs *system
+	// rolling says the replicas are upgraded during the run
+	// (-saltbush-from): the SDK clients go through front, and the agents
+	// have every replica as an endpoint.
+	rolling bool
+	front   *front
 
 	closeOnce sync.Once
 }
@@ -168,6 +173,16 @@ func startEnv(ctx context.Context, o *options, nReplicas int, dir string, progre
 			return nil, err
 		}
 		e.replicas = append(e.replicas, r)
+	}
+	if o.saltbushFrom != "" {
+		e.rolling = true
+		var addrs []string
+		for _, r := range e.replicas {
+			addrs = append(addrs, strings.TrimPrefix(r.url, "http://"))
+		}
+		if e.front, err = startFront(addrs); err != nil {
+			return nil, err
+		}
 	}
 	done()
 
@@ -280,7 +295,7 @@ func (e *env) makeTenant(ctx context.Context, account string) (*tenant, error) {
 // entries on: API_AND_CONFIG_MAP), makes it ACTIVE as a provisioner would
 // and adds its members.
 func (e *env) makeCluster(ctx context.Context, c *clusterInfo) error {
-	sdk := e.setupSDK(c.tenant, e.replicas[0])
+	sdk := e.setupSDK(c.tenant, e.facade(0))
 	_, err := sdk.CreateCluster(ctx, &eks.CreateClusterInput{
 		Name: aws.String(c.name), RoleArn: aws.String(c.tenant.clusterRA),
 		ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: subnets},
@@ -344,28 +359,38 @@ func unthrottled(ctx context.Context, call func() error) error {
 	}
 }
 
-// sdk is an unmodified AWS SDK EKS client of t against r: SigV4 with t's
-// key, its own pool of keep-alive connections, and no retries (every
-// failure of the load is counted as the server returned it).
-func (e *env) sdk(t *tenant, r *replica, conns int) *eks.Client {
-	return e.sdkWith(t, r, conns, aws.NopRetryer{})
+// facade is the base URL SDK client i calls: replica i mod replicas, or
+// in a rolling run the front over them all.
+func (e *env) facade(i int) string {
+	if e.front != nil {
+		return e.front.url()
+	}
+	return e.replicas[i%len(e.replicas)].url
+}
+
+// sdk is an unmodified AWS SDK EKS client of t against the façade at url:
+// SigV4 with t's key, its own pool of keep-alive connections, and no
+// retries (every failure of the load is counted as the server returned
+// it).
+func (e *env) sdk(t *tenant, url string, conns int) *eks.Client {
+	return e.sdkWith(t, url, conns, aws.NopRetryer{})
 }
 
 // setupSDK is sdk with the SDK's standard retries, without its client-side
 // retry quota: setup makes calls as fast as it can, and saltbush's
 // per-account throttle answers some with ThrottlingException.
-func (e *env) setupSDK(t *tenant, r *replica) *eks.Client {
-	return e.sdkWith(t, r, 2, retry.NewStandard(func(o *retry.StandardOptions) {
+func (e *env) setupSDK(t *tenant, url string) *eks.Client {
+	return e.sdkWith(t, url, 2, retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = 30
 		o.MaxBackoff = 2 * time.Second
 		o.RateLimiter = ratelimit.None
 	}))
 }
 
-func (e *env) sdkWith(t *tenant, r *replica, conns int, retryer aws.Retryer) *eks.Client {
+func (e *env) sdkWith(t *tenant, url string, conns int, retryer aws.Retryer) *eks.Client {
 	return eks.New(eks.Options{
 		Region:       e.region,
-		BaseEndpoint: aws.String(r.url),
+		BaseEndpoint: aws.String(url),
 		Credentials:  credentials.NewStaticCredentialsProvider(t.akid, t.secret, ""),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second,
@@ -409,6 +434,9 @@ func (e *env) close() { e.closeOnce.Do(e.stopAll) }
 func (e *env) stopAll() {
 	if e.admin != nil {
 		_ = e.admin.Close()
+	}
+	if e.front != nil {
+		e.front.close()
 	}
 	var wg sync.WaitGroup
 	for _, r := range e.replicas {

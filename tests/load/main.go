@@ -11,6 +11,7 @@
 //
 //	go run ./tests/load                          # 1 replica, 3 minutes
 //	go run ./tests/load -replicas both -duration 5m -csv load.csv -png load.png
+//	go run ./tests/load -apart -replicas 2 -saltbush-from OLD -roll-at 30s   # a rolling upgrade under load
 package main
 
 import (
@@ -62,10 +63,14 @@ type options struct {
 	pprof          string
 	apart          bool
 	saltbushBin    string
-	childGODEBUG   string
-	childPprof     string
-	seed           uint64
-	flatPct        float64
+	// saltbushFrom is -saltbush-from: the replicas start as it and are
+	// upgraded to saltbushBin rollAt into the first rate's load.
+	saltbushFrom string
+	rollAt       time.Duration
+	childGODEBUG string
+	childPprof   string
+	seed         uint64
+	flatPct      float64
 
 	mix *mix
 }
@@ -99,6 +104,11 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060) while the program runs, to profile the replicas under load")
 	fs.BoolVar(&o.apart, "apart", false, "run the etcd members in a child process and each replica as `saltbush serve`, so that their CPU, memory and profiles are theirs alone, not shared with the clients and agents")
 	fs.StringVar(&o.saltbushBin, "saltbush", "", "with -apart, the saltbush binary the replicas run ($SALTBUSH_BIN, else cmd/saltbush built into the run's directory)")
+	fs.StringVar(&o.saltbushFrom, "saltbush-from", "", "with -apart, an older saltbush binary the replicas start as: -roll-at into the (first) rate's load they are upgraded to -saltbush "+
+		"one at a time (SIGTERM, wait for the exit, start -saltbush on the same data directory and ports, wait until ready), while the SDK clients go through "+
+		"a TCP balancer over every replica and each agent has every replica as an endpoint; the result says what each replica took, "+
+		"which errors the SDK's standard retryer would have retried, and checks the add-ons and the keyspace after the load")
+	fs.DurationVar(&o.rollAt, "roll-at", 30*time.Second, "with -saltbush-from, how long into the (first) rate's load the rolling upgrade starts")
 	fs.StringVar(&o.childGODEBUG, "child-godebug", "", "with -apart, GODEBUG of the etcd members' and the replicas' processes (e.g. gctrace=1: their logs in the run's directory show each GC)")
 	fs.StringVar(&o.childPprof, "child-pprof", "", "with -apart, serve the etcd members' profiles on this address and replica i's on its port + 1 + i (saltbush serve --profiling-addr)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the clients' random choices")
@@ -141,6 +151,16 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	}
 	if !o.apart && (o.saltbushBin != "" || o.childGODEBUG != "" || o.childPprof != "") {
 		errs = append(errs, errors.New("-saltbush, -child-godebug and -child-pprof need -apart"))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case o.saltbushFrom != "" && !o.apart:
+		errs = append(errs, errors.New("-saltbush-from needs -apart: only replicas running as processes of their own can be stopped and started as another binary"))
+	case o.saltbushFrom == "" && set["roll-at"]:
+		errs = append(errs, errors.New("-roll-at needs -saltbush-from: there is no upgrade to start"))
+	case o.saltbushFrom != "" && (o.rollAt < 0 || o.rollAt >= o.duration):
+		errs = append(errs, fmt.Errorf("-roll-at %s must be within -duration %s: the roll starts during the load", o.rollAt, o.duration))
 	}
 	var err error
 	if o.mix, err = parseMix(o.mixSpec); err != nil {
@@ -264,6 +284,16 @@ type result struct {
 	// reassigned are the clusters whose executor is past epoch 1 after
 	// the load (env.reassignedExecutors).
 	reassigned []string
+	// agentsUp is the agents with a stream up at the end (after the
+	// settling of a rolling run).
+	agentsUp int
+	// roll is the rolling upgrade (-saltbush-from), in the rate it ran
+	// in; nil otherwise.
+	roll *rollReport
+	// after is what a rolling run checked after each rate's load; front
+	// what its front did during the load.
+	after *afterRoll
+	front frontCounts
 }
 
 // runOnce sets up a world with n replicas, runs the load on it for
@@ -316,14 +346,20 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 	setup.setupReconnects = f.reconnects.Load()
 
 	var results []*result
-	for _, r := range o.rates {
+	for i, r := range o.rates {
 		res := *setup
 		res.rate = r
-		if err := measure(ctx, o, e, f, clients, rec, &res, out, progress); err != nil {
+		// The roll happens once, in the first rate's load: the others run
+		// on the upgraded replicas.
+		err := measure(ctx, o, e, f, clients, rec, &res, i == 0 && o.saltbushFrom != "", out, progress)
+		if res.elapsed > 0 {
+			// The load ran: what it measured says what went wrong too.
+			printResult(out, &res)
+			results = append(results, &res)
+		}
+		if err != nil {
 			return results, err
 		}
-		printResult(out, &res)
-		results = append(results, &res)
 		if ctx.Err() != nil {
 			break
 		}
@@ -337,8 +373,10 @@ func runOnce(ctx context.Context, o *options, n int, out, progress io.Writer) (_
 }
 
 // measure runs the load at res.rate for -duration and fills in res with
-// what it measured.
-func measure(ctx context.Context, o *options, e *env, f *fleet, clients []*client, rec *recorder, res *result, out, progress io.Writer) error {
+// what it measured. With roll, the replicas are upgraded during the load
+// (roll.go), which goes on until the roll has ended if that takes longer.
+// A rolling run checks the add-ons and the keyspace after each load.
+func measure(ctx context.Context, o *options, e *env, f *fleet, clients []*client, rec *recorder, res *result, roll bool, out, progress io.Writer) error {
 	rec.reset()
 	f.reset()
 	var limiter *rate.Limiter
@@ -366,9 +404,32 @@ func measure(ctx context.Context, o *options, e *env, f *fleet, clients []*clien
 		c.throttleExpected = o.throttleRate > 0 && (res.rate == 0 || res.rate/float64(o.accounts) > o.throttleRate)
 		load.Go(func() { c.run(runCtx) })
 	}
+	var frontBefore frontCounts // setup's and the earlier rates' are not this load's
+	if e.front != nil {
+		frontBefore = e.front.counts()
+	}
+	rolled := make(chan struct{})
+	if roll {
+		res.roll = &rollReport{from: o.saltbushFrom, to: o.saltbushBin}
+		go func() {
+			defer close(rolled)
+			runRoll(ctx, o, e.procs, f, start, rec, res.roll)
+		}()
+	} else {
+		close(rolled)
+	}
 	select {
 	case <-time.After(o.duration):
 	case <-ctx.Done():
+	}
+	select {
+	case <-rolled:
+	default:
+		// The load after the roll is what says the replicas came back;
+		// the roll's own steps are bounded (childStopTimeout,
+		// childStartTimeout).
+		_, _ = fmt.Fprintln(progress, "the rolling upgrade outlasted -duration: the load goes on until it ends")
+		<-rolled
 	}
 	stopSampling()
 	bg.Wait()
@@ -396,6 +457,29 @@ func measure(ctx context.Context, o *options, e *env, f *fleet, clients []*clien
 	f.mu.Unlock()
 	res.compactions, res.compactErrs = cmp.runs, cmp.errs
 	res.memory = judgeMemory(res.samples, o.flatPct)
+	if roll {
+		// The replicas' processes were replaced: their memory starts
+		// again, and the series says nothing about a leak.
+		res.memory = verdict{threshold: o.flatPct, why: "the replicas were restarted during the load (rolling upgrade)"}
+	}
+	if e.front != nil {
+		res.front = e.front.counts().since(frontBefore)
+	}
+	if res.roll != nil && ctx.Err() == nil {
+		if res.roll.err != nil {
+			return fmt.Errorf("rolling upgrade: %w", res.roll.err)
+		}
+		res.roll.okAfter = res.all.Count - res.roll.okAtEnd
+	}
+	res.agentsUp = f.up()
+	if e.rolling && ctx.Err() == nil {
+		a, err := checkAfterRoll(ctx, e, f)
+		res.after = a
+		if err != nil {
+			return fmt.Errorf("after the rolling upgrade: %w", err)
+		}
+		res.agentsUp = a.agentsUp
+	}
 	var err error
 	res.reassigned, err = e.reassignedExecutors(context.WithoutCancel(ctx))
 	return err
@@ -409,15 +493,16 @@ func rateText(r float64) string {
 }
 
 // makeClients makes -clients SDK clients: client i signs as account
-// i mod -accounts and calls replica i mod replicas; each account's clusters
-// are dealt out among its clients.
+// i mod -accounts and calls replica i mod replicas (in a rolling run, the
+// front over them all); each account's clusters are dealt out among its
+// clients.
 func makeClients(e *env, o *options, rec *recorder) []*client {
 	clients := make([]*client, o.clients)
 	byTenant := map[*tenant][]*client{}
 	for i := range clients {
 		t := e.tenants[i%len(e.tenants)]
 		clients[i] = &client{
-			sdk: e.sdk(t, e.replicas[i%len(e.replicas)], 4), tenant: t, rec: rec, mix: o.mix,
+			sdk: e.sdk(t, e.facade(i), 4), tenant: t, rec: rec, mix: o.mix,
 			rng: rand.New(rand.NewPCG(o.seed, uint64(i))), //nolint:gosec // G404: the mix's choices, not secrets
 		}
 		byTenant[t] = append(byTenant[t], clients[i])
@@ -439,7 +524,7 @@ func prefill(ctx context.Context, o *options, clients []*client, f *fleet, e *en
 	setup := newRecorder(opNames())
 	sdks := make([]*eks.Client, len(clients))
 	for i, c := range clients {
-		c.rec, sdks[i], c.sdk = setup, c.sdk, e.setupSDK(c.tenant, e.replicas[i%len(e.replicas)])
+		c.rec, sdks[i], c.sdk = setup, c.sdk, e.setupSDK(c.tenant, e.facade(i))
 	}
 	err := parallel(ctx, len(clients), 8, func(i int) error {
 		clients[i].prefill(ctx, o.prefillAddons, o.prefillEntries)

@@ -19,7 +19,9 @@ import (
 // Go seldom returns freed pages at once, so RSS alone would mislead both
 // ways; the live heap (marked by the last GC) says what is held.
 type verdict struct {
-	judged       bool
+	judged bool
+	// why says why it was not judged, when not for want of samples.
+	why          string
 	samples      int
 	span         time.Duration
 	rssSlope     float64 // MiB per minute
@@ -75,6 +77,9 @@ func slope(ss []sample, y func(sample) float64) (perMinute, mean float64) {
 }
 
 func (v verdict) String() string {
+	if !v.judged && v.why != "" {
+		return "not judged: " + v.why
+	}
 	if !v.judged {
 		return fmt.Sprintf("not judged: %d samples in the second half, 3 needed (a longer -duration or a shorter -sample)", v.samples)
 	}
@@ -179,7 +184,7 @@ func printResult(w io.Writer, r *result) {
 	_ = tw.Flush()
 	p("(latencies are of successful calls, as the client saw them: SigV4, HTTP, the façade, etcd; agent Report is a Report until its ReportResult)\n")
 
-	p("errors by type:\n")
+	p("errors by type (retryable: the AWS SDK's standard retryer would have retried the call; the load's clients retry nothing):\n")
 	var unexpected int64
 	anyErr := false
 	for _, s := range r.ops {
@@ -191,7 +196,17 @@ func printResult(w io.Writer, r *result) {
 			} else {
 				unexpected += e.N
 			}
-			p("  %-30s %-40s %7d  %s\n", s.Op, e.Kind, e.N, what)
+			retry := "" // the agents' are not SDK calls
+			if slices.Contains(opNames(), s.Op) {
+				retry = "not retryable"
+				if e.Retryable {
+					retry = "retryable"
+				}
+			}
+			p("  %-30s %-40s %7d  %-13s  %s\n", s.Op, e.Kind, e.N, retry, what)
+			if !e.Expected && e.Example != "" {
+				p("    e.g. %q\n", e.Example)
+			}
 		}
 	}
 	if !anyErr {
@@ -217,6 +232,8 @@ func printResult(w io.Writer, r *result) {
 	if o.compactEvery > 0 {
 		p("etcd compactions: %d (%d failed)\n", r.compactions, r.compactErrs)
 	}
+	printRoll(p, r)
+	p("agents with a stream up at the end: %d/%d\n", r.agentsUp, r.agents)
 	if len(r.reassigned) == 0 {
 		p("delivery executors: every cluster's first (epoch 1) still\n")
 	} else {
@@ -242,6 +259,54 @@ func printResult(w io.Writer, r *result) {
 	p("memory: %s\n", r.memory)
 }
 
+// printRoll prints a rolling run's upgrade, front and checks after the
+// load.
+func printRoll(p func(format string, args ...any), r *result) {
+	if rl := r.roll; rl != nil {
+		p("rolling upgrade, %s → %s: began %.1fs into the load", rl.from, rl.to, rl.began.Seconds())
+		if rl.err == nil {
+			p(", ended at %.1fs; %d SDK calls succeeded after it", rl.ended.Seconds(), rl.okAfter)
+		}
+		p("\n")
+		for _, st := range rl.steps {
+			p("  %s: down at %.1fs, exited %.1fs after SIGTERM", st.replica, st.at.Seconds(), st.stopped.Seconds())
+			if st.ready {
+				p(", ready again %.1fs after it", st.down.Seconds())
+			}
+			p(" (%s → %s)\n", st.from, st.to)
+			if st.stopErr != "" {
+				p("    did not stop cleanly: %s\n", st.stopErr)
+			}
+		}
+		if rl.err != nil {
+			p("  did not finish: %v\n", rl.err)
+		}
+	}
+	if r.front.Conns > 0 {
+		p("front, during the load: %d connections, %d dials of a replica that failed passed over, %d connections that no replica took\n",
+			r.front.Conns, r.front.Skipped, r.front.Stranded)
+	}
+	a := r.after
+	if a == nil {
+		return
+	}
+	p("after the load: %d/%d agents with a stream up (waited %.1fs); ", a.agentsUp, r.agents, a.agentsUpIn.Seconds())
+	if len(a.stuck) == 0 {
+		p("no add-on in transition (waited %.1fs)\n", a.settledIn.Seconds())
+	} else {
+		p("%d add-ons STUCK in transition after %s:\n", len(a.stuck), a.settledIn.Round(time.Second))
+		for _, s := range a.stuck {
+			p("  %s\n", s)
+		}
+	}
+	if a.keyspace != "" {
+		p("keyspace check (tests/invariants): %s\n", a.keyspace)
+	}
+	for _, v := range a.violations {
+		p("  VIOLATION %s\n", v)
+	}
+}
+
 func reportResults(r *result) int64 {
 	for _, s := range r.ops {
 		if s.Op == opReport {
@@ -259,6 +324,8 @@ func expectedWhy(op, kind string) string {
 		return "the add-on was deleted"
 	case op == opReport:
 		return "the add-on changed while the report was on its way"
+	case op == opStream:
+		return "its replica was stopped (rolling upgrade)"
 	default:
 		return "predicted by the client's model"
 	}

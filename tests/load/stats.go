@@ -7,11 +7,15 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // histogram counts durations in logarithmic buckets 2 % wide, from 1 µs to
@@ -82,14 +86,18 @@ type opStats struct {
 	// errors counts failures by errKey; intervalErrs those of the interval.
 	errors       map[errKey]int64
 	intervalErrs int64
+	// examples are the first message of each errKey that had one.
+	examples map[errKey]string
 }
 
 // errKey is one kind of failure of one operation: the AWS exception name,
-// the gRPC code or the transport failure, and whether the client's own
-// model of its clusters predicted it (a race it knows about).
+// the gRPC code or the transport failure, whether the client's own model
+// of its clusters predicted it (a race it knows about), and whether the
+// AWS SDK's standard retryer would have retried it (sdkRetryable).
 type errKey struct {
-	kind     string
-	expected bool
+	kind      string
+	expected  bool
+	retryable bool
 }
 
 // recorder holds every operation's opStats. Its map is built once, before
@@ -102,20 +110,25 @@ type recorder struct {
 func newRecorder(ops []string) *recorder {
 	r := &recorder{order: ops, ops: make(map[string]*opStats, len(ops))}
 	for _, op := range ops {
-		r.ops[op] = &opStats{errors: map[errKey]int64{}}
+		r.ops[op] = &opStats{errors: map[errKey]int64{}, examples: map[errKey]string{}}
 	}
 	return r
 }
 
 // recordKind notes one call of op: its latency, and its failure when kind
-// names one ("" for success; errKind names an error).
-func (r *recorder) recordKind(op string, d time.Duration, kind string, expected bool) {
+// names one ("" for success; errKind names an error), of which example is
+// the message (the first of each kind is kept, for the report).
+func (r *recorder) recordKind(op string, d time.Duration, kind string, expected, retryable bool, example string) {
 	s := r.ops[op]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if kind != "" {
-		s.errors[errKey{kind, expected}]++
+		k := errKey{kind, expected, retryable}
+		s.errors[k]++
 		s.intervalErrs++
+		if _, ok := s.examples[k]; !ok && example != "" {
+			s.examples[k] = example
+		}
 		return
 	}
 	s.total.add(d)
@@ -128,7 +141,7 @@ func (r *recorder) countError(op, kind string, expected bool) {
 	s := r.ops[op]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.errors[errKey{kind, expected}]++
+	s.errors[errKey{kind: kind, expected: expected}]++
 	s.intervalErrs++
 }
 
@@ -157,6 +170,7 @@ func (r *recorder) reset() {
 		s.mu.Lock()
 		s.total, s.interval, s.intervalErrs = histogram{}, histogram{}, 0
 		clear(s.errors)
+		clear(s.examples)
 		s.mu.Unlock()
 	}
 }
@@ -195,7 +209,14 @@ type opSummary struct {
 type errCount struct {
 	Kind     string
 	Expected bool
-	N        int64
+	// Retryable says the AWS SDK's standard retryer would have retried
+	// these (SDK operations only): an application using the SDK's
+	// defaults would not have seen them, unless they lasted.
+	Retryable bool
+	N         int64
+	// Example is the first one's message ("" for the agents', whose
+	// kind says it all).
+	Example string
 }
 
 func (r *recorder) summary() []opSummary {
@@ -205,7 +226,7 @@ func (r *recorder) summary() []opSummary {
 		s.mu.Lock()
 		sum := opSummary{Op: op, Count: s.total.n, P50: s.total.quantile(0.50), P99: s.total.quantile(0.99), Max: s.total.max}
 		for k, n := range s.errors {
-			sum.Errors = append(sum.Errors, errCount{Kind: k.kind, Expected: k.expected, N: n})
+			sum.Errors = append(sum.Errors, errCount{Kind: k.kind, Expected: k.expected, Retryable: k.retryable, N: n, Example: s.examples[k]})
 			if k.expected {
 				sum.Predicted += n
 			} else {
@@ -213,33 +234,51 @@ func (r *recorder) summary() []opSummary {
 			}
 		}
 		s.mu.Unlock()
-		slices.SortFunc(sum.Errors, func(a, b errCount) int { return int(b.N - a.N) })
+		slices.SortFunc(sum.Errors, func(a, b errCount) int {
+			if a.N != b.N {
+				return int(b.N - a.N)
+			}
+			return strings.Compare(a.Kind, b.Kind)
+		})
 		out = append(out, sum)
 	}
 	return out
 }
 
+// sdkRetryable says whether the AWS SDK for Go's standard retryer deems
+// err retryable (its default checks: connection errors, 5xx, throttling).
+// The load's clients retry nothing (env.sdk), so that each failure is
+// counted as the server returned it; this says which of them an
+// application with the SDK's defaults would have retried instead of
+// seeing.
+func sdkRetryable(err error) bool {
+	return err != nil && retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary
+}
+
 // errKind names a failure as a reader looks it up: the AWS exception
-// (X-Amzn-ErrorType), else the HTTP status, a timeout, or a transport
-// failure; "" for nil.
+// (X-Amzn-ErrorType), else a timeout, a transport failure (no response),
+// or the HTTP status; "" for nil. The SDK wraps a request it could not
+// send in a ResponseError too, of an empty response (status 0): the
+// send's failure is looked for first.
 func errKind(err error) string {
 	if err == nil {
 		return ""
 	}
 	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode()
-	}
-	var respErr *awshttp.ResponseError
-	if errors.As(err, &respErr) {
-		return "HTTP " + strconv.Itoa(respErr.HTTPStatusCode())
-	}
 	var netErr net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+	var sendErr *smithyhttp.RequestSendError
+	var respErr *awshttp.ResponseError
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.ErrorCode()
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()):
 		return "Timeout"
-	}
-	if errors.Is(err, context.Canceled) {
+	case errors.Is(err, context.Canceled):
 		return "Canceled"
+	case errors.As(err, &sendErr):
+		return "Transport"
+	case errors.As(err, &respErr):
+		return "HTTP " + strconv.Itoa(respErr.HTTPStatusCode())
 	}
 	return "Transport"
 }
