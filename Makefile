@@ -238,8 +238,8 @@ $(NODE_BIN)/.built: $(wildcard tools/node/*/go.mod tools/node/*/go.sum) $(TOOLCH
 ## real processes); at 2 the cores were idle a quarter of the time and make
 ## test took 20 minutes instead of 17.
 SLOW_PACKAGES := ./tests/faults ./tests/addons ./tests/agent ./tests/podcreds ./tests/access \
-	./tests/nodetest ./tests/conformance ./tests/eksctl ./tests/clients ./server/delivery \
-	./tests/ops ./tests/backup ./tests/kubetest ./tests/compat ./guest/apply ./server/addon ./tests/sts ./store ./tests/load
+	./tests/nodetest ./tests/conformance ./tests/clients ./tests/load ./tests/compat ./tests/eksctl ./server/delivery \
+	./tests/ops ./tests/backup ./tests/kubetest ./guest/apply ./server/addon ./tests/sts ./store
 UNIT_P ?= 3
 # The test packages that run the real agent (tests/agent, access, addons,
 # eksctl, podcreds) share one race build of it (agentproc.RaceBinaryEnv),
