@@ -77,10 +77,10 @@ type Status struct {
 	Commit           string `json:"agentCommit,omitempty"`
 	ContractBaseline uint32 `json:"contractBaseline"`
 	Connected        bool   `json:"connected"`
-	Endpoint    string `json:"endpoint,omitempty"`
-	Role        string `json:"role"`
-	Epoch       int64  `json:"epoch"`
-	Executor    string `json:"executorInstance,omitempty"`
+	Endpoint         string `json:"endpoint,omitempty"`
+	Role             string `json:"role"`
+	Epoch            int64  `json:"epoch"`
+	Executor         string `json:"executorInstance,omitempty"`
 	// Writable and GrantLeft are the grant now (filled when served).
 	Writable       bool          `json:"writable"`
 	GrantLeft      string        `json:"grantLeft,omitempty"`
