@@ -110,7 +110,7 @@ func TestReviewSessionTokenGoSDK(t *testing.T) {
 	}
 	t.Run("wrong session token", func(t *testing.T) {
 		wrong := sess
-		wrong.SessionToken = "x" + sess.SessionToken[1:]
+		wrong.SessionToken = otherSessionToken(sess.SessionToken)
 		if got := w.reviewToken(t, servertest.Token(t, wrong, clusterName, servertest.TokenOptions{})); got.GetAuthenticated() {
 			t.Error("a token with another session token was authenticated")
 		}
