@@ -280,13 +280,15 @@ unit: kube eksctl node
 	exit $$status
 
 .PHONY: compat-all
-## compat-all: the compatibility suite's long form (tests/compat,
-## -compat.all): every release in the upgrade window, not only the oldest
-## that make test runs (docs/contracts.md, "Upgrades").
+## compat-all: the compatibility suite's long form (tests/compat and
+## tests/load's rolling upgrade, -compat.all): every release in the
+## upgrade window, not only the oldest that make test runs
+## (docs/contracts.md, "Upgrades").
 compat-all: kube
 	$(GO) build -race $(TEST_LDFLAGS) -o $(AGENT_RACE_BIN) ./cmd/saltbush-agent
 	$(GO) build -o $(SALTBUSH_TEST_BIN) ./cmd/saltbush
 	$(UNIT_ENV) $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -o $(TEST_BIN)/main/ ./tests/compat/ -args -compat.all
+	$(UNIT_ENV) $(GOTEST) $(TESTFLAGS) $(TEST_LDFLAGS) -o $(TEST_BIN)/main/ -run TestRollingUpgrade ./tests/load/ -args -compat.all
 
 ## fuzz-short: explore briefly every parser that takes outside bytes, one
 ## target after another (package:target): SigV4 requests, policy documents,

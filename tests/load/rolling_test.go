@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -30,7 +32,12 @@ import (
 func TestRollingUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	old := oldestInWindow(ctx, t)
+	for _, old := range releasesToRollFrom(ctx, t) {
+		t.Run(fmt.Sprintf("from baseline %d", old.Baseline.Number), func(t *testing.T) { rollingUpgrade(ctx, t, old) })
+	}
+}
+
+func rollingUpgrade(ctx context.Context, t *testing.T, old compat.Binaries) {
 	newBin := saltbushbin.Path(t)
 
 	dir := t.TempDir()
@@ -68,9 +75,14 @@ func TestRollingUpgrade(t *testing.T) {
 	checkRoll(t, o, r, old.Saltbush, newBin)
 }
 
-// oldestInWindow is the saltbush of the oldest release a binary built
-// from HEAD must upgrade from, built once and kept (tests/compat).
-func oldestInWindow(ctx context.Context, t *testing.T) compat.Binaries {
+// compatAll is the compatibility suite's long form (`make compat-all`):
+// roll from every release of the upgrade window, not only the oldest.
+var compatAll = flag.Bool("compat.all", false, "roll from every release in the upgrade window, not only the oldest")
+
+// releasesToRollFrom are the releases a binary built from HEAD must
+// upgrade from, oldest first: the oldest of the upgrade window, or with
+// -compat.all each, built once and kept (tests/compat).
+func releasesToRollFrom(ctx context.Context, t *testing.T) []compat.Binaries {
 	t.Helper()
 	repo, err := compat.OpenRepo(ctx)
 	if err != nil {
@@ -84,13 +96,18 @@ func oldestInWindow(ctx context.Context, t *testing.T) compat.Binaries {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldest := window[len(window)-1]
-	t.Logf("upgrading from %s", oldest)
-	bins, err := repo.Build(ctx, oldest)
-	if err != nil {
-		t.Fatal(err)
+	if !*compatAll {
+		window = window[len(window)-1:]
 	}
-	return bins
+	var out []compat.Binaries
+	for i := len(window) - 1; i >= 0; i-- {
+		bins, err := repo.Build(ctx, window[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, bins)
+	}
+	return out
 }
 
 // checkRoll checks a rolling run's result.
