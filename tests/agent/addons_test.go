@@ -20,6 +20,7 @@ import (
 
 	"github.com/saltbush/saltbush/guest/apply"
 	"github.com/saltbush/saltbush/guest/inventory"
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // Bounds of the waits (never timings under test: a busy machine may be
@@ -253,7 +254,7 @@ func (e *env) deleteNamespace(name string) {
 	if err := e.k8s.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		e.t.Fatalf("delete namespace %s: %v", name, err)
 	}
-	waitFor(e.t, waitDeleted, "namespace "+name+" gone", func() (bool, string) {
+	poll.Until(e.t, waitDeleted, "namespace "+name+" gone", func() (bool, string) {
 		_, err := e.k8s.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})

@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // TestDrift: an object of the add-on deleted by hand comes back; a field
@@ -26,13 +28,13 @@ func TestDrift(t *testing.T) {
 	if err := cms.Delete(e.ctx(waitChange), noop, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, waitChange, "the deleted ConfigMap comes back", func() (bool, string) {
+	poll.Until(t, waitChange, "the deleted ConfigMap comes back", func() (bool, string) {
 		cm, err := cms.Get(e.ctx(waitChange), noop, metav1.GetOptions{})
 		return err == nil && cm.Data["message"] == "one", fmt.Sprint(err)
 	})
 
 	e.editConfigMap(noop, noop, "message", "edited", "kubectl-edit")
-	waitFor(t, waitChange, "OVERWRITE takes the edited field back", func() (bool, string) {
+	poll.Until(t, waitChange, "OVERWRITE takes the edited field back", func() (bool, string) {
 		cm, err := cms.Get(e.ctx(waitChange), noop, metav1.GetOptions{})
 		return err == nil && cm.Data["message"] == "one", fmt.Sprint(cm.Data, err)
 	})

@@ -8,6 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/eks/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // TestReplicaKilled: the saltbush replica holding the agent's stream dies
@@ -30,7 +32,7 @@ func TestReplicaKilled(t *testing.T) {
 		t.Logf("stop the killed replica: %v", err)
 	}
 	survivor := e.replicas[1]
-	waitFor(t, waitChange, "the agent on the surviving replica", func() (bool, string) {
+	poll.Until(t, waitChange, "the agent on the surviving replica", func() (bool, string) {
 		st, err := a.status(t)
 		return err == nil && st.Endpoint == survivor.GRPCAddr() && st.Role == "EXECUTOR" && st.Writable, fmt.Sprintf("%+v %v", st, err)
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/saltbush/saltbush/guest/agent"
 	"github.com/saltbush/saltbush/tests/kubetest"
 	"github.com/saltbush/saltbush/tests/netproxy"
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // status reads a running agent's status API.
@@ -25,28 +26,12 @@ func (a *agentProc) status(t *testing.T) (agent.Status, error) {
 	return a.Status(context.Background())
 }
 
-// waitFor polls cond until it holds (bounded by d); cond says why not.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, d, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // waitRole waits until the agent's status shows role (and, for an
 // executor, a grant it may write under).
 func (a *agentProc) waitRole(t *testing.T, role string) agent.Status {
 	t.Helper()
 	var st agent.Status
-	waitFor(t, waitChange, "agent "+a.instance+" "+role, func() (bool, string) {
+	poll.Until(t, waitChange, "agent "+a.instance+" "+role, func() (bool, string) {
 		var err error
 		st, err = a.status(t)
 		if err != nil {
@@ -140,7 +125,7 @@ func TestFencedFailover(t *testing.T) {
 	cut := time.Now()
 	proxy.Partition()
 	// Its grant lapses; it says so itself.
-	waitFor(t, waitChange, "the cut executor's grant lapses", func() (bool, string) {
+	poll.Until(t, waitChange, "the cut executor's grant lapses", func() (bool, string) {
 		st, err := a.status(t)
 		return err == nil && !st.Writable, fmt.Sprintf("%+v %v", st, err)
 	})
@@ -154,12 +139,12 @@ func TestFencedFailover(t *testing.T) {
 	if err := e.k8s.CoreV1().ConfigMaps(noop).Delete(e.ctx(10*time.Second), noop, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, waitChange, "i-b executor", func() (bool, string) {
+	poll.Until(t, waitChange, "i-b executor", func() (bool, string) {
 		x := e.executor()
 		return x.GetInstanceId() == "i-b" && x.GetEpoch() > epoch, fmt.Sprintf("executor %s epoch %d", x.GetInstanceId(), x.GetEpoch())
 	})
 	b.waitRole(t, "EXECUTOR")
-	waitFor(t, waitChange, "the successor repairs the drift", func() (bool, string) {
+	poll.Until(t, waitChange, "the successor repairs the drift", func() (bool, string) {
 		_, err := e.k8s.CoreV1().ConfigMaps(noop).Get(e.ctx(10*time.Second), noop, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})

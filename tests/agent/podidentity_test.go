@@ -20,6 +20,7 @@ import (
 	"github.com/saltbush/saltbush/guest/podidentity"
 	"github.com/saltbush/saltbush/tests/kubetest"
 	"github.com/saltbush/saltbush/tests/netproxy"
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // ebsCSI is the catalogue's add-on with a pod identity service account.
@@ -61,7 +62,7 @@ func recorded(sa *corev1.ServiceAccount) (map[string]string, string) {
 func (e *env) waitRecorded(namespace, name string, want *types.PodIdentityAssociation) *corev1.ServiceAccount {
 	e.t.Helper()
 	var sa *corev1.ServiceAccount
-	waitFor(e.t, waitChange, "ServiceAccount "+namespace+"/"+name+" records "+fmt.Sprint(associationID(want)), func() (bool, string) {
+	poll.Until(e.t, waitChange, "ServiceAccount "+namespace+"/"+name+" records "+fmt.Sprint(associationID(want)), func() (bool, string) {
 		sa = e.serviceAccount(namespace, name)
 		got, label := recorded(sa)
 		exp := expected(want)
@@ -199,7 +200,7 @@ func TestPodIdentityAssociations(t *testing.T) {
 		if e.serviceAccount(ns, "later") != nil {
 			t.Fatal("the agent created a service account for an association")
 		}
-		waitFor(t, waitChange, "the agent says later waits for its service account", func() (bool, string) {
+		poll.Until(t, waitChange, "the agent says later waits for its service account", func() (bool, string) {
 			st, err := a.status(t)
 			if err != nil || st.PodIdentity == nil {
 				return false, fmt.Sprint(err)
@@ -310,7 +311,7 @@ func TestPodIdentityAssociations(t *testing.T) {
 		epoch := e.executor().GetEpoch()
 		cut := time.Now()
 		proxy.Partition()
-		waitFor(t, waitChange, "the cut executor's grant lapses", func() (bool, string) {
+		poll.Until(t, waitChange, "the cut executor's grant lapses", func() (bool, string) {
 			st, err := a.status(t)
 			return err == nil && !st.Writable, fmt.Sprintf("%+v %v", st, err)
 		})
@@ -320,7 +321,7 @@ func TestPodIdentityAssociations(t *testing.T) {
 			metav1.PatchOptions{FieldManager: "kubectl-annotate"}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, waitChange, "i-b executor", func() (bool, string) {
+		poll.Until(t, waitChange, "i-b executor", func() (bool, string) {
 			x := e.executor()
 			return x.GetInstanceId() == "i-b" && x.GetEpoch() > epoch, fmt.Sprintf("executor %s epoch %d", x.GetInstanceId(), x.GetEpoch())
 		})
@@ -395,7 +396,7 @@ func (e *env) refuseRecords(name string) {
 		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, policy, metav1.DeleteOptions{})
 	})
 	probe := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{podidentity.LabelAssociationID: "a-probe"}}}
-	waitFor(e.t, waitChange, "the admission policy is enforced", func() (bool, string) {
+	poll.Until(e.t, waitChange, "the admission policy is enforced", func() (bool, string) {
 		_, err := e.k8s.CoreV1().ServiceAccounts("default").Create(e.ctx(10*time.Second), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Sprint(err)
 	})
@@ -429,7 +430,7 @@ func TestPodIdentityRecordRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	probe := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ebsCSISA, Labels: map[string]string{podidentity.LabelAssociationID: "a-probe"}}}
-	waitFor(t, waitChange, "the admission policy is no longer enforced", func() (bool, string) {
+	poll.Until(t, waitChange, "the admission policy is no longer enforced", func() (bool, string) {
 		_, err := e.k8s.CoreV1().ServiceAccounts("default").Create(e.ctx(10*time.Second), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil, fmt.Sprint(err)
 	})

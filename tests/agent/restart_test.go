@@ -29,6 +29,7 @@ import (
 	"github.com/saltbush/saltbush/guest/apply"
 	"github.com/saltbush/saltbush/guest/inventory"
 	"github.com/saltbush/saltbush/tests/kubetest"
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // gate is an admission webhook that holds the first real (not dry-run)
@@ -221,7 +222,7 @@ func TestRestartMidApply(t *testing.T) {
 	e.waitActive("coredns")
 	// Give it time to do whatever it would do: its reports reach saltbush
 	// (the add-on stays ACTIVE), then look at what it wrote.
-	waitFor(t, waitChange, "the restarted agent reports", func() (bool, string) {
+	poll.Until(t, waitChange, "the restarted agent reports", func() (bool, string) {
 		st, err := a.status(t)
 		return err == nil && len(st.Addons) == 1 && st.Addons[0].Phase == "READY", fmt.Sprint(st.Addons, err)
 	})

@@ -227,21 +227,3 @@ func tail(path string, n int) string {
 	}
 	return string(b)
 }
-
-// waitFor polls cond until it holds or d passes; cond says why not.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, d, why)
-		}
-		<-tick.C
-	}
-}

@@ -32,6 +32,7 @@ import (
 	"github.com/saltbush/saltbush/tests/compat"
 	"github.com/saltbush/saltbush/tests/kubetest"
 	"github.com/saltbush/saltbush/tests/loopport"
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // noop is the catalogue's add-on that only writes a ConfigMap (every
@@ -310,7 +311,7 @@ func (w *world) startAgent(instance string, bins compat.Binaries) *agentProc {
 // with a grant it may write under).
 func (a *agentProc) waitRole(t *testing.T, role string) {
 	t.Helper()
-	waitFor(t, waitLong, "agent "+a.Instance+" "+role, func() (bool, string) {
+	poll.Until(t, waitLong, "agent "+a.Instance+" "+role, func() (bool, string) {
 		st, err := a.Status(context.Background())
 		if err != nil {
 			return false, err.Error()
@@ -370,7 +371,7 @@ func (w *world) waitActive() {
 
 func (w *world) waitUpdate(id string) {
 	w.t.Helper()
-	waitFor(w.t, waitLong, "update "+id, func() (bool, string) {
+	poll.Until(w.t, waitLong, "update "+id, func() (bool, string) {
 		out, err := w.eks.DescribeUpdate(w.ctx(10*time.Second), &eks.DescribeUpdateInput{Name: aws.String(w.cluster), AddonName: aws.String(noop), UpdateId: aws.String(id)})
 		if err != nil {
 			return false, err.Error()
@@ -389,7 +390,7 @@ func (w *world) waitUpdate(id string) {
 // written by the field manager eks.
 func (w *world) waitConfigMap(message string) {
 	w.t.Helper()
-	waitFor(w.t, waitLong, "ConfigMap message "+message, func() (bool, string) {
+	poll.Until(w.t, waitLong, "ConfigMap message "+message, func() (bool, string) {
 		cm, err := w.k8s.CoreV1().ConfigMaps(w.ns).Get(w.ctx(10*time.Second), noop, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -405,7 +406,7 @@ func (w *world) waitConfigMap(message string) {
 
 func (w *world) waitConfigMapGone() {
 	w.t.Helper()
-	waitFor(w.t, waitLong, "ConfigMap removed", func() (bool, string) {
+	poll.Until(w.t, waitLong, "ConfigMap removed", func() (bool, string) {
 		_, err := w.k8s.CoreV1().ConfigMaps(w.ns).Get(w.ctx(10*time.Second), noop, metav1.GetOptions{})
 		return err != nil && strings.Contains(err.Error(), "not found"), fmt.Sprint(err)
 	})
@@ -426,7 +427,7 @@ func (w *world) createPodIdentityAssociation() {
 // current desired set.
 func (w *world) waitAllAcked() {
 	w.t.Helper()
-	waitFor(w.t, waitLong, "every agent acknowledges the desired set", func() (bool, string) {
+	poll.Until(w.t, waitLong, "every agent acknowledges the desired set", func() (bool, string) {
 		st := w.deliveryStatus()
 		var behind []string
 		for _, s := range st.GetSessions() {

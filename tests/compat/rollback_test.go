@@ -22,6 +22,7 @@ import (
 	"github.com/saltbush/saltbush/store/embedetcd"
 	"github.com/saltbush/saltbush/tests/compat"
 	"github.com/saltbush/saltbush/tests/invariants"
+	"github.com/saltbush/saltbush/tests/poll"
 )
 
 // TestHostRollback: the current replica writes records with what an older
@@ -124,7 +125,7 @@ func hostRollback(t *testing.T, oldBins compat.Binaries) {
 	}
 	// The agents are back with the current release: it records their
 	// identity again.
-	waitFor(t, waitLong, "sessions with the agents' release identity", func() (bool, string) {
+	poll.Until(t, waitLong, "sessions with the agents' release identity", func() (bool, string) {
 		st := w.deliveryStatus()
 		n := 0
 		for _, s := range st.GetSessions() {
