@@ -136,6 +136,9 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	if o.Server != nil {
 		issuer = serverIssuer{o.Server}
 	}
+	if issuer == nil {
+		return nil, errors.New("agentproc: Options name neither a Server nor an Issuer")
+	}
 	certPEM, keyPEM, bundle, err := issuer.IssueAgent(ctx, o.UID, o.Instance)
 	if err != nil {
 		return nil, fmt.Errorf("issue agent certificate: %w", err)
