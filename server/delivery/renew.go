@@ -237,7 +237,10 @@ func (s *Service) retire(ss *session) {
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, store.ErrConflict) {
+		// At shutdown the client closes under the attempt: the session
+		// stays on the replica's lease, which is no longer renewed, and
+		// runs out at the same deadline. Nothing to warn of.
+		if !errors.Is(err, store.ErrConflict) && s.client.Ctx().Err() == nil {
 			s.log.Warn("retire an ended stream's session", "session", ss.key, "err", err)
 		}
 		time.Sleep(backoff)

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -436,6 +437,13 @@ func (rc *dlRecorder) endedStreams(instance string) int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.endsOf[instance]
+}
+
+// endedByInstance is endedStreams of every instance.
+func (rc *dlRecorder) endedByInstance() map[string]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return maps.Clone(rc.endsOf)
 }
 
 // toldExecutor reports whether instance received an Assignment as the

@@ -38,7 +38,10 @@ import (
 // on the other replica becomes executor at the next epoch, its reports are
 // accepted, and add-ons created and updated after the kill converge. The
 // killed replica is restarted and every agent moved to it and back; the
-// executor keeps its epoch across the moves. Throughout, every Assignment
+// executor keeps its epoch across the moves. (A further failover is
+// accepted only after the host ended the executor's stream: on a loaded
+// machine a lease renewal can fall behind, and the protocol then fails
+// over again, as it must.) Throughout, every Assignment
 // each agent receives is recorded with its local receive time, and the run
 // is checked:
 //   - by the agents' clocks, at most one agent was an unfenced executor at
@@ -135,14 +138,19 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 		t.Fatalf(format+"\nrecorded assignments:\n%s", append(args, formatAssignments(rec))...)
 	}
 
-	// Every agent connected; one of them is the executor.
+	// Every agent connected; one of them is the executor. (How many of
+	// its streams the host had ended is counted before each read of the
+	// executor, for waitSettled.)
 	var first *storagev1.ExecutorRecord
+	var firstEnds int
 	err = waitFor(ctx, 30*time.Second, func() (bool, error) {
 		s, err := env.sessions(ctx, uid)
 		if err != nil {
 			return false, err
 		}
+		ends := rec.endedByInstance()
 		first, err = env.executor(ctx, uid)
+		firstEnds = ends[first.GetInstanceId()]
 		return len(s) == len(instances) && first != nil, err
 	})
 	if err != nil {
@@ -156,13 +164,32 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 			t.Fatalf("CreateAddon %s: %v", name, err)
 		}
 	}
-	waitSettled := func(what string, epoch int64, names ...string) {
+	// waitSettled waits until names are settled at the epoch of the
+	// executor read in the same poll, and returns that executor with how
+	// many of its streams the host had ended before the read. It is
+	// want's epoch unless the host ended a stream of want's instance
+	// after the test read want (ends is how many it had ended then): on
+	// a loaded machine a replica's lease renewal can fall behind the
+	// freshness window, the host then ends the executor's stream (as it
+	// must), its session runs out and another member takes over at the
+	// next epoch. The history checks below hold every such failover to
+	// the protocol's rules; an epoch change with no stream ended by the
+	// host fails.
+	waitSettled := func(what string, want *storagev1.ExecutorRecord, ends int, names ...string) (*storagev1.ExecutorRecord, int) {
 		t.Helper()
+		var e *storagev1.ExecutorRecord
+		var eEnds int
 		err := waitFor(ctx, 30*time.Second, func() (bool, error) {
+			before := rec.endedByInstance()
+			var err error
+			if e, err = env.executor(ctx, uid); err != nil {
+				return false, err
+			}
+			eEnds = before[e.GetInstanceId()]
 			for _, n := range names {
 				a, err := env.addon(ctx, uid, n)
-				if err != nil || !settled(a, epoch) {
-					return false, fmt.Errorf("%s: %v (record %v)", n, err, a)
+				if err != nil || !settled(a, e.GetEpoch()) {
+					return false, fmt.Errorf("%s: %v (record %v; executor %v)", n, err, a, e)
 				}
 			}
 			return true, nil
@@ -170,8 +197,15 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 		if err != nil {
 			fail("%s: %v", what, err)
 		}
+		if e.GetEpoch() != want.GetEpoch() {
+			if rec.endedStreams(want.GetInstanceId()) == ends {
+				fail("%s: executor %v, want %s at epoch %d still: the host ended none of its streams", what, e, want.GetInstanceId(), want.GetEpoch())
+			}
+			t.Logf("%s: executor %s at epoch %d (%s), after the host ended a stream of %s", what, e.GetInstanceId(), e.GetEpoch(), e.GetReason(), want.GetInstanceId())
+		}
+		return e, eEnds
 	}
-	waitSettled("add-ons ACTIVE through the first executor", first.GetEpoch(), dlAddons[:2]...)
+	first, firstEnds = waitSettled("add-ons ACTIVE through the first executor", first, firstEnds, dlAddons[:2]...)
 
 	// Kill the replica that holds the executor's stream.
 	sessions, err := env.sessions(ctx, uid)
@@ -207,9 +241,12 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 
 	// A standby on the survivor takes over at the next epoch.
 	var second *storagev1.ExecutorRecord
+	var secondEnds int
 	err = waitFor(ctx, 30*time.Second, func() (bool, error) {
+		ends := rec.endedByInstance()
 		var err error
 		second, err = env.executor(ctx, uid)
+		secondEnds = ends[second.GetInstanceId()]
 		return second.GetEpoch() > first.GetEpoch(), err
 	})
 	if err != nil {
@@ -221,7 +258,7 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 	}
 	// Its reports (level triggered) are accepted: the add-ons are now
 	// observed at its epoch.
-	waitSettled("the successor's reports accepted", second.GetEpoch(), dlAddons[:2]...)
+	current, currentEnds := waitSettled("the successor's reports accepted", second, secondEnds, dlAddons[:2]...)
 	hook("failed over")
 	for _, a := range away {
 		a.release(nil)
@@ -234,7 +271,7 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 	if err := env.updateAddon(ctx, cluster, dlAddons[1], 3); err != nil {
 		t.Fatalf("UpdateAddon after the kill: %v", err)
 	}
-	waitSettled("add-ons created and updated after the kill", second.GetEpoch(), dlAddons...)
+	current, currentEnds = waitSettled("add-ons created and updated after the kill", current, currentEnds, dlAddons...)
 	if a, _ := env.addon(ctx, uid, dlAddons[1]); a.GetGeneration() != 2 {
 		t.Errorf("%s at generation %d after one update, want 2", dlAddons[1], a.GetGeneration())
 	}
@@ -252,8 +289,8 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 	// stay (its session never lapses), and the change converges.
 	env.restart(slot)
 	restarted := env.replica(slot)
-	order := slices.DeleteFunc(slices.Clone(instances), func(s string) bool { return s == second.GetInstanceId() })
-	for _, inst := range append(order, second.GetInstanceId()) {
+	order := slices.DeleteFunc(slices.Clone(instances), func(s string) bool { return s == current.GetInstanceId() })
+	for _, inst := range append(order, current.GetInstanceId()) {
 		agents[inst].cut(0, restarted)
 		err := waitFor(ctx, 20*time.Second, func() (bool, error) {
 			s, err := env.sessions(ctx, uid)
@@ -266,10 +303,7 @@ func runTwoReplicas(t *testing.T, ctx context.Context, endpoints []string, hook 
 	if err := env.updateAddon(ctx, cluster, dlAddons[0], 4); err != nil {
 		t.Fatalf("UpdateAddon after the move: %v", err)
 	}
-	waitSettled("an update after every stream moved", 0, dlAddons...)
-	if e, err := env.executor(ctx, uid); err != nil || e.GetEpoch() != second.GetEpoch() || e.GetInstanceId() != second.GetInstanceId() {
-		t.Errorf("executor after moving every stream = %v (%v), want %s at epoch %d still", e, err, second.GetInstanceId(), second.GetEpoch())
-	}
+	waitSettled("an update after every stream moved", current, currentEnds, dlAddons...)
 
 	for _, a := range agents {
 		a.stop()
