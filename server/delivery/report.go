@@ -86,12 +86,20 @@ func (a *agentStream) report(ctx context.Context, r *deliveryv1.Report) ([]*deli
 		// again against the record as stored, once.
 		cur := &storagev1.ExecutorRecord{}
 		curRev, gerr := a.s.store.Get(ctx, executorKey, cur)
-		if gerr == nil && curRev != executorRev && cur.GetInstanceId() == a.instance && cur.GetEpoch() == r.GetEpoch() && !cur.GetDraining() {
+		switch {
+		case gerr == nil && curRev != executorRev && cur.GetInstanceId() == a.instance && cur.GetEpoch() == r.GetEpoch() && !cur.GetDraining():
 			a.s.log.WarnContext(ctx, "report fence: the executor record was rewritten at the same epoch",
 				"cluster_uid", a.uid, "instance", a.instance, "epoch", r.GetEpoch(), "snapshot_revision", sn.revision,
 				"executor_revision_seen", executorRev, "executor_revision_now", curRev, "executor_reason", cur.GetReason(),
 				"executor_since", cur.GetSince().AsTime(), "fence_acked", cur.GetFenceAcked())
 			res, err = apply(curRev)
+		case gerr == nil && curRev == executorRev:
+			// The fence held, yet the report was refused for it: the
+			// add-on's transaction failed on something else. Never
+			// expected; said, so that it is found if it happens.
+			a.s.log.WarnContext(ctx, "report refused as stale_epoch, yet the executor record is unchanged",
+				"cluster_uid", a.uid, "instance", a.instance, "addon", r.GetAddon(), "generation", r.GetGeneration(),
+				"epoch", r.GetEpoch(), "snapshot_revision", sn.revision, "executor_revision", executorRev)
 		}
 	}
 	var apiErr *errdefs.Error

@@ -590,9 +590,10 @@ func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 func (h *countingHandler) WithGroup(string) slog.Handler { return h }
 
 // reassignedExecutors describes every cluster whose delivery executor is
-// past its first epoch, with the reason its record gives: under a steady
-// load no executor should change, and a report refused for a stale epoch
-// (an unexpected error) is explained by it.
+// past its first epoch, with the reason its record gives, or whose
+// executor record was written more than once at it: under a steady load
+// no executor should change, and a report refused for a stale epoch (an
+// unexpected error) is explained by it.
 func (e *env) reassignedExecutors(ctx context.Context) ([]string, error) {
 	var out []string
 	for _, c := range e.clusters {
@@ -608,9 +609,16 @@ func (e *env) reassignedExecutors(ctx context.Context) ([]string, error) {
 		if err := store.Decode(resp.Kvs[0].Value, ex); err != nil {
 			return nil, fmt.Errorf("executor of cluster %s: %w", c.name, err)
 		}
-		if ex.GetEpoch() != 1 {
+		switch kv := resp.Kvs[0]; {
+		case ex.GetEpoch() != 1:
 			out = append(out, fmt.Sprintf("%s: %s at epoch %d since %s (%s)", c.name, ex.GetInstanceId(), ex.GetEpoch(),
 				ex.GetSince().AsTime().Format("15:04:05.000"), ex.GetReason()))
+		case kv.Version > 1:
+			// Still the first epoch, yet written again: a report judged
+			// against the first write fails its fence. Named, so such a
+			// writer shows.
+			out = append(out, fmt.Sprintf("%s: %s at epoch 1, its record written %d times (created at revision %d, last at %d; draining %v, fence acknowledged %v, reason %q)",
+				c.name, ex.GetInstanceId(), kv.Version, kv.CreateRevision, kv.ModRevision, ex.GetDraining(), ex.GetFenceAcked(), ex.GetReason()))
 		}
 	}
 	return out, nil

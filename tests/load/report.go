@@ -237,7 +237,7 @@ func printResult(w io.Writer, r *result) {
 	if len(r.reassigned) == 0 {
 		p("delivery executors: every cluster's first (epoch 1) still\n")
 	} else {
-		p("delivery executors reassigned, setup and load:\n")
+		p("delivery executors reassigned or rewritten, setup and load:\n")
 		for _, s := range r.reassigned {
 			p("  %s\n", s)
 		}
